@@ -1,0 +1,39 @@
+"""Pure decisions of the push path, tested without Trio or a database."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def first_wins(transaction_ids: Sequence[str]) -> list[int]:
+    """For every frame, the position of the first frame with the same transaction id.
+
+    >>> first_wins(["a", "b", "a", "a", "c"])
+    [0, 1, 0, 0, 4]
+    """
+    first: dict[str, int] = {}
+    return [first.setdefault(tx, pos) for pos, tx in enumerate(transaction_ids)]
+
+
+def coalesce_count(sizes: Sequence[int], max_items: int) -> int:
+    """How many waiting requests (item counts ``sizes``, oldest first) go into one segment.
+
+    Always at least one, so a request larger than ``max_items`` is still written whole (a
+    request's items for one partition are one segment); then more while the total stays
+    within ``max_items``.
+    """
+    if not sizes:
+        return 0
+    total = sizes[0]
+    taken = 1
+    for size in sizes[1:]:
+        if total + size > max_items:
+            break
+        total += size
+        taken += 1
+    return taken
+
+
+def batch_is_full(items: int, payload_bytes: int, *, max_items: int, max_bytes: int) -> bool:
+    """Whether a transaction being gathered must stop growing."""
+    return items >= max_items or payload_bytes >= max_bytes

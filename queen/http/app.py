@@ -1,0 +1,49 @@
+"""The Quart-Trio application: a thin HTTP layer over one :class:`queen.broker.Broker`.
+
+No SQL and no concurrency logic live here. Routes parse, call the broker, shape the answer;
+every error is a JSON ``{"error": ...}`` with a 4xx/5xx status, and no input can produce a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from quart import Response
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from queen.broker import Broker, BrokerClosed
+from queen.http import health, push
+from queen.http.responses import error_response
+
+log = logging.getLogger("queen.http")
+
+
+def create_app(broker: Broker) -> QuartTrio:
+    app = QuartTrio("queen")
+    app.config["QUEEN_BROKER"] = broker
+    # The push route must answer 413 itself at QUEEN_MAX_BODY_BYTES; Quart's own limit
+    # (16 MiB by default) must not answer first.
+    app.config["MAX_CONTENT_LENGTH"] = broker.settings.max_body_bytes
+    app.config["JSON_SORT_KEYS"] = False
+    app.register_blueprint(push.blueprint)
+    app.register_blueprint(health.blueprint)
+
+    @app.errorhandler(HTTPException)
+    async def http_error(exc: HTTPException) -> Response:
+        code = exc.code or 500
+        if code == 413:
+            limit = broker.settings.max_body_bytes
+            return error_response(413, f"request body is larger than {limit} bytes")
+        return error_response(code, exc.name)
+
+    @app.errorhandler(BrokerClosed)
+    async def closing(exc: BrokerClosed) -> Response:
+        return error_response(503, str(exc))
+
+    @app.errorhandler(Exception)
+    async def internal(exc: Exception) -> Response:
+        log.exception("unhandled error in %s", type(exc).__name__)
+        return error_response(500, "internal error")
+
+    return app

@@ -1,0 +1,36 @@
+"""``POST /api/v1/push``: parse the body, hand it to the broker, answer 201 with one result per
+item. No rule of the push lives here beyond reading JSON: validation is in :mod:`queen.intake`,
+the work in :class:`queen.broker.Broker`."""
+
+from __future__ import annotations
+
+from quart import Blueprint, Response, current_app, request
+
+from queen.broker import Broker
+from queen.http.responses import error_response, json_response
+from queen.intake import decode_json, prepare_push
+from queen.model import InvalidPush
+
+blueprint = Blueprint("push", __name__)
+
+_BINARY_PUSH_TYPES = ("application/x-queen-push", "application/octet-stream")
+
+
+@blueprint.post("/api/v1/push")
+async def push() -> Response:
+    content_type = (request.content_type or "").split(";")[0].strip().lower()
+    if content_type in _BINARY_PUSH_TYPES:
+        return error_response(400, "binary push bodies are not supported; send JSON")
+    broker: Broker = current_app.config["QUEEN_BROKER"]
+    raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+    try:
+        body = decode_json(raw)
+        if type(body) is not dict:
+            raise InvalidPush("body must be a JSON object with an items array")
+        prepared = prepare_push(body.get("items"))
+    except InvalidPush as exc:
+        return error_response(400, str(exc))
+    if prepared.count == 0:
+        return json_response([], status=201)
+    results = await broker.push_prepared(prepared, producer_sub=None)
+    return json_response(results, status=201)

@@ -1,0 +1,181 @@
+"""Push intake: validate a list of push items and group them by (queue, partition).
+
+Pure functions, no I/O. The HTTP route and the embedding API both call :func:`prepare_push`,
+so both refuse the same bodies with the same messages. Validation is all-or-nothing: the first
+bad item raises :class:`~queen.model.InvalidPush` and nothing of the body goes further.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from queen.ids import mint_ids
+from queen.model import DEFAULT_PARTITION, InvalidPush, PartitionKey
+
+MAX_NAME_CHARS = 255
+MAX_TRANSACTION_ID_CHARS = 1024
+_CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")  # control chars, lone surrogates
+_BAD_CHARS = "must not contain control characters or unpaired surrogates"
+_LONG_DIGITS = re.compile(rb"[0-9]{19,}")
+
+
+@dataclass(slots=True)
+class PartitionBatch:
+    """The items of one push body that target one partition, in body order."""
+
+    key: PartitionKey
+    indexes: list[int] = field(default_factory=list)
+    message_ids: list[str] = field(default_factory=list)
+    transaction_ids: list[str] = field(default_factory=list)
+    payloads: list[bytes] = field(default_factory=list)
+    trace_ids: list[str | None] | None = None
+
+    @property
+    def payload_bytes(self) -> int:
+        return sum(map(len, self.payloads))
+
+
+@dataclass(slots=True)
+class PreparedPush:
+    """A validated push body: ids minted, payloads encoded, items grouped by partition."""
+
+    count: int
+    batches: list[PartitionBatch]
+
+
+def _name(item: dict[str, Any], key: str, index: int, default: str | None) -> str:
+    value = item.get(key)
+    if value is None:
+        value = default
+    if value is None:
+        raise InvalidPush(f"items[{index}].{key} is required")
+    if type(value) is not str:
+        raise InvalidPush(f"items[{index}].{key} must be a string")
+    if not value:
+        raise InvalidPush(f"items[{index}].{key} must not be empty")
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidPush(f"items[{index}].{key} is longer than {MAX_NAME_CHARS} characters")
+    if _CONTROL.search(value):
+        raise InvalidPush(f"items[{index}].{key} {_BAD_CHARS}")
+    return value
+
+
+def _transaction_id(item: dict[str, Any], index: int) -> str | None:
+    value = item.get("transactionId")
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise InvalidPush(f"items[{index}].transactionId must be a string")
+    if not value:
+        return None
+    if len(value) > MAX_TRANSACTION_ID_CHARS:
+        raise InvalidPush(
+            f"items[{index}].transactionId is longer than {MAX_TRANSACTION_ID_CHARS} characters"
+        )
+    if _CONTROL.search(value):
+        raise InvalidPush(f"items[{index}].transactionId {_BAD_CHARS}")
+    return value
+
+
+def _trace_id(item: dict[str, Any], index: int) -> str | None:
+    value = item.get("traceId")
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise InvalidPush(f"items[{index}].traceId must be a string")
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise InvalidPush(f"items[{index}].traceId must be a UUID") from None
+
+
+def encode_payload(value: Any) -> bytes:
+    """Encode one payload as compact JSON text.
+
+    orjson does the work; the standard library takes over for the two things orjson refuses
+    that are still valid JSON: integers beyond 64 bits and nesting deeper than 254 levels.
+    Raises ``TypeError``/``ValueError`` for values JSON cannot represent.
+    """
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        if "64-bit" not in str(exc) and "Recursion" not in str(exc):
+            raise ValueError(str(exc)) from None
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return text.encode("utf-8")
+    except RecursionError:
+        raise ValueError("payload is nested too deeply") from None
+    except UnicodeEncodeError:
+        raise ValueError("payload holds an unpaired surrogate") from None
+
+
+def decode_json(raw: bytes) -> Any:
+    """Decode a JSON document exactly.
+
+    orjson reads integers beyond 64 bits as floats, which would change a payload; a body that
+    holds a run of 19 or more digits is therefore decoded by the standard library instead.
+    Raises :class:`InvalidPush` with a readable reason.
+    """
+    if not raw.strip():
+        raise InvalidPush("request body is empty")
+    try:
+        if _LONG_DIGITS.search(raw) is None:
+            return orjson.loads(raw)
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidPush(f"malformed JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise InvalidPush(f"malformed JSON: {exc}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def prepare_push(items: Any, *, keep_trace_ids: bool = False) -> PreparedPush:
+    """Validate ``items`` and return them grouped by partition.
+
+    ``payload`` must be present (``null`` is a payload); ``queue`` is required; ``partition``
+    defaults to ``"Default"``; a missing or empty ``transactionId`` becomes the item's fresh
+    message id. ``producerSub`` in an item is never read. ``traceId`` is read only when
+    ``keep_trace_ids`` is true (pushes inside a transaction); otherwise it is dropped.
+    """
+    if type(items) is not list:
+        raise InvalidPush("items array is required")
+    count = len(items)
+    message_ids = mint_ids(count)
+    batches: dict[tuple[str, str], PartitionBatch] = {}
+    for index, item in enumerate(items):
+        if type(item) is not dict:
+            raise InvalidPush(f"items[{index}] must be an object")
+        queue = _name(item, "queue", index, None)
+        partition = _name(item, "partition", index, DEFAULT_PARTITION)
+        if "payload" not in item:
+            raise InvalidPush(f"items[{index}].payload is required")
+        transaction_id = _transaction_id(item, index)
+        trace_id = _trace_id(item, index) if keep_trace_ids else None
+        try:
+            payload = encode_payload(item["payload"])
+        except (TypeError, ValueError) as exc:
+            raise InvalidPush(f"items[{index}].payload is not JSON-serialisable: {exc}") from None
+
+        batch = batches.get((queue, partition))
+        if batch is None:
+            batch = batches[(queue, partition)] = PartitionBatch(PartitionKey(queue, partition))
+        message_id = message_ids[index]
+        batch.indexes.append(index)
+        batch.message_ids.append(message_id)
+        batch.transaction_ids.append(transaction_id or message_id)
+        batch.payloads.append(payload)
+        if trace_id is not None or batch.trace_ids is not None:
+            if batch.trace_ids is None:
+                batch.trace_ids = [None] * (len(batch.indexes) - 1)
+            batch.trace_ids.append(trace_id)
+    return PreparedPush(count=count, batches=list(batches.values()))

@@ -1,0 +1,46 @@
+"""The broker's counters: plain integers owned by the one Trio thread, read by /metrics.
+
+Counters only go up. Ratios such as requests per transaction are derived by the reader
+(``push_requests_committed / push_transactions``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Metrics:
+    push_requests: int = 0  # push calls accepted (HTTP or embedded)
+    push_items: int = 0
+    push_items_queued: int = 0
+    push_items_duplicate: int = 0
+    push_items_buffered: int = 0
+    push_items_failed: int = 0
+    push_transactions: int = 0  # committed push transactions
+    push_transaction_failures: int = 0
+    push_segments: int = 0  # segment writes committed (one per partition per transaction)
+    push_requests_committed: int = 0  # partition requests those segments carried
+    push_frames_committed: int = 0  # frames sent in committed transactions
+    max_partitions_per_transaction: int = 0
+    actors_started: int = 0
+    actors_stopped_idle: int = 0
+    actor_crashes: int = 0
+    actors_active: int = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    def render_prometheus(self, extra: dict[str, float] | None = None) -> str:
+        lines: list[str] = []
+        values: dict[str, float] = {**self.snapshot(), **(extra or {})}
+        for name, value in values.items():
+            kind = "gauge" if name in _GAUGES else "counter"
+            metric = f"queen_{name}" + ("_total" if kind == "counter" else "")
+            lines.append(f"# TYPE {metric} {kind}")
+            lines.append(f"{metric} {value}")
+        return "\n".join(lines) + "\n"
+
+
+_GAUGES = {"actors_active", "max_partitions_per_transaction"}

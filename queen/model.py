@@ -1,0 +1,41 @@
+"""Plain values shared by every room of the broker: statuses, partition keys, push results."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TypedDict
+
+DEFAULT_PARTITION = "Default"
+
+
+class Status(enum.StrEnum):
+    """The four per-item answers of a push. No per-item error text exists by design."""
+
+    QUEUED = "queued"
+    DUPLICATE = "duplicate"
+    BUFFERED = "buffered"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PartitionKey:
+    queue: str
+    partition: str
+
+
+class PushResultDict(TypedDict):
+    """One element of the push answer, identical for HTTP and the embedding API."""
+
+    index: int
+    message_id: str
+    messageId: str
+    transaction_id: str
+    transactionId: str
+    queueName: str
+    partition: str
+    status: str
+
+
+class InvalidPush(ValueError):
+    """The push body breaks a rule; nothing of it was stored."""

@@ -1,0 +1,88 @@
+"""The narrow interface between the broker and its database.
+
+Actors, the batcher and the supervisor only speak :class:`Store`. The PostgreSQL store
+(:mod:`queen.storage.postgres`) is the product; tests drive the actors with an in-memory fake
+that keeps the same contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from queen.model import PartitionKey
+
+
+class StoreError(Exception):
+    """A database operation failed for a reason other than the database being unreachable."""
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached, or the connection broke while a call was in flight.
+
+    A write that fails this way may or may not have committed; callers that keep the items
+    (the spool) rely on deduplication to make a later retry idempotent.
+    """
+
+
+@dataclass(slots=True)
+class SegmentWrite:
+    """One write of one partition: frames stored at consecutive offsets as one segment.
+
+    ``payloads`` are encoded JSON texts. ``leaders[i]`` is the position of the first frame of
+    this write with the same transaction id as frame ``i`` (``i`` itself for a first
+    occurrence): first wins inside a write. ``producer_subs`` and ``trace_ids`` are ``None``
+    when every frame has none (the common case), else one entry per frame.
+    """
+
+    partition_id: int
+    message_ids: list[str]
+    transaction_ids: list[str]
+    payloads: list[bytes]
+    leaders: list[int]
+    producer_subs: list[str | None] | None = None
+    trace_ids: list[str | None] | None = None
+    request_count: int = 1
+
+    def __len__(self) -> int:
+        return len(self.message_ids)
+
+    @property
+    def payload_bytes(self) -> int:
+        return sum(map(len, self.payloads))
+
+
+@dataclass(slots=True)
+class WriteResult:
+    """What the database did with one :class:`SegmentWrite`.
+
+    Every frame not listed in ``duplicates`` was stored under its own message id.
+    ``duplicates`` maps a frame position to the message id it duplicates: the original's id
+    read from its segment, the all-zero UUID if retention removed that segment, or the id of an
+    earlier frame of the same write (first wins). ``partition_missing`` means the partition row
+    no longer exists (its queue was deleted); nothing was written.
+    """
+
+    duplicates: dict[int, str] = field(default_factory=dict)
+    partition_missing: bool = False
+
+
+class Store(Protocol):
+    """What the push path needs from a database. Every method is safe to call concurrently."""
+
+    async def ensure_partition(self, key: PartitionKey) -> int:
+        """Create the queue and partition if needed; return the partition id."""
+        ...
+
+    async def write_segments(self, writes: Sequence[SegmentWrite]) -> list[WriteResult]:
+        """Store ``writes`` (distinct partitions) in one transaction; one result per write.
+
+        Raises :class:`StoreUnavailable` or :class:`StoreError`; then nothing is known to have
+        been written.
+        """
+        ...
+
+    async def ping(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the database answers now."""
+        ...

@@ -1,0 +1,116 @@
+"""The supervisor: owns the partition actors' nursery and their lifetimes.
+
+- **Spawn on first use**: :meth:`Supervisor.submit` finds the partition's actor or starts one.
+  The registry is only touched synchronously (no checkpoint between "look up" and "register"),
+  so one process never runs two actors for one partition.
+- **Idle stop**: an actor unregisters itself when idle (see :mod:`queen.actors.partition`); a
+  producer that meets a closed inbox simply asks again and gets a fresh actor.
+- **Crash containment** (strategy: *restart on demand*): an actor that raises is logged, its
+  held requests are answered ``failed``, it is unregistered, and nothing else is touched: other
+  partitions' actors, the batcher and the server go on. The next push to that partition starts
+  a new actor.
+- **Background loops** (the spool replay loop, retention, pruning) are started here as they
+  arrive, in the same nursery.
+
+Cancelling the supervisor's nursery (the last phase of shutdown) stops every actor.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from queen.actors.messages import PushRequest
+from queen.actors.partition import PartitionActor, WriteFailureHandler, answer_failed
+from queen.batcher import Batcher
+from queen.metrics import Metrics
+from queen.model import PartitionKey
+from queen.settings import Settings
+from queen.storage.base import Store
+
+log = logging.getLogger("queen.supervisor")
+
+
+class Supervisor:
+    def __init__(
+        self,
+        store: Store,
+        batcher: Batcher,
+        settings: Settings,
+        metrics: Metrics,
+        *,
+        on_failure: WriteFailureHandler = answer_failed,
+    ) -> None:
+        self._store = store
+        self._batcher = batcher
+        self._settings = settings
+        self._metrics = metrics
+        self._on_failure = on_failure
+        self._actors: dict[PartitionKey, PartitionActor] = {}
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def active_partitions(self) -> int:
+        return len(self._actors)
+
+    def actor(self, key: PartitionKey) -> PartitionActor | None:
+        """The running actor of ``key``, if any (for tests and introspection)."""
+        return self._actors.get(key)
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Host the actors until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started(self)
+            await trio.sleep_forever()
+
+    async def submit(self, key: PartitionKey, request: PushRequest) -> None:
+        """Put ``request`` in the inbox of ``key``'s actor, starting the actor if needed."""
+        while True:
+            actor = self._actors.get(key) or self._spawn(key)
+            try:
+                await actor.submit(request)
+                return
+            except trio.BrokenResourceError:
+                continue  # it stopped between look-up and send: the next loop starts a new one
+
+    def _spawn(self, key: PartitionKey) -> PartitionActor:
+        if self._nursery is None:
+            raise RuntimeError("supervisor is not running")
+        s = self._settings
+        actor = PartitionActor(
+            key,
+            resolve=self._store.ensure_partition,
+            writer=self._batcher,
+            on_failure=self._on_failure,
+            on_idle_stop=self._idle_stopped,
+            inbox_size=s.actor_inbox_size,
+            idle_timeout_s=s.actor_idle_timeout_s,
+            segment_max_items=s.segment_max_items,
+        )
+        self._actors[key] = actor
+        self._metrics.actors_started += 1
+        self._metrics.actors_active = len(self._actors)
+        self._nursery.start_soon(self._supervise, actor, name=f"actor:{key.queue}/{key.partition}")
+        return actor
+
+    async def _supervise(self, actor: PartitionActor) -> None:
+        try:
+            await actor.run()
+        except Exception:
+            self._metrics.actor_crashes += 1
+            log.exception("partition actor %s/%s crashed", actor.key.queue, actor.key.partition)
+        finally:
+            self._forget(actor)
+
+    def _idle_stopped(self, actor: PartitionActor) -> None:
+        self._metrics.actors_stopped_idle += 1
+        self._forget(actor)
+
+    def _forget(self, actor: PartitionActor) -> None:
+        if self._actors.get(actor.key) is actor:
+            del self._actors[actor.key]
+        self._metrics.actors_active = len(self._actors)

@@ -1,0 +1,19 @@
+#!/usr/bin/env sh
+# Install everything the tests need into .venv and run the whole suite: lint, types, tests.
+# Usage: ./scripts/test.sh [extra pytest arguments]
+set -eu
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+echo "== ruff"
+.venv/bin/ruff check queen tests bench
+.venv/bin/ruff format --check queen tests bench
+echo "== mypy"
+.venv/bin/mypy
+echo "== pytest"
+.venv/bin/python -m pytest "$@"

@@ -1,0 +1,133 @@
+"""Shared fixtures: one embedded PostgreSQL for the session, a broker per test, an HTTP client.
+
+Set QUEEN_TEST_DATABASE_URL to run the suite against another PostgreSQL server instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+
+from queen import open_broker
+from queen.broker import Broker
+from queen.http.app import create_app
+from queen.settings import Settings
+from queen.storage.embedded import EmbeddedPostgres
+
+TEST_SERVER_OPTIONS = {
+    # The suite does not survive power loss, so it does not pay for it.
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+}
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres | None]:
+    if os.environ.get("QUEEN_TEST_DATABASE_URL"):
+        yield None
+        return
+    server = EmbeddedPostgres(
+        tmp_path_factory.mktemp("pg") / "data", server_options=TEST_SERVER_OPTIONS
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop("immediate")
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_server: EmbeddedPostgres | None) -> str:
+    if pg_server is None:
+        return os.environ["QUEEN_TEST_DATABASE_URL"]
+    return pg_server.conninfo
+
+
+@pytest.fixture
+def settings(pg_url: str, tmp_path: Any) -> Settings:
+    return Settings(
+        database_url=pg_url,
+        file_buffer_dir=str(tmp_path / "spool"),
+        db_pool_size=4,
+        shutdown_grace_s=5,
+    )
+
+
+@pytest.fixture
+async def broker(settings: Settings) -> AsyncIterator[Broker]:
+    async with open_broker(settings) as b:
+        yield b
+
+
+@pytest.fixture
+def client(broker: Broker) -> Any:
+    return create_app(broker).test_client()
+
+
+@pytest.fixture
+def queue() -> str:
+    """A queue name no other test uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+class Db:
+    """Read the broker's tables from tests (through a worker thread, like the broker)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            cur = conn.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+
+    async def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        return await trio.to_thread.run_sync(self._query, sql, params)
+
+    async def value(self, sql: str, *params: Any) -> Any:
+        rows = await self.rows(sql, *params)
+        return rows[0][0] if rows else None
+
+    async def frames(self, queue: str, partition: str) -> list[dict[str, Any]]:
+        """Every stored frame of one partition, in offset order."""
+        rows = await self.rows(
+            """
+            SELECT s.first_offset + u.i - 1 AS off, s.first_offset, u.mid::text, u.tx,
+                   u.payload, u.sub, u.trace::text
+            FROM queen.segments s
+            JOIN queen.partitions p ON p.id = s.partition_id
+            JOIN queen.queues q ON q.id = p.queue_id
+            CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads,
+                                      coalesce(s.producer_subs, '{}'::text[]),
+                                      coalesce(s.trace_ids, '{}'::uuid[]))
+                 WITH ORDINALITY AS u(mid, tx, payload, sub, trace, i)
+            WHERE q.name = %s AND p.name = %s
+            ORDER BY off
+            """,
+            queue,
+            partition,
+        )
+        keys = ("offset", "segment", "message_id", "transaction_id", "payload", "sub", "trace")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    async def count_frames(self, queue_like: str = "%") -> int:
+        return int(
+            await self.value(
+                """SELECT coalesce(sum(s.last_offset - s.first_offset + 1), 0)
+                   FROM queen.segments s JOIN queen.partitions p ON p.id = s.partition_id
+                   JOIN queen.queues q ON q.id = p.queue_id WHERE q.name LIKE %s""",
+                queue_like,
+            )
+        )
+
+
+@pytest.fixture
+def db(pg_url: str) -> Db:
+    return Db(pg_url)

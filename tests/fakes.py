@@ -1,0 +1,133 @@
+"""An in-memory store with the PostgreSQL store's contract, for actor and batcher tests.
+
+It models what the push transaction does (offsets, segments, first-wins, windowed dedup,
+original ids) and adds test hooks: a gate that holds writes, per-partition failures, and a
+record of how many writes each partition had in flight at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import trio
+
+from queen.ids import NIL_UUID
+from queen.model import PartitionKey
+from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
+
+
+@dataclass
+class StoredSegment:
+    partition_id: int
+    first_offset: int
+    message_ids: list[str]
+    transaction_ids: list[str]
+    payloads: list[bytes]
+    request_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.first_offset + len(self.message_ids) - 1
+
+
+@dataclass
+class MemoryStore:
+    window_s: float = 3600.0
+    partitions: dict[PartitionKey, int] = field(default_factory=dict)
+    names: dict[int, PartitionKey] = field(default_factory=dict)
+    next_offset: dict[int, int] = field(default_factory=dict)
+    segments: list[StoredSegment] = field(default_factory=list)
+    sidecar: dict[tuple[int, str], tuple[int, float]] = field(default_factory=dict)
+    transactions: list[list[int]] = field(default_factory=list)  # partition ids per commit
+    # test hooks
+    gate: trio.Event | None = None
+    failing: set[str] = field(default_factory=set)  # partition names whose writes fail
+    crash_on_resolve: set[str] = field(default_factory=set)
+    unavailable: bool = False
+    in_flight: dict[int, int] = field(default_factory=dict)
+    max_in_flight: dict[int, int] = field(default_factory=dict)
+    writes_started: int = 0
+
+    async def ensure_partition(self, key: PartitionKey) -> int:
+        await trio.lowlevel.checkpoint()
+        if key.partition in self.crash_on_resolve:
+            raise RuntimeError(f"injected crash for {key.partition}")
+        if self.unavailable:
+            raise StoreUnavailable("injected outage")
+        if key not in self.partitions:
+            pid = len(self.partitions) + 1
+            self.partitions[key] = pid
+            self.names[pid] = key
+            self.next_offset[pid] = 0
+        return self.partitions[key]
+
+    async def ping(self) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.unavailable:
+            raise StoreUnavailable("injected outage")
+
+    async def write_segments(self, writes: Sequence[SegmentWrite]) -> list[WriteResult]:
+        pids = [w.partition_id for w in writes]
+        for pid in pids:
+            self.in_flight[pid] = self.in_flight.get(pid, 0) + 1
+            self.max_in_flight[pid] = max(self.max_in_flight.get(pid, 0), self.in_flight[pid])
+        self.writes_started += 1
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            await trio.lowlevel.checkpoint()
+            if self.unavailable:
+                raise StoreUnavailable("injected outage")
+            for w in writes:
+                if self.names[w.partition_id].partition in self.failing:
+                    raise StoreError(f"injected failure in {self.names[w.partition_id]}")
+            self.transactions.append(pids)
+            return [self._apply(w) for w in writes]
+        finally:
+            for pid in pids:
+                self.in_flight[pid] -= 1
+
+    def _apply(self, w: SegmentWrite) -> WriteResult:
+        now = trio.current_time()
+        pid = w.partition_id
+        result = WriteResult()
+        leader_id: dict[int, str] = {}
+        fresh: list[int] = []
+        dedup = self.window_s > 0
+        for pos, lead in enumerate(w.leaders):
+            if dedup and lead != pos:
+                result.duplicates[pos] = leader_id[lead]
+                continue
+            hit = self.sidecar.get((pid, w.transaction_ids[pos])) if dedup else None
+            if hit is not None and now - hit[1] < self.window_s:
+                leader_id[pos] = result.duplicates[pos] = self._original(pid, hit[0])
+            else:
+                leader_id[pos] = w.message_ids[pos]
+                fresh.append(pos)
+        if fresh:
+            first = self.next_offset[pid]
+            for i, pos in enumerate(fresh if dedup else ()):
+                self.sidecar[(pid, w.transaction_ids[pos])] = (first + i, now)
+            self.segments.append(
+                StoredSegment(
+                    pid,
+                    first,
+                    [w.message_ids[p] for p in fresh],
+                    [w.transaction_ids[p] for p in fresh],
+                    [w.payloads[p] for p in fresh],
+                    w.request_count,
+                )
+            )
+            self.next_offset[pid] = first + len(fresh)
+        return result
+
+    def _original(self, pid: int, offset: int) -> str:
+        for seg in self.segments:
+            if seg.partition_id == pid and seg.first_offset <= offset <= seg.last_offset:
+                return seg.message_ids[offset - seg.first_offset]
+        return NIL_UUID
+
+    def segments_of(self, partition: str) -> list[StoredSegment]:
+        pids = {pid for key, pid in self.partitions.items() if key.partition == partition}
+        return [s for s in self.segments if s.partition_id in pids]

@@ -1,0 +1,264 @@
+"""Partition actors, batcher and supervisor against the in-memory store, in virtual time."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+import trio.testing
+
+from queen import open_broker
+from queen.broker import Broker
+from queen.ids import NIL_UUID
+from queen.model import PartitionKey
+from queen.settings import Settings
+from tests.fakes import MemoryStore
+
+IDLE_S = 30.0
+
+
+def item(partition: str, tx: str | None = None, payload: object = 1, queue: str = "q") -> dict:
+    body: dict = {"queue": queue, "partition": partition, "payload": payload}
+    if tx is not None:
+        body["transactionId"] = tx
+    return body
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore()
+
+
+@pytest.fixture
+async def broker(store: MemoryStore, tmp_path) -> AsyncIterator[Broker]:
+    settings = Settings(
+        database_url="memory://",
+        file_buffer_dir=str(tmp_path),
+        actor_idle_timeout_s=IDLE_S,
+        write_concurrency=1,
+    )
+    async with open_broker(settings, store=store) as b:
+        yield b
+
+
+async def test_one_write_in_flight_per_partition(broker: Broker, store: MemoryStore) -> None:
+    async with trio.open_nursery() as nursery:
+        for i in range(50):
+            nursery.start_soon(broker.push, [item("p1", f"t{i}"), item("p2", f"t{i}")])
+    assert store.max_in_flight and set(store.max_in_flight.values()) == {1}
+    total = sum(len(s.message_ids) for s in store.segments)
+    assert total == 100
+
+
+async def test_requests_arriving_during_a_write_are_coalesced(
+    broker: Broker, store: MemoryStore
+) -> None:
+    gate = store.gate = trio.Event()
+    results: dict[int, list] = {}
+
+    async def push(i: int) -> None:
+        results[i] = await broker.push([item("p", f"t{i}a"), item("p", f"t{i}b")])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(push, 0)
+        await trio.testing.wait_all_tasks_blocked()  # first write is held at the gate
+        for i in range(1, 6):  # five more wait in the inbox, in this order
+            nursery.start_soon(push, i)
+            await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    segments = store.segments_of("p")
+    assert [s.request_count for s in segments] == [1, 5]
+    assert segments[1].transaction_ids == [f"t{i}{s}" for i in range(1, 6) for s in "ab"]
+    assert [s.first_offset for s in segments] == [0, 2]
+    assert all(r["status"] == "queued" for rs in results.values() for r in rs)
+
+
+async def test_body_order_is_kept_at_consecutive_offsets(
+    broker: Broker, store: MemoryStore
+) -> None:
+    txs = [f"k{i}" for i in range(20)]
+    results = await broker.push([item("p", tx, payload=i) for i, tx in enumerate(txs)])
+    (segment,) = store.segments_of("p")
+    assert segment.transaction_ids == txs
+    assert segment.payloads == [str(i).encode() for i in range(20)]
+    assert segment.message_ids == [r["message_id"] for r in results]
+    assert segment.message_ids == sorted(segment.message_ids)
+
+
+async def test_first_wins_inside_a_body(broker: Broker, store: MemoryStore) -> None:
+    results = await broker.push([item("p", "x"), item("p", "y"), item("p", "x"), item("q", "x")])
+    assert [r["status"] for r in results] == ["queued", "queued", "duplicate", "queued"]
+    assert results[2]["message_id"] == results[0]["message_id"]
+    assert results[3]["message_id"] != results[0]["message_id"]
+    (segment,) = store.segments_of("p")
+    assert segment.transaction_ids == ["x", "y"]
+
+
+async def test_first_wins_inside_a_coalesced_segment(broker: Broker, store: MemoryStore) -> None:
+    gate = store.gate = trio.Event()
+    results: dict[str, list] = {}
+
+    async def push(name: str, tx: str) -> None:
+        results[name] = await broker.push([item("p", tx)])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(push, "warmup", "w")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(push, "first", "same")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(push, "second", "same")
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    assert results["first"][0]["status"] == "queued"
+    assert results["second"][0]["status"] == "duplicate"
+    assert results["second"][0]["message_id"] == results["first"][0]["message_id"]
+    assert [s.request_count for s in store.segments_of("p")] == [1, 2]
+
+
+async def test_duplicate_of_stored_history_names_the_original(
+    broker: Broker, store: MemoryStore
+) -> None:
+    first = await broker.push([item("p", "order-1")])
+    again = await broker.push([item("p", "order-1")])
+    assert again[0]["status"] == "duplicate"
+    assert again[0]["message_id"] == first[0]["message_id"]
+    store.segments.clear()  # "retention" removed the original's segment
+    third = await broker.push([item("p", "order-1")])
+    assert third[0]["status"] == "duplicate"
+    assert third[0]["message_id"] == NIL_UUID
+
+
+async def test_idle_actor_stops_and_a_new_one_starts(
+    broker: Broker, store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    key = PartitionKey("q", "p")
+    await broker.push([item("p", "a")])
+    first_actor = broker.supervisor.actor(key)
+    assert first_actor is not None
+    await trio.sleep(IDLE_S / 2)
+    assert broker.supervisor.actor(key) is first_actor  # still inside its idle time
+    await trio.sleep(IDLE_S)
+    assert broker.supervisor.actor(key) is None
+    assert broker.metrics.actors_stopped_idle == 1
+    assert broker.metrics.actors_active == 0
+
+    results = await broker.push([item("p", "b")])
+    assert results[0]["status"] == "queued"
+    second_actor = broker.supervisor.actor(key)
+    assert second_actor is not None and second_actor is not first_actor
+    assert broker.metrics.actors_started == 2
+    assert [s.first_offset for s in store.segments_of("p")] == [0, 1]
+
+
+async def test_push_racing_an_idle_stop_is_not_lost(
+    broker: Broker, store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    await broker.push([item("p", "a")])
+    # Land exactly on the idle deadline: the push and the stop decision meet.
+    await trio.sleep(IDLE_S)
+    results = await broker.push([item("p", "b")])
+    assert results[0]["status"] == "queued"
+    assert [t for s in store.segments_of("p") for t in s.transaction_ids] == ["a", "b"]
+
+
+async def test_failing_partition_does_not_affect_another(
+    broker: Broker, store: MemoryStore
+) -> None:
+    store.failing.add("bad")
+    gate = store.gate = trio.Event()
+    results: dict[str, list] = {}
+
+    async def push(name: str, body: list) -> None:
+        results[name] = await broker.push(body)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(push, "warmup", [item("warm", "w")])
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(push, "mixed", [item("good", "g1"), item("bad", "b1")])
+        nursery.start_soon(push, "good", [item("good2", "g2")])
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    assert [r["status"] for r in results["mixed"]] == ["queued", "failed"]
+    assert results["good"][0]["status"] == "queued"
+    assert broker.metrics.push_transaction_failures >= 1
+    assert not store.segments_of("bad")
+    # the failed partition's actor lives on and writes again once the store recovers
+    store.failing.clear()
+    again = await broker.push([item("bad", "b1")])
+    assert again[0]["status"] == "queued"
+
+
+async def test_crashing_actor_is_contained(broker: Broker, store: MemoryStore) -> None:
+    store.crash_on_resolve.add("boom")
+    results = await broker.push([item("boom", "x"), item("fine", "y")])
+    assert [r["status"] for r in results] == ["failed", "queued"]
+    assert broker.metrics.actor_crashes == 1
+    assert broker.supervisor.actor(PartitionKey("q", "boom")) is None
+    assert broker.supervisor.actor(PartitionKey("q", "fine")) is not None
+    store.crash_on_resolve.clear()
+    again = await broker.push([item("boom", "x")])
+    assert again[0]["status"] == "queued"
+    assert broker.metrics.actors_started == 3
+
+
+async def test_unavailable_store_fails_items_without_crashing(
+    broker: Broker, store: MemoryStore
+) -> None:
+    await broker.push([item("p", "a")])
+    store.unavailable = True
+    results = await broker.push([item("p", "b"), item("other", "c")])
+    assert [r["status"] for r in results] == ["failed", "failed"]
+    assert broker.metrics.actor_crashes == 0
+    store.unavailable = False
+    results = await broker.push([item("p", "b"), item("other", "c")])
+    assert [r["status"] for r in results] == ["queued", "queued"]
+
+
+async def test_many_partitions_share_one_transaction(broker: Broker, store: MemoryStore) -> None:
+    for i in range(10):  # actors up and partitions known
+        await broker.push([item(f"p{i}", "warm")])
+    gate = store.gate = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(broker.push, [item("p0", "held")])
+        await trio.testing.wait_all_tasks_blocked()
+        for i in range(1, 10):
+            nursery.start_soon(broker.push, [item(f"p{i}", "together")])
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    assert len(store.transactions[-1]) == 9
+    assert broker.metrics.max_partitions_per_transaction == 9
+
+
+async def test_dedup_window_zero_stores_every_repeat(tmp_path) -> None:
+    store = MemoryStore(window_s=0)
+    settings = Settings(database_url="memory://", file_buffer_dir=str(tmp_path))
+    async with open_broker(settings, store=store) as broker:
+        results = await broker.push([item("p", "x"), item("p", "x")])
+        again = await broker.push([item("p", "x")])
+    assert [r["status"] for r in results + again] == ["queued"] * 3
+    assert len({r["message_id"] for r in results + again}) == 3
+
+
+async def release_later(gate: trio.Event) -> None:
+    await trio.sleep(1)
+    gate.set()
+
+
+async def test_shutdown_lets_accepted_pushes_finish(
+    store: MemoryStore, tmp_path, autojump_clock: trio.testing.MockClock
+) -> None:
+    settings = Settings(database_url="memory://", file_buffer_dir=str(tmp_path))
+    gate = store.gate = trio.Event()
+    results: list = []
+
+    async def push(broker: Broker) -> None:
+        results.extend(await broker.push([item("p", "late")]))
+
+    async with trio.open_nursery() as outer:
+        async with open_broker(settings, store=store) as broker:
+            outer.start_soon(push, broker)
+            await trio.testing.wait_all_tasks_blocked()
+            outer.start_soon(release_later, gate)  # released while the broker is closing
+        assert broker.closing
+    assert [r["status"] for r in results] == ["queued"]

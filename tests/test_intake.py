@@ -1,0 +1,121 @@
+"""Push body validation and grouping (pure), plus the pure policies and id minting."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from queen.actors.policy import batch_is_full, coalesce_count, first_wins
+from queen.ids import mint_ids, timestamp_of
+from queen.intake import prepare_push
+from queen.model import DEFAULT_PARTITION, InvalidPush, PartitionKey
+
+
+def test_groups_by_queue_and_partition_in_body_order() -> None:
+    items = [
+        {"queue": "a", "partition": "1", "payload": 0},
+        {"queue": "b", "partition": "1", "payload": 1},
+        {"queue": "a", "partition": "1", "payload": 2},
+        {"queue": "a", "payload": 3},
+    ]
+    prepared = prepare_push(items)
+    assert prepared.count == 4
+    keys = [b.key for b in prepared.batches]
+    assert keys == [PartitionKey("a", "1"), PartitionKey("b", "1"), PartitionKey("a", "Default")]
+    assert prepared.batches[0].indexes == [0, 2]
+    assert prepared.batches[0].payloads == [b"0", b"2"]
+
+
+def test_missing_transaction_id_becomes_the_message_id() -> None:
+    prepared = prepare_push(
+        [{"queue": "q", "payload": 1}, {"queue": "q", "payload": 2, "transactionId": ""}]
+    )
+    batch = prepared.batches[0]
+    assert batch.transaction_ids == batch.message_ids
+
+
+def test_payload_null_is_a_payload() -> None:
+    prepared = prepare_push([{"queue": "q", "payload": None}])
+    assert prepared.batches[0].payloads == [b"null"]
+
+
+def test_partition_defaults_to_default() -> None:
+    assert (
+        prepare_push([{"queue": "q", "payload": 1}]).batches[0].key.partition == DEFAULT_PARTITION
+    )
+    assert DEFAULT_PARTITION == "Default"
+
+
+def test_trace_id_dropped_unless_asked_for() -> None:
+    trace = str(uuid.uuid4())
+    items = [{"queue": "q", "payload": 1, "traceId": trace}]
+    assert prepare_push(items).batches[0].trace_ids is None
+    assert prepare_push(items, keep_trace_ids=True).batches[0].trace_ids == [trace]
+    with pytest.raises(InvalidPush, match="traceId must be a UUID"):
+        prepare_push([{"queue": "q", "payload": 1, "traceId": "nope"}], keep_trace_ids=True)
+
+
+def test_producer_sub_in_the_body_is_never_read() -> None:
+    prepared = prepare_push([{"queue": "q", "payload": 1, "producerSub": "forged"}])
+    assert not hasattr(prepared.batches[0], "producer_sub")
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        (None, "items array is required"),
+        ({"queue": "q"}, "items array is required"),
+        ("x", "items array is required"),
+        ([1], r"items\[0\] must be an object"),
+        ([None], r"items\[0\] must be an object"),
+        ([["q"]], r"items\[0\] must be an object"),
+        ([{"payload": 1}], r"items\[0\].queue is required"),
+        ([{"queue": "q"}], r"items\[0\].payload is required"),
+        ([{"queue": 5, "payload": 1}], "queue must be a string"),
+        ([{"queue": "", "payload": 1}], "queue must not be empty"),
+        ([{"queue": "q", "partition": 7, "payload": 1}], "partition must be a string"),
+        ([{"queue": "q", "partition": "", "payload": 1}], "partition must not be empty"),
+        ([{"queue": "q\x00", "payload": 1}], "control characters"),
+        ([{"queue": "q" * 256, "payload": 1}], "longer than 255"),
+        ([{"queue": "q", "payload": 1, "transactionId": 5}], "transactionId must be a string"),
+        ([{"queue": "q", "payload": 1, "transactionId": ["a"]}], "transactionId must be a str"),
+        ([{"queue": "q", "payload": 1, "transactionId": "a\x1fb"}], "control characters"),
+        ([{"queue": "q", "payload": 1, "transactionId": "t" * 1025}], "longer than 1024"),
+        ([{"queue": "q", "payload": 1}, {"queue": "q"}], r"items\[1\].payload is required"),
+        ([{"queue": "q", "payload": {1: 2}}], "not JSON-serialisable"),
+    ],
+)
+def test_invalid_items_are_refused(items: object, message: str) -> None:
+    with pytest.raises(InvalidPush, match=message):
+        prepare_push(items)
+
+
+def test_first_wins_policy() -> None:
+    assert first_wins(["a", "b", "a", "a", "c", "b"]) == [0, 1, 0, 0, 4, 1]
+    assert first_wins([]) == []
+
+
+def test_coalesce_count_policy() -> None:
+    assert coalesce_count([], 10) == 0
+    assert coalesce_count([50], 10) == 1  # an oversized request is still written whole
+    assert coalesce_count([3, 3, 3, 3], 10) == 3
+    assert coalesce_count([3, 8, 1], 10) == 1
+    assert coalesce_count([1] * 20, 10) == 10
+
+
+def test_batch_is_full_policy() -> None:
+    assert not batch_is_full(9, 100, max_items=10, max_bytes=1000)
+    assert batch_is_full(10, 100, max_items=10, max_bytes=1000)
+    assert batch_is_full(1, 1000, max_items=10, max_bytes=1000)
+
+
+def test_message_ids_are_uuid7_and_increasing() -> None:
+    ids = mint_ids(1000) + mint_ids(5)
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    for text in ids[:3]:
+        parsed = uuid.UUID(text)
+        assert parsed.version == 7
+        assert parsed.variant == uuid.RFC_4122
+    assert abs(timestamp_of(ids[0]).timestamp() - timestamp_of(ids[-1]).timestamp()) < 5
