@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -11,15 +12,35 @@ import trio
 
 from queen.broker import Broker
 from queen.ids import NIL_UUID
+from queen.model import InvalidPush
 from tests.conftest import Db
 
 PUSH = "/api/v1/push"
 
 
-async def post(client: Any, body: Any) -> tuple[int, Any]:
-    raw = body if isinstance(body, bytes) else orjson.dumps(body)
-    resp = await client.post(PUSH, data=raw, headers={"content-type": "application/json"})
-    return resp.status_code, await resp.get_json()
+Post = Callable[[Any], Awaitable[tuple[int, Any]]]
+
+
+@pytest.fixture(params=["http", "library"])
+def post(request: pytest.FixtureRequest, broker: Broker, client: Any) -> Post:
+    """Push a body through the HTTP route or through the embedding API; (status, answer)."""
+    if request.param == "http":
+
+        async def over_http(body: Any) -> tuple[int, Any]:
+            resp = await client.post(
+                PUSH, data=orjson.dumps(body), headers={"content-type": "application/json"}
+            )
+            return resp.status_code, await resp.get_json()
+
+        return over_http
+
+    async def in_process(body: Any) -> tuple[int, Any]:
+        try:
+            return 201, await broker.push(body["items"])
+        except InvalidPush as exc:
+            return 400, {"error": str(exc)}
+
+    return in_process
 
 
 def items(queue: str, *specs: tuple[str, str | None], payload: Any = None) -> dict[str, Any]:
@@ -32,7 +53,7 @@ def items(queue: str, *specs: tuple[str, str | None], payload: Any = None) -> di
     return {"items": out}
 
 
-async def test_push_answers_201_with_one_result_per_item(client: Any, queue: str, db: Db) -> None:
+async def test_push_answers_201_with_one_result_per_item(post: Post, queue: str, db: Db) -> None:
     body = {
         "items": [
             {
@@ -43,7 +64,7 @@ async def test_push_answers_201_with_one_result_per_item(client: Any, queue: str
             }
         ]
     }
-    status, answer = await post(client, body)
+    status, answer = await post(body)
     assert status == 201
     assert isinstance(answer, list) and len(answer) == 1
     result = answer[0]
@@ -57,7 +78,7 @@ async def test_push_answers_201_with_one_result_per_item(client: Any, queue: str
     assert orjson.loads(frames[0]["payload"]) == {"orderId": 91, "total": 4200}
 
 
-async def test_items_are_grouped_by_queue_and_partition(client: Any, queue: str, db: Db) -> None:
+async def test_items_are_grouped_by_queue_and_partition(post: Post, queue: str, db: Db) -> None:
     other = queue + "-b"
     body = {
         "items": [
@@ -67,7 +88,7 @@ async def test_items_are_grouped_by_queue_and_partition(client: Any, queue: str,
             {"queue": queue, "partition": "p1", "payload": 3},
         ]
     }
-    status, answer = await post(client, body)
+    status, answer = await post(body)
     assert status == 201
     assert [r["queueName"] for r in answer] == [queue, other, queue, queue]
     p1 = await db.frames(queue, "p1")
@@ -79,7 +100,7 @@ async def test_items_are_grouped_by_queue_and_partition(client: Any, queue: str,
 
 
 async def test_body_order_at_consecutive_offsets_in_one_segment(
-    client: Any, queue: str, db: Db
+    post: Post, queue: str, db: Db
 ) -> None:
     body = {
         "items": [
@@ -87,7 +108,7 @@ async def test_body_order_at_consecutive_offsets_in_one_segment(
             for i in range(50)
         ]
     }
-    status, answer = await post(client, body)
+    status, answer = await post(body)
     assert status == 201
     frames = await db.frames(queue, "p")
     assert [f["offset"] for f in frames] == list(range(50))
@@ -98,81 +119,81 @@ async def test_body_order_at_consecutive_offsets_in_one_segment(
 
 @pytest.mark.parametrize("missing", ["payload", "queue"])
 async def test_item_without_payload_or_queue_fails_the_whole_request(
-    client: Any, queue: str, db: Db, missing: str
+    post: Post, queue: str, db: Db, missing: str
 ) -> None:
     good = {"queue": queue, "partition": "p", "payload": 1}
     bad = {"queue": queue, "partition": "p", "payload": 2}
     del bad[missing]
-    status, answer = await post(client, {"items": [good, bad]})
+    status, answer = await post({"items": [good, bad]})
     assert status == 400
     assert missing in answer["error"]
     assert await db.count_frames(queue) == 0
 
 
-async def test_payload_null_is_accepted(client: Any, queue: str, db: Db) -> None:
-    status, answer = await post(client, {"items": [{"queue": queue, "payload": None}]})
+async def test_payload_null_is_accepted(post: Post, queue: str, db: Db) -> None:
+    status, answer = await post({"items": [{"queue": queue, "payload": None}]})
     assert status == 201 and answer[0]["status"] == "queued"
     frames = await db.frames(queue, "Default")
     assert [f["payload"] for f in frames] == ["null"]
 
 
-async def test_partition_defaults_to_default(client: Any, queue: str, db: Db) -> None:
-    status, answer = await post(client, {"items": [{"queue": queue, "payload": 1}]})
+async def test_partition_defaults_to_default(post: Post, queue: str, db: Db) -> None:
+    status, answer = await post({"items": [{"queue": queue, "payload": 1}]})
     assert status == 201
     assert answer[0]["partition"] == "Default"
     assert len(await db.frames(queue, "Default")) == 1
 
 
-async def test_empty_items_answers_201_empty_array(client: Any) -> None:
-    assert await post(client, {"items": []}) == (201, [])
+async def test_empty_items_answers_201_empty_array(post: Post) -> None:
+    assert await post({"items": []}) == (201, [])
 
 
 async def test_missing_transaction_id_becomes_the_message_id(
-    client: Any, queue: str, db: Db
+    post: Post, queue: str, db: Db
 ) -> None:
-    status, answer = await post(client, {"items": [{"queue": queue, "payload": 1}]})
+    status, answer = await post({"items": [{"queue": queue, "payload": 1}]})
     assert status == 201
     assert answer[0]["transaction_id"] == answer[0]["message_id"]
     frames = await db.frames(queue, "Default")
     assert frames[0]["transaction_id"] == answer[0]["message_id"]
 
 
-async def test_duplicate_push_names_the_original(client: Any, queue: str) -> None:
+async def test_duplicate_push_names_the_original(post: Post, queue: str) -> None:
     body = items(queue, ("p", "test-transaction-id"))
-    _, first = await post(client, body)
-    status, second = await post(client, body)
+    _, first = await post(body)
+    status, second = await post(body)
     assert status == 201
     assert first[0]["status"] == "queued"
     assert second[0]["status"] == "duplicate"
     assert second[0]["message_id"] == first[0]["message_id"]
 
 
-async def test_dedup_scope_is_one_partition(client: Any, queue: str) -> None:
-    _, answer = await post(client, items(queue, ("a", "same"), ("b", "same")))
+async def test_dedup_scope_is_one_partition(post: Post, queue: str) -> None:
+    _, answer = await post(items(queue, ("a", "same"), ("b", "same")))
     assert [r["status"] for r in answer] == ["queued", "queued"]
-    _, again = await post(client, items(queue, ("a", "same"), ("b", "same")))
+    _, again = await post(items(queue, ("a", "same"), ("b", "same")))
     assert [r["status"] for r in again] == ["duplicate", "duplicate"]
     assert [r["message_id"] for r in again] == [r["message_id"] for r in answer]
 
 
-async def test_first_wins_inside_one_body(client: Any, queue: str, db: Db) -> None:
-    _, answer = await post(client, items(queue, ("p", "k"), ("p", "other"), ("p", "k")))
+async def test_first_wins_inside_one_body(post: Post, queue: str, db: Db) -> None:
+    _, answer = await post(items(queue, ("p", "k"), ("p", "other"), ("p", "k")))
     assert [r["status"] for r in answer] == ["queued", "queued", "duplicate"]
     assert answer[2]["message_id"] == answer[0]["message_id"]
     assert [f["transaction_id"] for f in await db.frames(queue, "p")] == ["k", "other"]
 
 
-async def test_first_wins_when_the_first_is_itself_a_duplicate(client: Any, queue: str) -> None:
-    _, original = await post(client, items(queue, ("p", "k")))
-    _, answer = await post(client, items(queue, ("p", "k"), ("p", "k")))
+async def test_first_wins_when_the_first_is_itself_a_duplicate(post: Post, queue: str) -> None:
+    _, original = await post(items(queue, ("p", "k")))
+    _, answer = await post(items(queue, ("p", "k"), ("p", "k")))
     assert [r["status"] for r in answer] == ["duplicate", "duplicate"]
     assert {r["message_id"] for r in answer} == {original[0]["message_id"]}
 
 
-async def test_dedup_window_is_time_bounded(client: Any, queue: str, db: Db) -> None:
-    _, first = await post(client, items(queue, ("p", "k")))
+async def test_dedup_window_is_time_bounded(post: Post, queue: str, db: Db) -> None:
+    _, first = await post(items(queue, ("p", "k")))
     await db.rows("UPDATE queen.queues SET dedup_window_seconds = 60 WHERE name = %s", queue)
-    _, inside = await post(client, items(queue, ("p", "k")))
+    _, inside = await post(items(queue, ("p", "k")))
     assert inside[0]["status"] == "duplicate"
     # Age the history past the window instead of waiting for it.
     await db.rows(
@@ -181,47 +202,47 @@ async def test_dedup_window_is_time_bounded(client: Any, queue: str, db: Db) -> 
            WHERE d.partition_id = p.id AND q.name = %s""",
         queue,
     )
-    _, after = await post(client, items(queue, ("p", "k")))
+    _, after = await post(items(queue, ("p", "k")))
     assert after[0]["status"] == "queued"
     assert after[0]["message_id"] != first[0]["message_id"]
-    _, repeat = await post(client, items(queue, ("p", "k")))
+    _, repeat = await post(items(queue, ("p", "k")))
     assert repeat[0]["status"] == "duplicate"
     assert repeat[0]["message_id"] == after[0]["message_id"]  # the newest one is the original
 
 
-async def test_dedup_window_zero_disables_dedup(client: Any, queue: str, db: Db) -> None:
-    await post(client, items(queue, ("p", "warm")))
+async def test_dedup_window_zero_disables_dedup(post: Post, queue: str, db: Db) -> None:
+    await post(items(queue, ("p", "warm")))
     await db.rows("UPDATE queen.queues SET dedup_window_seconds = 0 WHERE name = %s", queue)
-    _, answer = await post(client, items(queue, ("p", "k"), ("p", "k")))
-    _, again = await post(client, items(queue, ("p", "k")))
+    _, answer = await post(items(queue, ("p", "k"), ("p", "k")))
+    _, again = await post(items(queue, ("p", "k")))
     assert [r["status"] for r in answer + again] == ["queued"] * 3
     assert len({r["message_id"] for r in answer + again}) == 3
     assert [f["transaction_id"] for f in await db.frames(queue, "p")] == ["warm", "k", "k", "k"]
 
 
 async def test_duplicate_of_a_removed_segment_answers_the_nil_uuid(
-    client: Any, queue: str, db: Db
+    post: Post, queue: str, db: Db
 ) -> None:
-    await post(client, items(queue, ("p", "k")))
+    await post(items(queue, ("p", "k")))
     await db.rows(
         """DELETE FROM queen.segments s USING queen.partitions p, queen.queues q
            WHERE s.partition_id = p.id AND p.queue_id = q.id AND q.name = %s""",
         queue,
     )
-    _, answer = await post(client, items(queue, ("p", "k")))
+    _, answer = await post(items(queue, ("p", "k")))
     assert answer[0]["status"] == "duplicate"
     assert answer[0]["message_id"] == NIL_UUID
 
 
 async def test_producer_sub_in_body_is_ignored_and_trace_id_dropped(
-    client: Any, queue: str, db: Db
+    post: Post, queue: str, db: Db
 ) -> None:
     body = {
         "items": [
             {"queue": queue, "payload": 1, "producerSub": "forged", "traceId": str(uuid.uuid4())}
         ]
     }
-    status, _ = await post(client, body)
+    status, _ = await post(body)
     assert status == 201
     frames = await db.frames(queue, "Default")
     assert frames[0]["sub"] is None
@@ -238,10 +259,10 @@ async def test_producer_sub_in_body_is_ignored_and_trace_id_dropped(
 
 
 async def test_queues_and_partitions_are_created_on_first_push(
-    client: Any, queue: str, db: Db
+    post: Post, queue: str, db: Db
 ) -> None:
     assert await db.value("SELECT count(*) FROM queen.queues WHERE name = %s", queue) == 0
-    await post(client, items(queue, ("new-partition", None)))
+    await post(items(queue, ("new-partition", None)))
     row = await db.rows(
         """SELECT q.dedup_window_seconds, p.name, p.next_offset FROM queen.queues q
            JOIN queen.partitions p ON p.queue_id = q.id WHERE q.name = %s""",
@@ -250,11 +271,11 @@ async def test_queues_and_partitions_are_created_on_first_push(
     assert row == [(3600, "new-partition", 1)]
 
 
-async def test_deleting_a_queue_cascades_and_it_comes_back(client: Any, queue: str, db: Db) -> None:
-    _, first = await post(client, items(queue, ("p", "k")))
+async def test_deleting_a_queue_cascades_and_it_comes_back(post: Post, queue: str, db: Db) -> None:
+    _, first = await post(items(queue, ("p", "k")))
     await db.rows("DELETE FROM queen.queues WHERE name LIKE %s", queue)
     assert await db.count_frames(queue) == 0
-    _, again = await post(client, items(queue, ("p", "k")))  # the live actor re-creates it
+    _, again = await post(items(queue, ("p", "k")))  # the live actor re-creates it
     assert again[0]["status"] == "queued"
     assert again[0]["message_id"] != first[0]["message_id"]
     assert [f["offset"] for f in await db.frames(queue, "p")] == [0]
@@ -390,3 +411,14 @@ async def test_two_brokers_on_one_database_keep_offsets_and_dedup_exact(
     assert sum(r["status"] == "duplicate" for r in results) == 180
     for r in results:  # every answer names the one stored message of its key
         assert r["message_id"] == stored[r["transaction_id"]]
+
+
+async def test_body_between_quarts_default_limit_and_ours_is_accepted(
+    client: Any, queue: str, db: Db
+) -> None:
+    """Quart refuses bodies over 16 MiB by default; QUEEN_MAX_BODY_BYTES (64 MiB) must rule."""
+    payload = "x" * (17 * 1024 * 1024)
+    raw = orjson.dumps({"items": [{"queue": queue, "payload": payload}]})
+    resp = await client.post(PUSH, data=raw, headers={"content-type": "application/json"})
+    assert resp.status_code == 201
+    assert await db.count_frames(queue) == 1

@@ -36,8 +36,14 @@ _PUSH_ARRAYS_SQL = (
 )
 
 
+# Applied in this order at every start-up; each file is idempotent. A room of the broker that
+# needs tables of its own adds its file here.
+SCHEMA_FILES = ("schema.sql",)
+
+
 def schema_sql() -> str:
-    return resources.files("queen.storage").joinpath("schema.sql").read_text("utf-8")
+    files = resources.files("queen.storage")
+    return "\n".join(files.joinpath(name).read_text("utf-8") for name in SCHEMA_FILES)
 
 
 def migrate_sync(conn: psycopg.Connection[Any]) -> None:
