@@ -21,7 +21,7 @@ worker thread finishes first.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -33,6 +33,7 @@ from queen.storage.base import SegmentWrite, Store, StoreError, StoreUnavailable
 log = logging.getLogger("queen.batcher")
 
 _Pending = tuple[SegmentWrite, Reply[WriteResult]]
+CommitListener = Callable[[Sequence[SegmentWrite], Sequence[WriteResult]], None]
 
 
 class Batcher:
@@ -55,6 +56,15 @@ class Batcher:
         self._linger_s = linger_s
         self._send, self._recv = trio.open_memory_channel[_Pending](queue_size)
         self._deferred: list[_Pending] = []
+        self._listeners: list[CommitListener] = []
+
+    def add_commit_listener(self, listener: CommitListener) -> None:
+        """Call ``listener(segments, results)`` after every committed push transaction.
+
+        Listeners run synchronously in the batcher's task and must not block (waking
+        long-polling consumers is the intended use); an exception is logged and ignored.
+        """
+        self._listeners.append(listener)
 
     async def write(self, segment: SegmentWrite) -> WriteResult:
         """Commit ``segment`` in the next transaction and return what the store did with it.
@@ -144,6 +154,11 @@ class Batcher:
         self._account(segments)
         for (_, reply), result in zip(batch, results, strict=True):
             reply.set(result)
+        for listener in self._listeners:
+            try:
+                listener(segments, results)
+            except Exception:
+                log.exception("commit listener failed")
 
     def _account(self, segments: Sequence[SegmentWrite]) -> None:
         m = self._metrics

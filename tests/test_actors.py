@@ -262,3 +262,21 @@ async def test_shutdown_lets_accepted_pushes_finish(
             outer.start_soon(release_later, gate)  # released while the broker is closing
         assert broker.closing
     assert [r["status"] for r in results] == ["queued"]
+
+
+async def test_commit_listeners_see_every_committed_segment(
+    broker: Broker, store: MemoryStore
+) -> None:
+    seen: list[tuple[str, int]] = []
+
+    def listener(segments, results) -> None:
+        seen.extend((s.key.partition, len(s)) for s in segments if s.key is not None)
+
+    def broken(segments, results) -> None:
+        raise RuntimeError("a listener bug must not break pushes")
+
+    broker.batcher.add_commit_listener(broken)
+    broker.batcher.add_commit_listener(listener)
+    results = await broker.push([item("a", "1"), item("a", "2"), item("b", "3")])
+    assert [r["status"] for r in results] == ["queued"] * 3
+    assert sorted(seen) == [("a", 2), ("b", 1)]

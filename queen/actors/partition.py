@@ -146,7 +146,7 @@ class PartitionActor:
             for attempt in range(2):
                 if self.partition_id is None:
                     self.partition_id = await self._resolve(self.key)
-                result = await self._writer.write(_segment(self.partition_id, batch))
+                result = await self._writer.write(_segment(self.key, self.partition_id, batch))
                 if not result.partition_missing:
                     self.writes += 1
                     _deliver(batch, result)
@@ -167,7 +167,7 @@ def _names(key: PartitionKey) -> tuple[str, str]:
     return key.queue, key.partition
 
 
-def _segment(partition_id: int, batch: list[PushRequest]) -> SegmentWrite:
+def _segment(key: PartitionKey, partition_id: int, batch: list[PushRequest]) -> SegmentWrite:
     if len(batch) == 1:
         only = batch[0]
         message_ids, transaction_ids, payloads = (
@@ -197,6 +197,7 @@ def _segment(partition_id: int, batch: list[PushRequest]) -> SegmentWrite:
         transaction_ids=transaction_ids,
         payloads=payloads,
         leaders=first_wins(transaction_ids),
+        key=key,
         producer_subs=subs,
         trace_ids=traces,
         request_count=len(batch),

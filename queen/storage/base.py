@@ -41,6 +41,7 @@ class SegmentWrite:
     transaction_ids: list[str]
     payloads: list[bytes]
     leaders: list[int]
+    key: PartitionKey | None = None  # which partition this is, for listeners and logs
     producer_subs: list[str | None] | None = None
     trace_ids: list[str | None] | None = None
     request_count: int = 1
