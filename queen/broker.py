@@ -16,17 +16,25 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import trio
 
 from queen.actors.messages import PushOutcome, PushRequest
+from queen.actors.partition import WriteRouter
 from queen.batcher import Batcher
+from queen.broadcast import Signal
+from queen.health import DatabaseHealth
 from queen.intake import PreparedPush, prepare_push
+from queen.maintenance import MaintenanceSwitch, StateStore
 from queen.metrics import Metrics
 from queen.model import PushResultDict, Status
 from queen.settings import Settings
-from queen.storage.base import Store, StoreError
+from queen.spool import Replayer, SpoolIndex, SpoolRouter, SpoolWriter
+from queen.spool import describe as describe_spool
+from queen.storage.base import Store, StoreError, StoreUnavailable
 from queen.storage.database import open_database
 from queen.storage.pool import ConnectionPool
 from queen.storage.postgres import PgStore
@@ -51,6 +59,10 @@ class Broker:
         metrics: Metrics,
         *,
         database: str,
+        db_health: DatabaseHealth,
+        maintenance: MaintenanceSwitch,
+        spool: SpoolParts | None,
+        changed: Signal,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -58,6 +70,10 @@ class Broker:
         self.supervisor = supervisor
         self.metrics = metrics
         self.database = database
+        self.db_health = db_health
+        self.maintenance = maintenance
+        self.spool = spool
+        self._changed = changed
         self._closing = False
         self._in_flight = 0
         self._idle = trio.Event()
@@ -95,7 +111,7 @@ class Broker:
                     message_ids=batch.message_ids,
                     transaction_ids=batch.transaction_ids,
                     payloads=batch.payloads,
-                    producer_sub=producer_sub,
+                    producer_subs=None if producer_sub is None else [producer_sub] * len(batch),
                     trace_ids=batch.trace_ids,
                 )
                 await self.supervisor.submit(batch.key, request)
@@ -152,7 +168,7 @@ class Broker:
             self._idle.set()
 
     async def health(self) -> tuple[bool, dict[str, Any]]:
-        """Ask the database; return (healthy, the /health body)."""
+        """Ask the database now; return (healthy, the /health body)."""
         healthy = False
         with trio.move_on_after(max(1.0, self.settings.db_connect_timeout_s)):
             try:
@@ -166,8 +182,38 @@ class Broker:
             "server": "queen-trio",
             "version": _version(),
             "activePartitions": self.supervisor.active_partitions,
+            "maintenanceMode": self.maintenance.enabled,
         }
+        if self.spool is not None:
+            body["spool"] = self.spool.describe()
         return healthy, body
+
+    def gauges(self) -> dict[str, float]:
+        """Point-in-time values for /metrics, beside the counters."""
+        values: dict[str, float] = {
+            "database_up": float(self.db_health.up),
+            "maintenance_mode": float(self.maintenance.enabled),
+        }
+        if self.spool is not None:
+            state = self.spool.describe()
+            values.update(
+                spool_pending_items=state["pendingItems"],
+                spool_files=state["files"],
+                spool_oldest_age_seconds=state["oldestAgeSeconds"],
+                spool_replay_rate=state["replayRate"],
+            )
+        return values
+
+    async def wait_spool_empty(self) -> None:
+        """Return once nothing is left in this broker's spool (everything replayed)."""
+        if self.spool is None:
+            return
+        while self.spool.index.total or self.spool.index.file_count:
+            await self._changed.wait()
+
+    async def set_maintenance(self, enabled: bool) -> None:
+        """Switch maintenance mode for every broker process sharing the database."""
+        await self.maintenance.set(enabled)
 
     async def _drain(self) -> None:
         """Phase two of shutdown: wait for accepted pushes to finish."""
@@ -184,17 +230,52 @@ def _version() -> str:
         return "0+unknown"
 
 
+@dataclass(slots=True)
+class SpoolParts:
+    """The spool of one broker: index, writer, replay loop."""
+
+    index: SpoolIndex
+    writer: SpoolWriter
+    replayer: Replayer | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return describe_spool(self.index, self.writer, self.replayer)
+
+
 @asynccontextmanager
 async def open_broker(
-    settings: Settings | None = None, *, store: Store | None = None
+    settings: Settings | None = None, *, store: Store | None = None, spool: bool = True
 ) -> AsyncIterator[Broker]:
     """Run a broker inside the caller's Trio program; see the module docstring.
 
     ``store`` replaces the database entirely (tests drive actors with an in-memory store).
+    ``spool=False`` turns the spool off: a push that cannot reach the database answers
+    ``failed`` instead of ``buffered``.
     """
     settings = settings or Settings.from_env()
-    async with _open_store(settings, store) as (opened, database):
+    async with _open_store(settings, store) as (opened, database, ready):
         metrics = Metrics()
+        changed = Signal()
+
+        async def migrate_on_return() -> None:
+            if isinstance(opened, PgStore) and not opened.migrated:
+                await opened.migrate()
+
+        db_health = DatabaseHealth(
+            opened.ping,
+            probe_min_s=settings.db_probe_min_s,
+            probe_max_s=settings.db_probe_max_s,
+            changed=changed,
+            up=ready,
+            on_up=migrate_on_return,
+        )
+        maintenance = MaintenanceSwitch(
+            opened if isinstance(opened, StateStore) else None,
+            refresh_s=settings.maintenance_refresh_s,
+            changed=changed,
+        )
+        if ready:
+            await maintenance.load()
         batcher = Batcher(
             opened,
             metrics,
@@ -205,10 +286,52 @@ async def open_broker(
             queue_size=settings.batch_queue_size,
         )
         async with trio.open_nursery() as nursery:
+            await nursery.start(db_health.run)
+            await nursery.start(maintenance.run)
+            parts: SpoolParts | None = None
+            router: WriteRouter | None = None
+            if spool:
+                index = SpoolIndex()
+                writer = SpoolWriter(
+                    Path(settings.file_buffer_dir),
+                    index,
+                    metrics,
+                    group_max_records=settings.spool_group_max_records,
+                    file_max_bytes=settings.spool_file_max_bytes,
+                    file_max_age_s=settings.spool_file_max_age_s,
+                )
+                await nursery.start(writer.run)
+                parts = SpoolParts(index, writer)
+                router = SpoolRouter(index, writer, db_health, maintenance, changed)
             await nursery.start(batcher.run)
-            supervisor = Supervisor(opened, batcher, settings, metrics)
+            supervisor = Supervisor(opened, batcher, settings, metrics, router=router)
             await nursery.start(supervisor.run)
-            broker = Broker(settings, opened, batcher, supervisor, metrics, database=database)
+            if parts is not None:
+                parts.replayer = Replayer(
+                    Path(settings.file_buffer_dir),
+                    parts.index,
+                    writer=parts.writer,
+                    submit=supervisor.submit,
+                    health=db_health,
+                    maintenance=maintenance,
+                    changed=changed,
+                    metrics=metrics,
+                    chunk_items=settings.spool_replay_chunk_items,
+                    tick_s=settings.spool_replay_tick_s,
+                )
+                await supervisor.start_loop(parts.replayer.run)
+            broker = Broker(
+                settings,
+                opened,
+                batcher,
+                supervisor,
+                metrics,
+                database=database,
+                db_health=db_health,
+                maintenance=maintenance,
+                spool=parts,
+                changed=changed,
+            )
             try:
                 yield broker
             finally:
@@ -221,9 +344,13 @@ async def open_broker(
 
 
 @asynccontextmanager
-async def _open_store(settings: Settings, store: Store | None) -> AsyncIterator[tuple[Store, str]]:
+async def _open_store(
+    settings: Settings, store: Store | None
+) -> AsyncIterator[tuple[Store, str, bool]]:
+    """Yield (store, description, database ready). An external database that cannot be
+    reached at start-up is not fatal: the broker starts with it marked down and spools."""
     if store is not None:
-        yield store, type(store).__name__
+        yield store, type(store).__name__, True
         return
     async with open_database(settings) as (conninfo, description):
         pool = ConnectionPool(
@@ -234,8 +361,13 @@ async def _open_store(settings: Settings, store: Store | None) -> AsyncIterator[
         )
         try:
             pg = PgStore(pool)
-            await pg.migrate()
-            yield pg, description
+            ready = True
+            try:
+                await pg.migrate()
+            except StoreUnavailable as exc:
+                log.warning("database unreachable at start-up (%s); starting with the spool", exc)
+                ready = False
+            yield pg, description, ready
         finally:
             with trio.CancelScope(shield=True):
                 await pool.aclose()

@@ -40,6 +40,9 @@ class PartitionBatch:
     def payload_bytes(self) -> int:
         return sum(map(len, self.payloads))
 
+    def __len__(self) -> int:
+        return len(self.indexes)
+
 
 @dataclass(slots=True)
 class PreparedPush:

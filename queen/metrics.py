@@ -28,6 +28,12 @@ class Metrics:
     actors_stopped_idle: int = 0
     actor_crashes: int = 0
     actors_active: int = 0
+    spool_appended_items: int = 0  # frames made durable in the spool
+    spool_fsyncs: int = 0
+    spool_write_failures: int = 0
+    spool_replayed_items: int = 0  # frames committed by replay (duplicates included)
+    spool_replay_duplicates: int = 0
+    spool_damaged_ranges: int = 0  # torn or corrupt ranges skipped in spool files
 
     def snapshot(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -43,4 +49,13 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
-_GAUGES = {"actors_active", "max_partitions_per_transaction"}
+_GAUGES = {
+    "actors_active",
+    "max_partitions_per_transaction",
+    "spool_pending_items",
+    "spool_files",
+    "spool_oldest_age_seconds",
+    "spool_replay_rate",
+    "database_up",
+    "maintenance_mode",
+}

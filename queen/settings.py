@@ -87,6 +87,37 @@ class Settings:
     batch_queue_size: int = _setting(
         4096, "QUEEN_BATCH_QUEUE_SIZE", "segment writes waiting for the batcher (backpressure)"
     )
+    spool_group_max_records: int = _setting(
+        4096,
+        "QUEEN_SPOOL_GROUP_MAX_RECORDS",
+        "spool records made durable by one fsync at most (1: one fsync per write)",
+    )
+    spool_file_max_bytes: int = _setting(
+        64 * 1024 * 1024, "QUEEN_SPOOL_FILE_MAX_BYTES", "a spool file is sealed at this size"
+    )
+    spool_file_max_age_s: float = _setting(
+        1.0, "QUEEN_SPOOL_FILE_MAX_AGE_S", "a spool file with records is sealed after this long"
+    )
+    spool_replay_chunk_items: int = _setting(
+        5000, "QUEEN_SPOOL_REPLAY_CHUNK_ITEMS", "frames replayed per step (progress is saved)"
+    )
+    spool_replay_tick_s: float = _setting(
+        0.5, "QUEEN_SPOOL_REPLAY_TICK_S", "how often the replay loop looks at the spool"
+    )
+    spool_hold_s: float = _setting(
+        2.0,
+        "QUEEN_SPOOL_HOLD_S",
+        "longest a push waits for its partition's spooled items to be replayed first",
+    )
+    db_probe_min_s: float = _setting(
+        0.05, "QUEEN_DB_PROBE_MIN_S", "first retry of an unreachable database"
+    )
+    db_probe_max_s: float = _setting(
+        2.0, "QUEEN_DB_PROBE_MAX_S", "longest pause between probes of an unreachable database"
+    )
+    maintenance_refresh_s: float = _setting(
+        1.0, "QUEEN_MAINTENANCE_REFRESH_S", "how often the maintenance switch is re-read"
+    )
     shutdown_grace_s: float = _setting(
         10.0, "QUEEN_SHUTDOWN_GRACE_S", "on shutdown, in-flight pushes get this long to finish"
     )

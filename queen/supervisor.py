@@ -18,11 +18,12 @@ Cancelling the supervisor's nursery (the last phase of shutdown) stops every act
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from queen.actors.messages import PushRequest
-from queen.actors.partition import PartitionActor, WriteFailureHandler, answer_failed
+from queen.actors.partition import DirectRouter, PartitionActor, WriteRouter
 from queen.batcher import Batcher
 from queen.metrics import Metrics
 from queen.model import PartitionKey
@@ -40,13 +41,13 @@ class Supervisor:
         settings: Settings,
         metrics: Metrics,
         *,
-        on_failure: WriteFailureHandler = answer_failed,
+        router: WriteRouter | None = None,
     ) -> None:
         self._store = store
         self._batcher = batcher
         self._settings = settings
         self._metrics = metrics
-        self._on_failure = on_failure
+        self._router = router or DirectRouter()
         self._actors: dict[PartitionKey, PartitionActor] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -67,6 +68,13 @@ class Supervisor:
             task_status.started(self)
             await trio.sleep_forever()
 
+    async def start_loop(self, loop: Callable[..., Awaitable[object]]) -> None:
+        """Start a background loop (``async def run(*, task_status)``) in the actors' nursery;
+        returns once it reports ready. The spool replay loop runs here."""
+        if self._nursery is None:
+            raise RuntimeError("supervisor is not running")
+        await self._nursery.start(loop)
+
     async def submit(self, key: PartitionKey, request: PushRequest) -> None:
         """Put ``request`` in the inbox of ``key``'s actor, starting the actor if needed."""
         while True:
@@ -85,11 +93,12 @@ class Supervisor:
             key,
             resolve=self._store.ensure_partition,
             writer=self._batcher,
-            on_failure=self._on_failure,
+            router=self._router,
             on_idle_stop=self._idle_stopped,
             inbox_size=s.actor_inbox_size,
             idle_timeout_s=s.actor_idle_timeout_s,
             segment_max_items=s.segment_max_items,
+            hold_s=s.spool_hold_s,
         )
         self._actors[key] = actor
         self._metrics.actors_started += 1

@@ -38,7 +38,7 @@ async def broker(store: MemoryStore, tmp_path) -> AsyncIterator[Broker]:
         actor_idle_timeout_s=IDLE_S,
         write_concurrency=1,
     )
-    async with open_broker(settings, store=store) as b:
+    async with open_broker(settings, store=store, spool=False) as b:
         yield b
 
 
@@ -202,7 +202,7 @@ async def test_crashing_actor_is_contained(broker: Broker, store: MemoryStore) -
     assert broker.metrics.actors_started == 3
 
 
-async def test_unavailable_store_fails_items_without_crashing(
+async def test_without_spool_an_unavailable_store_fails_items(
     broker: Broker, store: MemoryStore
 ) -> None:
     await broker.push([item("p", "a")])

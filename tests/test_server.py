@@ -109,8 +109,8 @@ def test_settings_from_env_and_overrides() -> None:
 
 
 async def test_health_and_pushes_follow_the_database(tmp_path: Any) -> None:
-    """Stop PostgreSQL under a running broker: /health says 503, pushes answer at once without
-    storing anything, and when PostgreSQL is back the broker recovers by itself."""
+    """Stop PostgreSQL under a running broker: /health says 503, pushes answer ``buffered`` at
+    once, and when PostgreSQL is back the broker recovers by itself and replays them."""
     server = EmbeddedPostgres(tmp_path / "pg", server_options=TEST_SERVER_OPTIONS)
     url = await trio.to_thread.run_sync(server.start)
     settings = Settings(database_url=url, file_buffer_dir=str(tmp_path / "spool"))
@@ -125,12 +125,16 @@ async def test_health_and_pushes_follow_the_database(tmp_path: Any) -> None:
             assert not healthy and body["database"] == "disconnected"
             with trio.fail_after(10):  # bounded: no long TCP timeout
                 down = await broker.push([{"queue": "outage", "payload": 2, "transactionId": "b"}])
-            assert down[0]["status"] == "failed"
+            assert down[0]["status"] == "buffered"
+            assert broker.spool is not None and broker.spool.index.total == 1
 
             await trio.to_thread.run_sync(server.start)
             assert (await broker.health())[0]
+            with trio.fail_after(30):
+                await broker.wait_spool_empty()
             back = await broker.push([{"queue": "outage", "payload": 2, "transactionId": "b"}])
-            assert back[0]["status"] == "queued"
+            assert back[0]["status"] == "duplicate"
+            assert back[0]["message_id"] == down[0]["message_id"]
             again = await broker.push([{"queue": "outage", "payload": 1, "transactionId": "a"}])
             assert again[0]["status"] == "duplicate"
             assert again[0]["message_id"] == first[0]["message_id"]

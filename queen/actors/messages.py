@@ -60,13 +60,19 @@ class PushOutcome:
 
 @dataclass(slots=True, eq=False)
 class PushRequest:
-    """The items of one push body for one partition, in body order."""
+    """Frames for one partition, in order: the items of one push body for that partition, or
+    (``replay=True``) frames read back from the spool, which go to the database only.
+
+    ``producer_subs`` and ``trace_ids`` are ``None`` when no frame has one, else one entry per
+    frame.
+    """
 
     message_ids: list[str]
     transaction_ids: list[str]
     payloads: list[bytes]
-    producer_sub: str | None = None
+    producer_subs: list[str | None] | None = None
     trace_ids: list[str | None] | None = None
+    replay: bool = False
     reply: Reply[PushOutcome] = field(default_factory=Reply)
 
     def __len__(self) -> int:

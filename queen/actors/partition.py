@@ -4,25 +4,36 @@ It owns its partition's write path in this process:
 
 - the **inbox**: a bounded channel of :class:`PushRequest`; a full inbox blocks producers;
 - the **partition id** (resolved, and the queue and partition created, on first use);
-- the **one write in flight**: it hands one segment to the batcher and waits for its outcome
-  before it takes anything else from the inbox, so a partition is never in two writes at once;
-- **coalescing**: requests that arrived during the write are packed, in arrival order, into the
+- the **one write in flight**: it hands one segment to the batcher (or one record to the spool)
+  and waits for the outcome before it starts anything else, so a partition is never in two
+  writes at once;
+- **coalescing**: requests that arrived during a write are packed, in arrival order, into the
   next segment;
 - the **first-wins rule inside a write** (:func:`queen.actors.policy.first_wins`); the probe of
   stored history and the offset counter are read and advanced under the partition's row lock by
-  that write's transaction.
+  that write's transaction;
+- the **route** of its live pushes, asked of a :class:`WriteRouter` before every write:
+  straight to the database; to the spool (database down, maintenance mode); or *hold*
+  (the partition still has spooled frames waiting for replay: live pushes wait, up to
+  ``hold_s``, so they are stored after those frames and not before).
+
+Spool replay comes through the same inbox as requests with ``replay=True``. They always go to
+the database and are served before any live request taken with them: a live request still in
+the inbox arrived after everything this actor ever spooled, so the order of a partition is the
+order of its pushes, across outages too.
 
 Every request taken from the inbox gets exactly one answer, whatever happens. The actor stops
 when it has been idle for ``idle_timeout_s``: it unregisters itself and closes its inbox in the
 same step, with no checkpoint in between, so a producer either got its request into this inbox
 before that step (and the actor serves it) or finds the inbox closed and asks the supervisor
 for a fresh actor. When the surrounding nursery is cancelled the actor stops at once; requests
-still in its inbox are answered ``failed``.
+it holds or still has in its inbox are answered ``failed``.
 """
 
 from __future__ import annotations
 
 import bisect
+import enum
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -32,9 +43,15 @@ import trio
 from queen.actors.messages import PushOutcome, PushRequest
 from queen.actors.policy import coalesce_count, first_wins
 from queen.model import PartitionKey, Status
-from queen.storage.base import SegmentWrite, StoreError, WriteResult
+from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
 
 log = logging.getLogger("queen.actors")
+
+
+class Route(enum.Enum):
+    DATABASE = "database"
+    SPOOL = "spool"
+    HOLD = "hold"
 
 
 class SegmentWriter(Protocol):
@@ -43,16 +60,36 @@ class SegmentWriter(Protocol):
     async def write(self, segment: SegmentWrite) -> WriteResult: ...
 
 
-class WriteFailureHandler(Protocol):
-    """Decides what the items of a failed write answer (``failed``, or ``buffered`` once
-    spooled). Called with the requests of the write and the error."""
+class WriteRouter(Protocol):
+    """Decides where live pushes go, and keeps the spool side of the bargain."""
 
-    async def __call__(self, requests: list[PushRequest], error: StoreError) -> None: ...
+    def route(self, key: PartitionKey) -> Route: ...
+
+    async def changed(self) -> None:
+        """Return after anything that may change a route changed."""
+        ...
+
+    async def spool(self, key: PartitionKey, requests: list[PushRequest]) -> bool:
+        """Make ``requests`` durable in the spool; False if they could not be."""
+        ...
+
+    def report_unavailable(self, error: StoreUnavailable) -> None: ...
 
 
-async def answer_failed(requests: list[PushRequest], error: StoreError) -> None:
-    for request in requests:
-        request.reply.set(PushOutcome(Status.FAILED))
+class DirectRouter:
+    """No spool: everything goes to the database; a failed write answers ``failed``."""
+
+    def route(self, key: PartitionKey) -> Route:
+        return Route.DATABASE
+
+    async def changed(self) -> None:
+        await trio.sleep_forever()
+
+    async def spool(self, key: PartitionKey, requests: list[PushRequest]) -> bool:
+        return False
+
+    def report_unavailable(self, error: StoreUnavailable) -> None:
+        pass
 
 
 class PartitionActor:
@@ -64,23 +101,27 @@ class PartitionActor:
         *,
         resolve: Callable[[PartitionKey], Awaitable[int]],
         writer: SegmentWriter,
-        on_failure: WriteFailureHandler = answer_failed,
+        router: WriteRouter,
         on_idle_stop: Callable[[PartitionActor], None],
         inbox_size: int,
         idle_timeout_s: float,
         segment_max_items: int,
+        hold_s: float = 2.0,
     ) -> None:
         self.key = key
         self.partition_id: int | None = None
         self.writes = 0
         self._resolve = resolve
         self._writer = writer
-        self._on_failure = on_failure
+        self._router = router
         self._on_idle_stop = on_idle_stop
         self._idle_timeout_s = idle_timeout_s
         self._segment_max_items = segment_max_items
+        self._hold_s = hold_s
         self._send, self._inbox = trio.open_memory_channel[PushRequest](inbox_size)
-        self._waiting: list[PushRequest] = []  # taken from the inbox, not yet written
+        self._waiting: list[PushRequest] = []  # taken from the inbox, not yet answered
+        self._hold_until: float | None = None  # deadline of the current hold
+        self._no_hold_until = float("-inf")  # after a hold timed out, spool without holding
 
     async def submit(self, request: PushRequest) -> None:
         """Queue ``request``; blocks while the inbox is full.
@@ -100,9 +141,7 @@ class PartitionActor:
                         return
                     self._waiting.append(first)
                 self._take_ready()
-                count = coalesce_count([len(r) for r in self._waiting], self._segment_max_items)
-                batch, self._waiting = self._waiting[:count], self._waiting[count:]
-                await self._write(batch)
+                await self._serve_one_step()
         finally:
             self.abandon()
 
@@ -141,6 +180,71 @@ class PartitionActor:
             except trio.WouldBlock:
                 return
 
+    async def _serve_one_step(self) -> None:
+        """Do one write (or one hold) for the requests waiting, oldest replay frames first."""
+        replays = [r for r in self._waiting if r.replay]
+        if replays:
+            batch = self._take(replays)
+            await self._write(batch)
+            return
+        route = self._route()
+        if route is Route.HOLD:
+            await self._hold()
+            return
+        batch = self._take(self._waiting)
+        if route is Route.SPOOL:
+            await self._spool(batch)
+        else:
+            await self._write(batch)
+
+    def _take(self, candidates: list[PushRequest]) -> list[PushRequest]:
+        count = coalesce_count([len(r) for r in candidates], self._segment_max_items)
+        batch = candidates[:count]
+        taken = set(map(id, batch))
+        self._waiting = [r for r in self._waiting if id(r) not in taken]
+        return batch
+
+    def _route(self) -> Route:
+        route = self._router.route(self.key)
+        if route is not Route.HOLD:
+            self._hold_until = None
+            return route
+        now = trio.current_time()
+        if now < self._no_hold_until:
+            return Route.SPOOL
+        if self._hold_until is None:
+            self._hold_until = now + self._hold_s
+        elif now >= self._hold_until:
+            # The backlog did not clear in time: stop holding producers for a while.
+            self._hold_until = None
+            self._no_hold_until = now + self._hold_s
+            return Route.SPOOL
+        return Route.HOLD
+
+    async def _hold(self) -> None:
+        """Wait for a new request, a route change, or the end of the hold."""
+        assert self._hold_until is not None
+        with trio.move_on_at(self._hold_until):
+            async with trio.open_nursery() as nursery:
+
+                async def wake_on_change() -> None:
+                    await self._router.changed()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(wake_on_change)
+                request = await self._inbox.receive()
+                self._waiting.append(request)
+                nursery.cancel_scope.cancel()
+
+    async def _spool(self, batch: list[PushRequest]) -> None:
+        stored = False
+        try:
+            stored = await self._router.spool(self.key, batch)
+        finally:
+            status = Status.BUFFERED if stored else Status.FAILED
+            for request in batch:
+                request.reply.set(PushOutcome(status))
+
     async def _write(self, batch: list[PushRequest]) -> None:
         try:
             for attempt in range(2):
@@ -156,8 +260,13 @@ class PartitionActor:
                 self.partition_id = None
                 if attempt == 1:
                     raise StoreError("partition deleted twice during one write")
+        except StoreUnavailable as error:
+            self._router.report_unavailable(error)
+            live = [r for r in batch if not r.replay]
+            if live:  # not stored: keep them in the spool instead
+                await self._spool(live)
         except StoreError as error:
-            await self._on_failure(batch, error)
+            log.error("write of %s/%s failed: %s", *_names(self.key), error)
         finally:
             for request in batch:  # never leave a producer without an answer
                 request.reply.set(PushOutcome(Status.FAILED))
@@ -181,16 +290,6 @@ def _segment(key: PartitionKey, partition_id: int, batch: list[PushRequest]) -> 
             message_ids.extend(request.message_ids)
             transaction_ids.extend(request.transaction_ids)
             payloads.extend(request.payloads)
-    subs: list[str | None] | None = None
-    if any(r.producer_sub is not None for r in batch):
-        subs = []
-        for request in batch:
-            subs.extend([request.producer_sub] * len(request))
-    traces: list[str | None] | None = None
-    if any(r.trace_ids is not None for r in batch):
-        traces = []
-        for request in batch:
-            traces.extend(request.trace_ids or [None] * len(request))
     return SegmentWrite(
         partition_id=partition_id,
         message_ids=message_ids,
@@ -198,10 +297,21 @@ def _segment(key: PartitionKey, partition_id: int, batch: list[PushRequest]) -> 
         payloads=payloads,
         leaders=first_wins(transaction_ids),
         key=key,
-        producer_subs=subs,
-        trace_ids=traces,
+        producer_subs=_column(batch, "producer_subs"),
+        trace_ids=_column(batch, "trace_ids"),
         request_count=len(batch),
     )
+
+
+def _column(batch: list[PushRequest], name: str) -> list[str | None] | None:
+    """Concatenate an optional per-frame column; None when no request has it."""
+    columns: list[list[str | None] | None] = [getattr(r, name) for r in batch]
+    if all(c is None for c in columns):
+        return None
+    out: list[str | None] = []
+    for request, column in zip(batch, columns, strict=True):
+        out.extend(column if column is not None else [None] * len(request))
+    return out
 
 
 def _deliver(batch: list[PushRequest], result: WriteResult) -> None:

@@ -20,5 +20,5 @@ async def health() -> Response:
 @blueprint.get("/metrics")
 async def metrics() -> Response:
     broker: Broker = current_app.config["QUEEN_BROKER"]
-    text = broker.metrics.render_prometheus()
+    text = broker.metrics.render_prometheus(broker.gauges())
     return Response(text, status=200, content_type="text/plain; version=0.0.4")

@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from queen.model import PartitionKey
 from queen.storage.base import SegmentWrite, StoreError, WriteResult
@@ -38,7 +39,7 @@ _PUSH_ARRAYS_SQL = (
 
 # Applied in this order at every start-up; each file is idempotent. A room of the broker that
 # needs tables of its own adds its file here.
-SCHEMA_FILES = ("schema.sql",)
+SCHEMA_FILES = ("schema.sql", "system.sql")
 
 
 def schema_sql() -> str:
@@ -58,12 +59,36 @@ class PgStore:
 
     def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
+        self.migrated = False
 
     async def migrate(self) -> None:
         await self.pool.run(migrate_sync)
+        self.migrated = True
 
     async def ping(self) -> None:
         await self.pool.run(lambda conn: conn.execute("SELECT 1").fetchone())
+
+    async def get_state(self, key: str) -> Any:
+        """The JSON value stored under ``key`` in ``queen.system_state``, or None."""
+
+        def call(conn: psycopg.Connection[Any]) -> Any:
+            row = conn.execute(
+                "SELECT value FROM queen.system_state WHERE key = %s", (key,)
+            ).fetchone()
+            return None if row is None else row[0]
+
+        return await self.pool.run(call)
+
+    async def set_state(self, key: str, value: Any) -> None:
+        def call(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(
+                """INSERT INTO queen.system_state (key, value, updated_at)
+                   VALUES (%s, %s, now())
+                   ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()""",
+                (key, Jsonb(value)),
+            )
+
+        await self.pool.run(call)
 
     async def ensure_partition(self, key: PartitionKey) -> int:
         def call(conn: psycopg.Connection[Any]) -> int:

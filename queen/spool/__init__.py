@@ -1,0 +1,32 @@
+"""The spool: pushes that cannot reach PostgreSQL are kept on disk and replayed later.
+
+- :mod:`queen.spool.format`: the record format (self-delimiting, checksummed);
+- :mod:`queen.spool.files`: directory layout, locks, progress marks;
+- :mod:`queen.spool.index`: which partitions still have spooled frames;
+- :mod:`queen.spool.writer`: appends with grouped fsync;
+- :mod:`queen.spool.router`: database, spool or hold, per push;
+- :mod:`queen.spool.replay`: the replay loop the supervisor runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from queen.spool.index import SpoolIndex
+from queen.spool.replay import Replayer
+from queen.spool.router import SpoolRouter
+from queen.spool.writer import SpoolError, SpoolWriter
+
+__all__ = ["Replayer", "SpoolError", "SpoolIndex", "SpoolRouter", "SpoolWriter", "describe"]
+
+
+def describe(index: SpoolIndex, writer: SpoolWriter, replayer: Replayer | None) -> dict[str, Any]:
+    """The spool's state for /health and the maintenance routes."""
+    return {
+        "directory": str(writer.directory),
+        "pendingItems": index.total,
+        "files": index.file_count,
+        "oldestAgeSeconds": round(index.oldest_age_s(), 3),
+        "replayRate": round(replayer.last_rate, 1) if replayer else 0.0,
+        "healthy": writer.healthy,
+    }

@@ -1,0 +1,97 @@
+"""Where a live push goes: database, spool, or hold (see :mod:`queen.actors.partition`).
+
+- maintenance mode on, or the database down: **spool**;
+- the partition still has spooled frames not yet committed: **hold** (the actor waits a
+  little for the replay to catch up, then spools if it did not);
+- otherwise: **database**.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from queen.actors.messages import PushRequest
+from queen.actors.partition import Route
+from queen.broadcast import Signal
+from queen.health import DatabaseHealth
+from queen.maintenance import MaintenanceSwitch
+from queen.model import PartitionKey
+from queen.spool.format import SpoolRecord
+from queen.spool.index import SpoolIndex
+from queen.spool.writer import SpoolError, SpoolWriter
+from queen.storage.base import StoreUnavailable
+
+log = logging.getLogger("queen.spool")
+
+
+class SpoolRouter:
+    def __init__(
+        self,
+        index: SpoolIndex,
+        writer: SpoolWriter,
+        health: DatabaseHealth,
+        maintenance: MaintenanceSwitch,
+        changed: Signal,
+    ) -> None:
+        self._index = index
+        self._writer = writer
+        self._health = health
+        self._maintenance = maintenance
+        self._changed = changed
+
+    def route(self, key: PartitionKey) -> Route:
+        if self._maintenance.enabled or not self._health.up:
+            return Route.SPOOL
+        if self._index.pending(key) > 0:
+            return Route.HOLD
+        return Route.DATABASE
+
+    async def changed(self) -> None:
+        await self._changed.wait()
+
+    async def spool(self, key: PartitionKey, requests: list[PushRequest]) -> bool:
+        record = to_record(key, requests)
+        try:
+            await self._writer.append([record])
+        except SpoolError as exc:
+            log.error(
+                "%d items for %s/%s answered failed: %s", len(record), key.queue, key.partition, exc
+            )
+            return False
+        return True
+
+    def report_unavailable(self, error: StoreUnavailable) -> None:
+        self._health.report_down(error)
+
+
+def to_record(key: PartitionKey, requests: list[PushRequest]) -> SpoolRecord:
+    message_ids: list[str] = []
+    transaction_ids: list[str] = []
+    payloads: list[bytes] = []
+    subs: list[str | None] | None = None
+    traces: list[str | None] | None = None
+    any_sub = any(r.producer_subs is not None for r in requests)
+    any_trace = any(r.trace_ids is not None for r in requests)
+    if any_sub:
+        subs = []
+    if any_trace:
+        traces = []
+    for request in requests:
+        n = len(request)
+        message_ids.extend(request.message_ids)
+        transaction_ids.extend(request.transaction_ids)
+        payloads.extend(request.payloads)
+        if subs is not None:
+            subs.extend(request.producer_subs or [None] * n)
+        if traces is not None:
+            traces.extend(request.trace_ids or [None] * n)
+    return SpoolRecord(
+        key=key,
+        created_ms=time.time_ns() // 1_000_000,
+        message_ids=message_ids,
+        transaction_ids=transaction_ids,
+        payloads=payloads,
+        producer_subs=subs,
+        trace_ids=traces,
+    )

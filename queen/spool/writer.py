@@ -1,0 +1,235 @@
+"""The spool writer: appends records to this process's active spool file, with grouped fsync.
+
+It owns the active file (descriptor, size, lock) and nothing else touches it. Appends arrive
+on a bounded channel; the writer takes everything waiting (up to ``group_max_records``),
+writes it, and makes it durable with one ``fsync`` in a worker thread, then answers every
+append of the group. While one group is being synced, the next one gathers, so a flood of
+pushes during an outage costs one fsync per group, not one per item.
+
+Only after the fsync returns is an append answered; an append that is answered without error
+is on disk. If a write or fsync fails (disk full, permissions, I/O error), the file is cut
+back to where the group started, every append of the group fails with :class:`SpoolError`,
+and the file is closed (after a failed fsync its pages cannot be trusted); the next append
+opens a new file.
+
+The active file is sealed (closed, so a replayer can take it) when it reaches
+``file_max_bytes``, when it has been open ``file_max_age_s`` with records in it, or on request
+(:meth:`SpoolWriter.seal`). The writer runs until cancelled; on the way out it closes its file.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from queen.actors.messages import Reply
+from queen.metrics import Metrics
+from queen.spool import files
+from queen.spool.format import SpoolRecord, encode
+from queen.spool.index import SpoolIndex
+
+log = logging.getLogger("queen.spool")
+
+
+class SpoolError(Exception):
+    """Records could not be made durable; nothing of them is on disk."""
+
+
+@dataclass(slots=True, eq=False)
+class _Append:
+    records: list[SpoolRecord]
+    reply: Reply[None] = field(default_factory=Reply)
+
+
+@dataclass(slots=True, eq=False)
+class _Seal:
+    reply: Reply[None] = field(default_factory=Reply)
+
+
+@dataclass(slots=True)
+class _ActiveFile:
+    name: str
+    fd: int
+    opened: float
+    size: int = 0
+    records: int = 0
+
+
+class SpoolWriter:
+    def __init__(
+        self,
+        directory: Path,
+        index: SpoolIndex,
+        metrics: Metrics,
+        *,
+        group_max_records: int,
+        file_max_bytes: int,
+        file_max_age_s: float,
+        queue_size: int = 4096,
+    ) -> None:
+        self.directory = directory
+        self._index = index
+        self._metrics = metrics
+        self._group_max = group_max_records
+        self._file_max_bytes = file_max_bytes
+        self._file_max_age_s = file_max_age_s
+        self._send, self._recv = trio.open_memory_channel[_Append | _Seal](queue_size)
+        self._active: _ActiveFile | None = None
+        self.healthy = True  # False while the last write failed
+
+    @property
+    def active_name(self) -> str | None:
+        return self._active.name if self._active else None
+
+    async def append(self, records: list[SpoolRecord]) -> None:
+        """Make ``records`` durable in the spool; raises :class:`SpoolError` if they are not."""
+        request = _Append(records)
+        await self._send.send(request)
+        await request.reply.wait()
+
+    async def seal(self) -> None:
+        """Close the active file (after everything queued before this call is written)."""
+        request = _Seal()
+        await self._send.send(request)
+        await request.reply.wait()
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[SpoolWriter] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        task_status.started(self)
+        try:
+            while True:
+                first = await self._next()
+                if first is None:
+                    continue
+                group: list[_Append | _Seal] = [first]
+                records = len(first.records) if isinstance(first, _Append) else 0
+                while records < self._group_max:
+                    try:
+                        more = self._recv.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    group.append(more)
+                    if isinstance(more, _Append):
+                        records += len(more.records)
+                await self._handle(group)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._close)
+
+    async def _next(self) -> _Append | _Seal | None:
+        """The next request; None when the active file's age limit passed (then seal it)."""
+        active = self._active
+        if active is None or active.records == 0:
+            return await self._recv.receive()
+        remaining = active.opened + self._file_max_age_s - time.monotonic()
+        with trio.move_on_after(max(0.0, remaining)):
+            return await self._recv.receive()
+        await trio.to_thread.run_sync(self._close)
+        return None
+
+    async def _handle(self, group: list[_Append | _Seal]) -> None:
+        # Appends before a seal go to the old file, appends after it to a new one.
+        chunk: list[_Append] = []
+        for request in group:
+            if isinstance(request, _Append):
+                chunk.append(request)
+                continue
+            await self._write_chunk(chunk)
+            chunk = []
+            await trio.to_thread.run_sync(self._close)
+            request.reply.set(None)
+        await self._write_chunk(chunk)
+
+    async def _write_chunk(self, chunk: list[_Append]) -> None:
+        if not chunk:
+            return
+        encoded = [[encode(r) for r in request.records] for request in chunk]
+        try:
+            name = await trio.to_thread.run_sync(self._write_durably, encoded)
+        except OSError as exc:
+            self.healthy = False
+            self._metrics.spool_write_failures += 1
+            log.error("spool write failed in %s: %s", self.directory, exc.strerror or exc)
+            error = SpoolError(f"spool write failed: {exc.strerror or exc}")
+            for request in chunk:
+                request.reply.fail(error)
+            return
+        self.healthy = True
+        self._metrics.spool_fsyncs += 1
+        for request in chunk:
+            for record in request.records:
+                self._index.add(name, record.key, len(record))
+                self._metrics.spool_appended_items += len(record)
+            request.reply.set(None)
+
+    # --- file operations: run in a worker thread, one at a time ----------------------------
+
+    def _open(self) -> _ActiveFile:
+        name = files.new_name()
+        path = self.directory / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            files.fsync_directory(self.directory)
+        except OSError:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        return _ActiveFile(name=name, fd=fd, opened=time.monotonic())
+
+    def _write_durably(self, encoded: list[list[bytes]]) -> str:
+        if self._active is None:
+            self._active = self._open()
+        active = self._active
+        data = b"".join(b for records in encoded for b in records)
+        start = active.size
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(active.fd, view)
+                if written == 0:
+                    raise OSError(errno.ENOSPC, "no space left on device")
+                view = view[written:]
+            os.fsync(active.fd)
+        except OSError:
+            self._abandon(start)
+            raise
+        active.size += len(data)
+        active.records += sum(len(records) for records in encoded)
+        name = active.name
+        if active.size >= self._file_max_bytes:
+            self._close()
+        return name
+
+    def _abandon(self, good_size: int) -> None:
+        """After a failed write: cut the file back to its last durable size and close it."""
+        active = self._active
+        if active is None:
+            return
+        try:
+            os.ftruncate(active.fd, good_size)
+            os.fsync(active.fd)
+        except OSError as exc:
+            log.error(
+                "could not cut spool file %s back after a failed write: %s",
+                active.name,
+                exc.strerror or exc,
+            )
+        self._close()
+
+    def _close(self) -> None:
+        active, self._active = self._active, None
+        if active is None:
+            return
+        os.close(active.fd)  # releases the lock: the file is now replayable
+        if active.size == 0:  # never counted in the index: nothing was durable in it
+            (self.directory / active.name).unlink(missing_ok=True)
