@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from queen.broadcast import Signal
 from queen.ids import NIL_UUID
 from queen.model import PartitionKey
 from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
@@ -48,6 +49,7 @@ class MemoryStore:
     in_flight: dict[int, int] = field(default_factory=dict)
     max_in_flight: dict[int, int] = field(default_factory=dict)
     writes_started: int = 0
+    activity: Signal = field(default_factory=Signal)  # fired when a write starts
 
     async def ensure_partition(self, key: PartitionKey) -> int:
         await trio.lowlevel.checkpoint()
@@ -73,6 +75,7 @@ class MemoryStore:
             self.in_flight[pid] = self.in_flight.get(pid, 0) + 1
             self.max_in_flight[pid] = max(self.max_in_flight.get(pid, 0), self.in_flight[pid])
         self.writes_started += 1
+        self.activity.fire()
         try:
             if self.gate is not None:
                 await self.gate.wait()

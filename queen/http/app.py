@@ -13,7 +13,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from queen.broker import Broker, BrokerClosed
-from queen.http import health, push
+from queen.http import health, maintenance, push
 from queen.http.responses import error_response
 
 log = logging.getLogger("queen.http")
@@ -28,6 +28,7 @@ def create_app(broker: Broker) -> QuartTrio:
     app.config["JSON_SORT_KEYS"] = False
     app.register_blueprint(push.blueprint)
     app.register_blueprint(health.blueprint)
+    app.register_blueprint(maintenance.blueprint)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:

@@ -198,6 +198,7 @@ class Replayer:
                     if not await self._replay_chunk(name, chunk):
                         return _FileOutcome.INTERRUPTED
                     await trio.to_thread.run_sync(files.write_progress, self._dir, name, end)
+                    log.debug("spool file %s: committed up to offset %d", name, end)
                     chunk, frames = [], 0
             if chunk and not await self._replay_chunk(name, chunk):
                 return _FileOutcome.INTERRUPTED

@@ -1,0 +1,56 @@
+"""``GET/POST /api/v1/system/maintenance``: the push maintenance switch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, Response, current_app, request
+
+from queen.broker import Broker
+from queen.http.responses import error_response, json_response
+from queen.intake import decode_json
+from queen.model import InvalidPush
+from queen.storage.base import StoreError
+
+blueprint = Blueprint("maintenance", __name__)
+
+
+def _state(broker: Broker) -> dict[str, Any]:
+    spool = broker.spool.describe() if broker.spool is not None else None
+    return {
+        "maintenanceMode": broker.maintenance.enabled,
+        "bufferedMessages": spool["pendingItems"] if spool else 0,
+        "bufferHealthy": spool["healthy"] if spool else False,
+        "bufferStats": spool,
+    }
+
+
+@blueprint.get("/api/v1/system/maintenance")
+async def get_maintenance() -> Response:
+    broker: Broker = current_app.config["QUEEN_BROKER"]
+    return json_response(_state(broker))
+
+
+@blueprint.post("/api/v1/system/maintenance")
+async def set_maintenance() -> Response:
+    broker: Broker = current_app.config["QUEEN_BROKER"]
+    try:
+        body = decode_json(
+            await request.get_data(cache=False, as_text=False, parse_form_data=False)
+        )
+    except InvalidPush:
+        body = None
+    enabled = body.get("enabled") if isinstance(body, dict) else None
+    if type(enabled) is not bool:
+        return error_response(400, "enabled (boolean) is required")
+    try:
+        await broker.set_maintenance(enabled)
+    except StoreError as exc:
+        return error_response(503, f"maintenance mode not changed: {exc}")
+    answer = _state(broker)
+    answer["message"] = (
+        "Maintenance mode ENABLED. All pushes go to the spool."
+        if enabled
+        else "Maintenance mode DISABLED. The spool is being replayed into the database."
+    )
+    return json_response(answer)

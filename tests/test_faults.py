@@ -1,0 +1,222 @@
+"""Fault injection with real processes: PostgreSQL stopped under load, the broker killed in
+the middle of a replay, an unwritable spool. Nothing is lost and nothing is stored twice."""
+
+from __future__ import annotations
+
+import resource
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import trio
+
+from queen.storage.embedded import EmbeddedPostgres
+from tests.conftest import TEST_SERVER_OPTIONS, Db
+from tests.procs import BrokerProcess, spool_files
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def own_pg(tmp_path: Path) -> AsyncIterator[EmbeddedPostgres]:
+    """A PostgreSQL server this test may stop and start."""
+    server = EmbeddedPostgres(tmp_path / "pg", server_options=TEST_SERVER_OPTIONS)
+    await trio.to_thread.run_sync(server.start)
+    try:
+        yield server
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(server.stop, "immediate")
+
+
+def broker_env(pg: EmbeddedPostgres, spool: Path, **extra: str) -> dict[str, str]:
+    return {
+        "DATABASE_URL": pg.conninfo,
+        "FILE_BUFFER_DIR": str(spool),
+        "QUEEN_LOG_LEVEL": "info",
+        "QUEEN_DB_PROBE_MAX_S": "0.5",
+        "QUEEN_SPOOL_FILE_MAX_AGE_S": "0.2",
+        **extra,
+    }
+
+
+async def check_exactly_once_in_order(
+    db: Db, queue: str, partitions: int, per_partition: int
+) -> None:
+    for k in range(partitions):
+        frames = await db.frames(queue, f"p{k}")
+        txids = [f["transaction_id"] for f in frames]
+        expected = [f"p{k}-{seq:05d}" for seq in range(per_partition)]
+        assert len(txids) == len(set(txids)), f"p{k}: a message is stored twice"
+        assert txids == expected, f"p{k}: stored {len(txids)} of {per_partition}, or out of order"
+
+
+async def test_postgres_stopped_under_load_loses_and_duplicates_nothing(
+    own_pg: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    partitions, per_partition, items = 4, 240, 2
+    queue = "outage"
+    broker = BrokerProcess(broker_env(own_pg, tmp_path / "spool"))
+    statuses: list[str] = []
+    total = partitions * per_partition
+    one_third, two_thirds = trio.Event(), trio.Event()
+
+    async def producer(k: int, http: httpx.AsyncClient) -> None:
+        for seq in range(0, per_partition, items):
+            body = {
+                "items": [
+                    {
+                        "queue": queue,
+                        "partition": f"p{k}",
+                        "payload": {"seq": s},
+                        "transactionId": f"p{k}-{s:05d}",
+                    }
+                    for s in range(seq, seq + items)
+                ]
+            }
+            resp = await http.post("/api/v1/push", json=body)
+            assert resp.status_code == 201, resp.text
+            statuses.extend(r["status"] for r in resp.json())
+            if len(statuses) >= total // 3:
+                one_third.set()
+            if len(statuses) >= 2 * total // 3:
+                two_thirds.set()
+
+    async def outage() -> None:
+        await one_third.wait()
+        await trio.to_thread.run_sync(own_pg.stop, "immediate")
+        await two_thirds.wait()
+        await trio.to_thread.run_sync(own_pg.start)
+
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery)
+        async with (
+            httpx.AsyncClient(base_url=broker.base, timeout=60) as http,
+            trio.open_nursery() as load,
+        ):
+            load.start_soon(outage)
+            for k in range(partitions):
+                load.start_soon(producer, k, http)
+        await broker.wait_spool_empty()
+        await broker.stop()
+
+    assert set(statuses) <= {"queued", "duplicate", "buffered"}
+    assert "buffered" in statuses and "queued" in statuses
+    await check_exactly_once_in_order(Db(own_pg.conninfo), queue, partitions, per_partition)
+    assert spool_files(tmp_path / "spool") == []
+
+
+async def test_broker_killed_during_replay_finishes_on_restart(
+    own_pg: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    partitions, per_partition, items = 8, 4000, 100
+    queue = "crash-replay"
+    spool = tmp_path / "spool"
+    env = broker_env(own_pg, spool, QUEEN_SPOOL_REPLAY_CHUNK_ITEMS="100", QUEEN_LOG_LEVEL="debug")
+    db = Db(own_pg.conninfo)
+
+    async with trio.open_nursery() as nursery:
+        first = BrokerProcess(env)
+        await first.start(nursery)
+        async with httpx.AsyncClient(base_url=first.base, timeout=60) as http:
+            resp = await http.post("/api/v1/system/maintenance", json={"enabled": True})
+            assert resp.json()["maintenanceMode"] is True
+            for seq in range(0, per_partition, items):
+                body = {
+                    "items": [
+                        {
+                            "queue": queue,
+                            "partition": f"p{k}",
+                            "payload": {"seq": s},
+                            "transactionId": f"p{k}-{s:05d}",
+                        }
+                        for k in range(partitions)
+                        for s in range(seq, seq + items)
+                    ]
+                }
+                resp = await http.post("/api/v1/push", json=body)
+                assert {r["status"] for r in resp.json()} == {"buffered"}
+            assert await db.count_frames(queue) == 0
+            progress = first.watch("committed up to offset")
+            resp = await http.post("/api/v1/system/maintenance", json={"enabled": False})
+            assert resp.json()["bufferedMessages"] == partitions * per_partition
+            with trio.fail_after(60):
+                await progress.wait()  # the first chunk of the replay is committed
+        first.kill()
+        await first.proc.wait()  # type: ignore[union-attr]
+        stored_at_kill = await db.count_frames(queue)
+        assert 0 < stored_at_kill < partitions * per_partition, "the kill missed the replay"
+
+        second = BrokerProcess(env)
+        await second.start(nursery)
+        await second.wait_spool_empty()
+        await second.stop()
+
+    await check_exactly_once_in_order(db, queue, partitions, per_partition)
+    assert spool_files(spool) == []
+
+
+async def test_maintenance_mode_over_http_holds_everything_until_switched_off(
+    client: Any, queue: str, db: Db, broker: Any
+) -> None:
+    resp = await client.post("/api/v1/system/maintenance", json={"enabled": True})
+    assert (await resp.get_json())["maintenanceMode"] is True
+    assert (await (await client.get("/api/v1/system/maintenance")).get_json())[
+        "maintenanceMode"
+    ] is True
+    body = {
+        "items": [
+            {"queue": queue, "partition": "p", "payload": i, "transactionId": f"t{i}"}
+            for i in range(20)
+        ]
+    }
+    resp = await client.post("/api/v1/push", json=body)
+    assert {r["status"] for r in await resp.get_json()} == {"buffered"}
+    assert await db.count_frames(queue) == 0
+    assert await db.value("SELECT count(*) FROM queen.queues WHERE name = %s", queue) == 0
+    state = await (await client.get("/api/v1/system/maintenance")).get_json()
+    assert state["bufferedMessages"] == 20
+
+    resp = await client.post("/api/v1/system/maintenance", json={"enabled": False})
+    assert (await resp.get_json())["maintenanceMode"] is False
+    with trio.fail_after(30):
+        await broker.wait_spool_empty()
+    frames = await db.frames(queue, "p")
+    assert [f["transaction_id"] for f in frames] == [f"t{i}" for i in range(20)]
+    bad = await client.post("/api/v1/system/maintenance", json={"enabled": "yes"})
+    assert bad.status_code == 400
+    assert (await bad.get_json())["error"] == "enabled (boolean) is required"
+
+
+def _no_file_writes() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+async def test_unwritable_spool_answers_failed(own_pg: EmbeddedPostgres, tmp_path: Path) -> None:
+    with psycopg.connect(own_pg.conninfo, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS queen")
+        conn.execute("""CREATE TABLE IF NOT EXISTS queen.system_state (key text PRIMARY KEY,
+                        value jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())""")
+        conn.execute("""INSERT INTO queen.system_state VALUES
+                        ('maintenance_mode', '{"enabled": true}', now())""")
+    broker = BrokerProcess(broker_env(own_pg, tmp_path / "spool"), preexec=_no_file_writes)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery)
+        async with httpx.AsyncClient(base_url=broker.base, timeout=30) as http:
+            resp = await http.post(
+                "/api/v1/push",
+                json={"items": [{"queue": "full", "payload": 1}, {"queue": "full", "payload": 2}]},
+            )
+            assert resp.status_code == 201
+            assert [r["status"] for r in resp.json()] == ["failed", "failed"]
+            health = (await http.get("/health")).json()
+            assert health["spool"]["healthy"] is False
+            assert health["spool"]["pendingItems"] == 0
+        await broker.stop()
+    assert any("spool write failed" in line for line in broker.log)
+    assert all(f.stat().st_size == 0 for f in (tmp_path / "spool").glob("spool-*"))

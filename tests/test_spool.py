@@ -1,0 +1,247 @@
+"""The spool inside one broker: outages, holds, group commit, write failures, damaged files,
+two brokers on one spool directory. The database is the in-memory store; files are real."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from queen import open_broker
+from queen.broker import Broker
+from queen.model import PartitionKey
+from queen.settings import Settings
+from queen.spool import files
+from queen.spool.format import SpoolRecord, encode
+from queen.spool.writer import SpoolWriter, _ActiveFile
+from tests.fakes import MemoryStore
+
+
+def fast(tmp_path: Path, **changes: Any) -> Settings:
+    return Settings(
+        database_url="memory://",
+        file_buffer_dir=str(tmp_path / "spool"),
+        spool_file_max_age_s=0.05,
+        spool_replay_tick_s=0.05,
+        spool_hold_s=5.0,
+        db_probe_min_s=0.01,
+        db_probe_max_s=0.05,
+    ).with_changes(**changes)
+
+
+def item(partition: str, tx: str) -> dict[str, Any]:
+    return {"queue": "q", "partition": partition, "payload": {"tx": tx}, "transactionId": tx}
+
+
+def stored(store: MemoryStore, partition: str) -> list[str]:
+    return [t for s in store.segments_of(partition) for t in s.transaction_ids]
+
+
+async def until(condition: Callable[[], bool], broker: Broker, timeout_s: float = 10) -> None:
+    """Wait, without polling, until ``condition`` holds (re-checked on every broker change)."""
+    with trio.fail_after(timeout_s):
+        while not condition():
+            with trio.move_on_after(0.05):
+                await broker._changed.wait()
+
+
+def drained(*brokers: Broker) -> Callable[[], bool]:
+    def check() -> bool:
+        return all(
+            b.spool is not None and b.spool.index.total == 0 and b.spool.index.file_count == 0
+            for b in brokers
+        )
+
+    return check
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore()
+
+
+@pytest.fixture
+async def broker(store: MemoryStore, tmp_path: Path) -> AsyncIterator[Broker]:
+    async with open_broker(fast(tmp_path), store=store) as b:
+        yield b
+
+
+async def test_outage_spools_then_replays_in_push_order(broker: Broker, store: MemoryStore) -> None:
+    assert [r["status"] for r in await broker.push([item("p", "a")])] == ["queued"]
+    store.unavailable = True
+    during = await broker.push([item("p", "b"), item("p", "c"), item("other", "x")])
+    assert [r["status"] for r in during] == ["buffered"] * 3
+    assert not broker.db_health.up
+    later = await broker.push([item("p", "d")])  # known down: straight to the spool
+    assert later[0]["status"] == "buffered"
+    assert broker.spool is not None and broker.spool.index.total == 4
+    assert stored(store, "p") == ["a"]
+
+    store.unavailable = False
+    await until(drained(broker), broker)
+    after = await broker.push([item("p", "e")])
+    assert after[0]["status"] == "queued"
+    assert stored(store, "p") == ["a", "b", "c", "d", "e"]
+    assert stored(store, "other") == ["x"]
+    # replay kept the ids the producers were given
+    ids = {
+        t: m
+        for s in store.segments_of("p")
+        for t, m in zip(s.transaction_ids, s.message_ids, strict=True)
+    }
+    assert ids["b"] == during[0]["message_id"] and ids["d"] == later[0]["message_id"]
+    assert broker.metrics.spool_replayed_items == 4
+    assert files.list_spool_files(Path(broker.settings.file_buffer_dir)) == []
+
+
+async def test_push_holds_until_its_partition_is_replayed(
+    broker: Broker, store: MemoryStore
+) -> None:
+    store.unavailable = True
+    assert (await broker.push([item("p", "b")]))[0]["status"] == "buffered"
+    gate = store.gate = trio.Event()  # the replay's write will wait here
+    store.unavailable = False
+    await until(lambda: any(store.in_flight.values()), broker)
+    async with trio.open_nursery() as nursery:
+        results: list[Any] = []
+
+        async def push() -> None:
+            results.extend(await broker.push([item("p", "d")]))
+
+        nursery.start_soon(push)
+        await trio.testing.wait_all_tasks_blocked(cushion=0.01)
+        assert results == []  # held behind the replay, not spooled, not written
+        gate.set()
+    assert results[0]["status"] == "queued"
+    assert stored(store, "p") == ["b", "d"]
+
+
+async def test_hold_gives_up_and_spools_when_replay_cannot_run(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    async with open_broker(fast(tmp_path, spool_hold_s=0.2), store=store) as broker:
+        store.unavailable = True
+        assert (await broker.push([item("p", "b")]))[0]["status"] == "buffered"
+        directory = Path(broker.settings.file_buffer_dir)
+        lock = os.open(directory / files.REPLAY_LOCK, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # "another process" is replaying this directory
+            store.unavailable = False
+            await until(lambda: broker.db_health.up, broker)
+            held = await broker.push([item("p", "d")])
+            assert held[0]["status"] == "buffered"  # waited 0.2 s, then kept its place on disk
+            free = await broker.push([item("elsewhere", "z")])
+            assert free[0]["status"] == "queued"  # partitions without backlog are not held
+        finally:
+            os.close(lock)
+        await until(drained(broker), broker)
+    assert stored(store, "p") == ["b", "d"]
+
+
+async def test_maintenance_spools_everything_and_replays_when_off(
+    broker: Broker, store: MemoryStore
+) -> None:
+    await broker.set_maintenance(True)
+    results = await broker.push([item(f"p{i % 3}", f"t{i}") for i in range(9)])
+    assert {r["status"] for r in results} == {"buffered"}
+    assert store.segments == []
+    with trio.move_on_after(0.3):  # the replay loop must stay idle meanwhile
+        await until(lambda: bool(store.segments), broker)
+    assert store.segments == []
+    await broker.set_maintenance(False)
+    await until(drained(broker), broker)
+    for p in range(3):
+        assert stored(store, f"p{p}") == [f"t{i}" for i in range(9) if i % 3 == p]
+
+
+@pytest.mark.parametrize(("group_max", "grouped"), [(4096, True), (1, False)])
+async def test_fsyncs_are_grouped(
+    tmp_path: Path, store: MemoryStore, group_max: int, grouped: bool
+) -> None:
+    settings = fast(tmp_path, spool_group_max_records=group_max)
+    async with open_broker(settings, store=store) as broker:
+        await broker.set_maintenance(True)
+        async with trio.open_nursery() as nursery:
+            for i in range(40):
+                nursery.start_soon(broker.push, [item(f"p{i}", f"t{i}")])
+        m = broker.metrics
+        assert m.spool_appended_items == 40
+        if grouped:
+            assert m.spool_fsyncs < 40
+        else:
+            assert m.spool_fsyncs == 40
+
+
+async def test_unwritable_spool_answers_failed_not_buffered(
+    broker: Broker, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def open_full_disk(self: SpoolWriter) -> _ActiveFile:
+        fd = os.open("/dev/full", os.O_WRONLY)  # every write: ENOSPC
+        return _ActiveFile(name=files.new_name(), fd=fd, opened=0.0)
+
+    await broker.set_maintenance(True)
+    with monkeypatch.context() as patch:
+        patch.setattr(SpoolWriter, "_open", open_full_disk)
+        results = await broker.push([item("p", "a"), item("p", "b")])
+    assert [r["status"] for r in results] == ["failed", "failed"]
+    assert broker.metrics.spool_write_failures >= 1
+    assert broker.spool is not None and broker.spool.index.total == 0
+    assert broker.spool.describe()["healthy"] is False
+    again = await broker.push([item("p", "c")])  # a new file on a good disk
+    assert again[0]["status"] == "buffered"
+    await broker.set_maintenance(False)
+    await until(drained(broker), broker)
+    assert stored(store, "p") == ["c"]
+
+
+async def test_damaged_file_replays_every_complete_record(
+    tmp_path: Path, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    records = [
+        SpoolRecord(
+            PartitionKey("q", "p"),
+            0,
+            [f"0190c7e0-0000-7000-8000-00000000000{i}"],
+            [f"t{i}"],
+            [b'{"i": %d}' % i],
+        )
+        for i in range(4)
+    ]
+    whole = b"".join(encode(r) for r in records[:3])
+    torn = encode(records[3])[:-3]
+    (directory / files.new_name()).write_bytes(whole + torn)
+    caplog.set_level(logging.ERROR, logger="queen.spool")
+    async with open_broker(fast(tmp_path), store=store) as broker:
+        await until(drained(broker), broker)
+        assert broker.metrics.spool_damaged_ranges == 1
+    assert stored(store, "p") == ["t0", "t1", "t2"]
+    assert any("damaged" in r.getMessage() for r in caplog.records)
+    assert not list(directory.glob("spool-*"))
+
+
+async def test_two_brokers_sharing_a_spool_directory_replay_each_file_once(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    settings = fast(tmp_path)
+    async with open_broker(settings, store=store) as a, open_broker(settings, store=store) as b:
+        await a.set_maintenance(True)
+        await b.set_maintenance(True)
+        for i in range(30):
+            await (a if i % 2 else b).push([item(f"p{i % 3}", f"t{i}")])
+        await a.set_maintenance(False)
+        await b.set_maintenance(False)
+        await until(drained(a, b), a)
+        replayed = a.metrics.spool_replayed_items + b.metrics.spool_replayed_items
+        assert replayed == 30
+        assert a.metrics.spool_replay_duplicates + b.metrics.spool_replay_duplicates == 0
+    assert sorted(t for p in range(3) for t in stored(store, f"p{p}")) == sorted(
+        f"t{i}" for i in range(30)
+    )
