@@ -286,8 +286,6 @@ async def open_broker(
             queue_size=settings.batch_queue_size,
         )
         async with trio.open_nursery() as nursery:
-            await nursery.start(db_health.run)
-            await nursery.start(maintenance.run)
             parts: SpoolParts | None = None
             router: WriteRouter | None = None
             if spool:
@@ -306,6 +304,8 @@ async def open_broker(
             await nursery.start(batcher.run)
             supervisor = Supervisor(opened, batcher, settings, metrics, router=router)
             await nursery.start(supervisor.run)
+            await supervisor.start_loop(db_health.run)
+            await supervisor.start_loop(maintenance.run)
             if parts is not None:
                 parts.replayer = Replayer(
                     Path(settings.file_buffer_dir),
@@ -358,6 +358,7 @@ async def _open_store(
             size=settings.db_pool_size,
             connect_timeout_s=settings.db_connect_timeout_s,
             statement_timeout_ms=settings.db_statement_timeout_ms,
+            tcp_user_timeout_ms=settings.db_tcp_user_timeout_ms,
         )
         try:
             pg = PgStore(pool)

@@ -57,6 +57,11 @@ class Settings:
     db_connect_timeout_s: float = _setting(
         3.0, "QUEEN_DB_CONNECT_TIMEOUT_S", "give up connecting to PostgreSQL after this long"
     )
+    db_tcp_user_timeout_ms: int = _setting(
+        5_000,
+        "QUEEN_DB_TCP_USER_TIMEOUT_MS",
+        "a TCP connection to PostgreSQL whose data stays unacknowledged this long is dropped",
+    )
     db_statement_timeout_ms: int = _setting(
         30_000, "QUEEN_DB_STATEMENT_TIMEOUT_MS", "server-side limit for one statement"
     )

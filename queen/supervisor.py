@@ -9,8 +9,9 @@
   held requests are answered ``failed``, it is unregistered, and nothing else is touched: other
   partitions' actors, the batcher and the server go on. The next push to that partition starts
   a new actor.
-- **Background loops** (the spool replay loop, retention, pruning) are started here as they
-  arrive, in the same nursery.
+- **Background loops** run here, in the same nursery: the database health probe, the
+  maintenance switch refresh, the spool replay loop (and, as they arrive, retention and dedup
+  pruning).
 
 Cancelling the supervisor's nursery (the last phase of shutdown) stops every actor.
 """

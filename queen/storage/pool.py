@@ -31,8 +31,11 @@ T = TypeVar("T")
 _UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "57P", "53")
 
 
-def connection_kwargs(connect_timeout_s: float, statement_timeout_ms: int) -> dict[str, Any]:
-    """Connection options that bound every wait on a dead or stuck server."""
+def connection_kwargs(
+    connect_timeout_s: float, statement_timeout_ms: int, tcp_user_timeout_ms: int = 5_000
+) -> dict[str, Any]:
+    """Connection options that bound every wait on a dead or stuck server: connecting, a
+    statement, unacknowledged data on a dead network path, an idle connection."""
     timeout_s = max(2, math.ceil(connect_timeout_s))  # libpq ignores values below 2
     return {
         "autocommit": True,
@@ -43,7 +46,7 @@ def connection_kwargs(connect_timeout_s: float, statement_timeout_ms: int) -> di
         "keepalives_idle": 5,
         "keepalives_interval": 2,
         "keepalives_count": 3,
-        "tcp_user_timeout": int(timeout_s * 1000 + statement_timeout_ms),
+        "tcp_user_timeout": int(tcp_user_timeout_ms),
     }
 
 
@@ -64,9 +67,12 @@ class ConnectionPool:
         size: int,
         connect_timeout_s: float,
         statement_timeout_ms: int,
+        tcp_user_timeout_ms: int = 5_000,
     ) -> None:
         self._conninfo = conninfo
-        self._kwargs = connection_kwargs(connect_timeout_s, statement_timeout_ms)
+        self._kwargs = connection_kwargs(
+            connect_timeout_s, statement_timeout_ms, tcp_user_timeout_ms
+        )
         self._slots = trio.Semaphore(size)
         self._limiter = trio.CapacityLimiter(size)
         self._idle: list[psycopg.Connection[Any]] = []
