@@ -40,7 +40,7 @@ from typing import Protocol
 
 import trio
 
-from queen.actors.messages import PushOutcome, PushRequest
+from queen.actors.messages import PushOutcome, PushRequest, concat
 from queen.actors.policy import coalesce_count, first_wins
 from queen.model import PartitionKey, Status
 from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
@@ -277,41 +277,18 @@ def _names(key: PartitionKey) -> tuple[str, str]:
 
 
 def _segment(key: PartitionKey, partition_id: int, batch: list[PushRequest]) -> SegmentWrite:
-    if len(batch) == 1:
-        only = batch[0]
-        message_ids, transaction_ids, payloads = (
-            only.message_ids,
-            only.transaction_ids,
-            only.payloads,
-        )
-    else:
-        message_ids, transaction_ids, payloads = [], [], []
-        for request in batch:
-            message_ids.extend(request.message_ids)
-            transaction_ids.extend(request.transaction_ids)
-            payloads.extend(request.payloads)
+    frames = concat(batch)
     return SegmentWrite(
         partition_id=partition_id,
-        message_ids=message_ids,
-        transaction_ids=transaction_ids,
-        payloads=payloads,
-        leaders=first_wins(transaction_ids),
+        message_ids=frames.message_ids,
+        transaction_ids=frames.transaction_ids,
+        payloads=frames.payloads,
+        leaders=first_wins(frames.transaction_ids),
         key=key,
-        producer_subs=_column(batch, "producer_subs"),
-        trace_ids=_column(batch, "trace_ids"),
+        producer_subs=frames.producer_subs,
+        trace_ids=frames.trace_ids,
         request_count=len(batch),
     )
-
-
-def _column(batch: list[PushRequest], name: str) -> list[str | None] | None:
-    """Concatenate an optional per-frame column; None when no request has it."""
-    columns: list[list[str | None] | None] = [getattr(r, name) for r in batch]
-    if all(c is None for c in columns):
-        return None
-    out: list[str | None] = []
-    for request, column in zip(batch, columns, strict=True):
-        out.extend(column if column is not None else [None] * len(request))
-    return out
 
 
 def _deliver(batch: list[PushRequest], result: WriteResult) -> None:

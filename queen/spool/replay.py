@@ -34,7 +34,7 @@ from pathlib import Path
 
 import trio
 
-from queen.actors.messages import PushRequest
+from queen.actors.messages import PushRequest, concat
 from queen.broadcast import Signal
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
@@ -235,27 +235,12 @@ class Replayer:
 
 def merge(records: list[SpoolRecord]) -> PushRequest:
     """One replay request holding ``records`` (all of one partition) in order."""
-    message_ids: list[str] = []
-    transaction_ids: list[str] = []
-    payloads: list[bytes] = []
-    any_sub = any(r.producer_subs is not None for r in records)
-    any_trace = any(r.trace_ids is not None for r in records)
-    subs: list[str | None] | None = [] if any_sub else None
-    traces: list[str | None] | None = [] if any_trace else None
-    for record in records:
-        n = len(record)
-        message_ids.extend(record.message_ids)
-        transaction_ids.extend(record.transaction_ids)
-        payloads.extend(record.payloads)
-        if subs is not None:
-            subs.extend(record.producer_subs or [None] * n)
-        if traces is not None:
-            traces.extend(record.trace_ids or [None] * n)
+    frames = concat(records)
     return PushRequest(
-        message_ids=message_ids,
-        transaction_ids=transaction_ids,
-        payloads=payloads,
-        producer_subs=subs,
-        trace_ids=traces,
+        message_ids=frames.message_ids,
+        transaction_ids=frames.transaction_ids,
+        payloads=frames.payloads,
+        producer_subs=frames.producer_subs,
+        trace_ids=frames.trace_ids,
         replay=True,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from queen.actors.messages import PushRequest
+from queen.actors.messages import PushRequest, concat
 from queen.actors.partition import Route
 from queen.broadcast import Signal
 from queen.health import DatabaseHealth
@@ -66,32 +66,13 @@ class SpoolRouter:
 
 
 def to_record(key: PartitionKey, requests: list[PushRequest]) -> SpoolRecord:
-    message_ids: list[str] = []
-    transaction_ids: list[str] = []
-    payloads: list[bytes] = []
-    subs: list[str | None] | None = None
-    traces: list[str | None] | None = None
-    any_sub = any(r.producer_subs is not None for r in requests)
-    any_trace = any(r.trace_ids is not None for r in requests)
-    if any_sub:
-        subs = []
-    if any_trace:
-        traces = []
-    for request in requests:
-        n = len(request)
-        message_ids.extend(request.message_ids)
-        transaction_ids.extend(request.transaction_ids)
-        payloads.extend(request.payloads)
-        if subs is not None:
-            subs.extend(request.producer_subs or [None] * n)
-        if traces is not None:
-            traces.extend(request.trace_ids or [None] * n)
+    frames = concat(requests)
     return SpoolRecord(
         key=key,
         created_ms=time.time_ns() // 1_000_000,
-        message_ids=message_ids,
-        transaction_ids=transaction_ids,
-        payloads=payloads,
-        producer_subs=subs,
-        trace_ids=traces,
+        message_ids=frames.message_ids,
+        transaction_ids=frames.transaction_ids,
+        payloads=frames.payloads,
+        producer_subs=frames.producer_subs,
+        trace_ids=frames.trace_ids,
     )
