@@ -285,22 +285,24 @@ async def open_broker(
             linger_s=settings.batch_linger_ms / 1000,
             queue_size=settings.batch_queue_size,
         )
+        parts: SpoolParts | None = None
+        router: WriteRouter | None = None
+        if spool:
+            index = SpoolIndex()
+            writer = SpoolWriter(
+                Path(settings.file_buffer_dir),
+                index,
+                metrics,
+                group_max_records=settings.spool_group_max_records,
+                file_max_bytes=settings.spool_file_max_bytes,
+                file_max_age_s=settings.spool_file_max_age_s,
+            )
+            writer.prepare()
+            parts = SpoolParts(index, writer)
+            router = SpoolRouter(index, writer, db_health, maintenance, changed)
         async with trio.open_nursery() as nursery:
-            parts: SpoolParts | None = None
-            router: WriteRouter | None = None
-            if spool:
-                index = SpoolIndex()
-                writer = SpoolWriter(
-                    Path(settings.file_buffer_dir),
-                    index,
-                    metrics,
-                    group_max_records=settings.spool_group_max_records,
-                    file_max_bytes=settings.spool_file_max_bytes,
-                    file_max_age_s=settings.spool_file_max_age_s,
-                )
-                await nursery.start(writer.run)
-                parts = SpoolParts(index, writer)
-                router = SpoolRouter(index, writer, db_health, maintenance, changed)
+            if parts is not None:
+                await nursery.start(parts.writer.run)
             await nursery.start(batcher.run)
             supervisor = Supervisor(opened, batcher, settings, metrics, router=router)
             await nursery.start(supervisor.run)

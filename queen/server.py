@@ -27,6 +27,7 @@ from hypercorn.utils import wrap_app
 from queen.broker import open_broker
 from queen.http.app import create_app
 from queen.settings import Settings
+from queen.spool import files
 from queen.storage.database import open_database
 
 log = logging.getLogger("queen.server")
@@ -39,10 +40,7 @@ class StartupError(RuntimeError):
 def check_spool_dir(settings: Settings) -> Path:
     path = Path(settings.file_buffer_dir)
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".queen-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        files.ensure_writable(path)
     except OSError as exc:
         raise StartupError(
             f"FILE_BUFFER_DIR={settings.file_buffer_dir!r} cannot be used: {exc.strerror or exc}"

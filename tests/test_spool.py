@@ -245,3 +245,14 @@ async def test_two_brokers_sharing_a_spool_directory_replay_each_file_once(
     assert sorted(t for p in range(3) for t in stored(store, f"p{p}")) == sorted(
         f"t{i}" for i in range(30)
     )
+
+
+async def test_spool_directory_that_cannot_be_created_names_the_variable(tmp_path: Path) -> None:
+    from queen.spool import SpoolError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    settings = fast(tmp_path, file_buffer_dir=str(blocker / "buffers"))
+    with pytest.raises(SpoolError, match="FILE_BUFFER_DIR"):
+        async with open_broker(settings, store=MemoryStore()):
+            pass

@@ -51,6 +51,14 @@ def list_spool_files(directory: Path) -> list[str]:
         return []
 
 
+def ensure_writable(directory: Path) -> None:
+    """Create ``directory`` if needed and prove a file can be created in it (raises OSError)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    probe = directory / ".queen-write-test"
+    probe.write_bytes(b"")
+    probe.unlink()
+
+
 def fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:

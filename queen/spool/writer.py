@@ -88,6 +88,16 @@ class SpoolWriter:
     def active_name(self) -> str | None:
         return self._active.name if self._active else None
 
+    def prepare(self) -> None:
+        """Create the spool directory and check it takes files; raise :class:`SpoolError`
+        naming the setting if it does not."""
+        try:
+            files.ensure_writable(self.directory)
+        except OSError as exc:
+            raise SpoolError(
+                f"FILE_BUFFER_DIR={str(self.directory)!r} cannot be used: {exc.strerror or exc}"
+            ) from exc
+
     async def append(self, records: list[SpoolRecord]) -> None:
         """Make ``records`` durable in the spool; raises :class:`SpoolError` if they are not."""
         request = _Append(records)
@@ -103,7 +113,7 @@ class SpoolWriter:
     async def run(
         self, *, task_status: trio.TaskStatus[SpoolWriter] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.prepare()
         task_status.started(self)
         try:
             while True:
