@@ -5,9 +5,13 @@ Set QUEEN_TEST_DATABASE_URL to run the suite against another PostgreSQL server i
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -29,19 +33,30 @@ TEST_SERVER_OPTIONS = {
 }
 
 
+@contextlib.contextmanager
+def embedded_pg_dir() -> Iterator[Path]:
+    """A data directory for an embedded server, outside pytest's temporary tree: the server
+    runs as another user, which must be able to reach it whatever pytest does to its own
+    directories (another pytest session on the machine resets their permissions)."""
+    path = Path(tempfile.mkdtemp(prefix="queen-test-pg-"))
+    try:
+        yield path / "data"
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres | None]:
+def pg_server() -> Iterator[EmbeddedPostgres | None]:
     if os.environ.get("QUEEN_TEST_DATABASE_URL"):
         yield None
         return
-    server = EmbeddedPostgres(
-        tmp_path_factory.mktemp("pg") / "data", server_options=TEST_SERVER_OPTIONS
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop("immediate")
+    with embedded_pg_dir() as data:
+        server = EmbeddedPostgres(data, server_options=TEST_SERVER_OPTIONS)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop("immediate")
 
 
 @pytest.fixture(scope="session")

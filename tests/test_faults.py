@@ -15,22 +15,23 @@ import pytest
 import trio
 
 from queen.storage.embedded import EmbeddedPostgres
-from tests.conftest import TEST_SERVER_OPTIONS, Db
+from tests.conftest import TEST_SERVER_OPTIONS, Db, embedded_pg_dir
 from tests.procs import BrokerProcess, spool_files
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def own_pg(tmp_path: Path) -> AsyncIterator[EmbeddedPostgres]:
+async def own_pg() -> AsyncIterator[EmbeddedPostgres]:
     """A PostgreSQL server this test may stop and start."""
-    server = EmbeddedPostgres(tmp_path / "pg", server_options=TEST_SERVER_OPTIONS)
-    await trio.to_thread.run_sync(server.start)
-    try:
-        yield server
-    finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(server.stop, "immediate")
+    with embedded_pg_dir() as data:
+        server = EmbeddedPostgres(data, server_options=TEST_SERVER_OPTIONS)
+        await trio.to_thread.run_sync(server.start)
+        try:
+            yield server
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(server.stop, "immediate")
 
 
 def broker_env(pg: EmbeddedPostgres, spool: Path, **extra: str) -> dict[str, str]:

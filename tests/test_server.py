@@ -15,7 +15,7 @@ from queen import open_broker
 from queen.server import StartupError, check_spool_dir, serve
 from queen.settings import Settings, describe
 from queen.storage.embedded import EmbeddedPostgres
-from tests.conftest import TEST_SERVER_OPTIONS, Db
+from tests.conftest import TEST_SERVER_OPTIONS, Db, embedded_pg_dir
 
 
 async def test_serve_over_a_real_socket(
@@ -111,7 +111,13 @@ def test_settings_from_env_and_overrides() -> None:
 async def test_health_and_pushes_follow_the_database(tmp_path: Any) -> None:
     """Stop PostgreSQL under a running broker: /health says 503, pushes answer ``buffered`` at
     once, and when PostgreSQL is back the broker recovers by itself and replays them."""
-    server = EmbeddedPostgres(tmp_path / "pg", server_options=TEST_SERVER_OPTIONS)
+    with embedded_pg_dir() as data:
+        await _outage_round_trip(
+            EmbeddedPostgres(data, server_options=TEST_SERVER_OPTIONS), tmp_path
+        )
+
+
+async def _outage_round_trip(server: EmbeddedPostgres, tmp_path: Any) -> None:
     url = await trio.to_thread.run_sync(server.start)
     settings = Settings(database_url=url, file_buffer_dir=str(tmp_path / "spool"))
     try:
