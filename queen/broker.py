@@ -27,7 +27,7 @@ from queen.actors.partition import WriteRouter
 from queen.batcher import Batcher
 from queen.broadcast import Signal
 from queen.health import DatabaseHealth
-from queen.intake import PreparedPush, prepare_push
+from queen.intake import PartitionBatch, PreparedPush, prepare_push
 from queen.maintenance import MaintenanceSwitch, StateStore
 from queen.metrics import Metrics
 from queen.model import PushResultDict, Status
@@ -119,7 +119,7 @@ class Broker:
             results: list[PushResultDict | None] = [None] * prepared.count
             for batch, request in zip(prepared.batches, requests, strict=True):
                 outcome = await request.reply.wait()
-                self._fill(results, batch.key.queue, batch.key.partition, batch, outcome)
+                self._fill(results, batch, outcome)
             return results  # type: ignore[return-value]
         finally:
             self._leave()
@@ -127,11 +127,11 @@ class Broker:
     def _fill(
         self,
         results: list[PushResultDict | None],
-        queue: str,
-        partition: str,
-        batch: Any,
+        batch: PartitionBatch,
         outcome: PushOutcome,
     ) -> None:
+        """Write the answers of one partition's items into ``results`` (body positions)."""
+        queue, partition = batch.key.queue, batch.key.partition
         status = outcome.status.value
         duplicates = outcome.duplicates
         m = self.metrics
@@ -143,10 +143,12 @@ class Broker:
             m.push_items_buffered += rest
         else:
             m.push_items_failed += rest
-        for pos, index in enumerate(batch.indexes):
-            named = duplicates.get(pos) if duplicates else None
-            message_id = named or batch.message_ids[pos]
-            transaction_id = batch.transaction_ids[pos]
+        for pos, (index, own_id, transaction_id) in enumerate(
+            zip(batch.indexes, batch.message_ids, batch.transaction_ids, strict=True)
+        ):
+            message_id, item_status = own_id, status
+            if duplicates and pos in duplicates:
+                message_id, item_status = duplicates[pos], "duplicate"
             results[index] = {
                 "index": index,
                 "message_id": message_id,
@@ -155,7 +157,7 @@ class Broker:
                 "transactionId": transaction_id,
                 "queueName": queue,
                 "partition": partition,
-                "status": "duplicate" if named else status,
+                "status": item_status,
             }
 
     def _enter(self) -> None:

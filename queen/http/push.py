@@ -8,7 +8,7 @@ from quart import Blueprint, Response, current_app, request
 
 from queen.broker import Broker
 from queen.http.responses import error_response, json_response
-from queen.intake import decode_json, prepare_push
+from queen.intake import decode_json, plain_json_strings, prepare_push
 from queen.model import InvalidPush
 
 blueprint = Blueprint("push", __name__)
@@ -27,7 +27,7 @@ async def push() -> Response:
         body = decode_json(raw)
         if type(body) is not dict:
             raise InvalidPush("body must be a JSON object with an items array")
-        prepared = prepare_push(body.get("items"))
+        prepared = prepare_push(body.get("items"), plain_strings=plain_json_strings(raw))
     except InvalidPush as exc:
         return error_response(400, str(exc))
     if prepared.count == 0:
