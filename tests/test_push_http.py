@@ -422,3 +422,17 @@ async def test_body_between_quarts_default_limit_and_ours_is_accepted(
     resp = await client.post(PUSH, data=raw, headers={"content-type": "application/json"})
     assert resp.status_code == 201
     assert await db.count_frames(queue) == 1
+
+
+async def test_values_holding_the_column_separator_are_stored_exactly(
+    broker: Broker, queue: str, db: Db
+) -> None:
+    sub = "team\x1fservice"  # a producer identity is trusted as given
+    results = await broker.push(
+        [{"queue": queue, "partition": "p", "payload": {"s": "a\u001fb"}, "transactionId": "x"}],
+        producer_sub=sub,
+    )
+    assert results[0]["status"] == "queued"
+    frames = await db.frames(queue, "p")
+    assert frames[0]["sub"] == sub
+    assert orjson.loads(frames[0]["payload"]) == {"s": "a\u001fb"}

@@ -30,12 +30,11 @@ log = logging.getLogger("queen.storage")
 SEP = "\x1f"
 _MIGRATION_LOCK = 0x5155_4545_4E00  # "QUEEN\0": one advisory lock id for schema changes
 
-_PUSH_SQL = "SELECT statuses, originals FROM queen.push_segments(%s, %s, %s, %s, %s, %s, %s)"
+_PUSH_SQL = "SELECT statuses, originals FROM queen.push_segments(%s, %s, %s, %s, %s, %s, %s, %s)"
 _PUSH_ARRAYS_SQL = (
-    "SELECT statuses, originals FROM queen.push_frames("
-    "%s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::text[], %s::uuid[], %s::integer[])"
+    "SELECT statuses, originals FROM queen.push_frames(%s::bigint[], %s::integer[], "
+    "%s::uuid[], %s::text[], %s::text[], %s::text[], %s::uuid[], %s::integer[])"
 )
-
 
 # Applied in this order at every start-up; each file is idempotent. A room of the broker that
 # needs tables of its own adds its file here.
@@ -123,60 +122,69 @@ def _join(values: list[str]) -> str | None:
     return text if text.count(SEP) == len(values) - 1 else None
 
 
+def _leaders(writes: Sequence[SegmentWrite]) -> list[int] | None:
+    """First-wins positions across the batch (1-based), or None when no write repeats a
+    transaction id (the server then takes its fast path)."""
+    if all(len(set(w.transaction_ids)) == len(w) for w in writes):
+        return None
+    leaders: list[int] = []
+    base = 1
+    for w in writes:
+        leaders.extend(base + lead for lead in w.leaders)
+        base += len(w)
+    return leaders
+
+
+def _optional_column(writes: Sequence[SegmentWrite], name: str) -> list[str | None] | None:
+    columns = [getattr(w, name) for w in writes]
+    if all(c is None for c in columns):
+        return None
+    out: list[str | None] = []
+    for w, column in zip(writes, columns, strict=True):
+        out.extend(column if column is not None else [None] * len(w))
+    return out
+
+
 def _encode(writes: Sequence[SegmentWrite]) -> tuple[str | None, ...] | None:
-    pids: list[str] = []
+    """The push_segments arguments, or None if a value holds the separator."""
     mids: list[str] = []
     txids: list[str] = []
     payloads: list[bytes] = []
-    subs: list[str] = []
-    traces: list[str] = []
-    leaders: list[str] = []
-    any_sub = any(w.producer_subs is not None for w in writes)
-    any_trace = any(w.trace_ids is not None for w in writes)
-    base = 1  # the server numbers frames from 1 across the whole batch
     for w in writes:
-        n = len(w)
-        leaders.extend([str(base + lead) for lead in w.leaders])
-        base += n
-        pids.extend([str(w.partition_id)] * n)
         mids.extend(w.message_ids)
         txids.extend(w.transaction_ids)
         payloads.extend(w.payloads)
-        if any_sub:
-            subs.extend(s or "" for s in (w.producer_subs or [None] * n))
-        if any_trace:
-            traces.extend(t or "" for t in (w.trace_ids or [None] * n))
+    subs = _optional_column(writes, "producer_subs")
+    traces = _optional_column(writes, "trace_ids")
+    leaders = _leaders(writes)
     joined_txids = _join(txids)
-    joined_subs = _join(subs) if any_sub else None
-    if joined_txids is None or (any_sub and joined_subs is None):
+    joined_subs = _join([s or "" for s in subs]) if subs is not None else None
+    if joined_txids is None or (subs is not None and joined_subs is None):
         return None
-    payload_text = b"\x1f".join(payloads).decode("utf-8")
     return (
-        SEP.join(pids),
+        SEP.join(str(w.partition_id) for w in writes),
+        SEP.join(str(len(w)) for w in writes),
         SEP.join(mids),
         joined_txids,
-        payload_text,
+        b"\x1f".join(payloads).decode("utf-8"),
         joined_subs,
-        SEP.join(traces) if any_trace else None,
-        SEP.join(leaders),
+        SEP.join(t or "" for t in traces) if traces is not None else None,
+        SEP.join(map(str, leaders)) if leaders is not None else None,
     )
 
 
-def _encode_arrays(writes: Sequence[SegmentWrite]) -> tuple[list[Any], ...]:
+def _encode_arrays(writes: Sequence[SegmentWrite]) -> tuple[list[Any] | None, ...]:
     """Exact but slow encoding, for batches holding the separator inside a value."""
-    cols: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
-    base = 1
-    for w in writes:
-        n = len(w)
-        cols[6].extend(base + lead for lead in w.leaders)
-        base += n
-        cols[0].extend([w.partition_id] * n)
-        cols[1].extend(w.message_ids)
-        cols[2].extend(w.transaction_ids)
-        cols[3].extend(p.decode("utf-8") for p in w.payloads)
-        cols[4].extend(w.producer_subs or [None] * n)
-        cols[5].extend(w.trace_ids or [None] * n)
-    return cols
+    return (
+        [w.partition_id for w in writes],
+        [len(w) for w in writes],
+        [m for w in writes for m in w.message_ids],
+        [t for w in writes for t in w.transaction_ids],
+        [p.decode("utf-8") for w in writes for p in w.payloads],
+        _optional_column(writes, "producer_subs"),
+        _optional_column(writes, "trace_ids"),
+        _leaders(writes),
+    )
 
 
 def _decode(
