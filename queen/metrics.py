@@ -43,4 +43,4 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
-_GAUGES = {"actors_active", "max_partitions_per_transaction"}
+_GAUGES = {"actors_active", "max_partitions_per_transaction", "process_id"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from quart import Blueprint, Response, current_app
 
 from queen.broker import Broker
@@ -20,5 +22,6 @@ async def health() -> Response:
 @blueprint.get("/metrics")
 async def metrics() -> Response:
     broker: Broker = current_app.config["QUEEN_BROKER"]
-    text = broker.metrics.render_prometheus()
+    # Counters are per process: the process id tells apart the workers behind one port.
+    text = broker.metrics.render_prometheus({"process_id": os.getpid()})
     return Response(text, status=200, content_type="text/plain; version=0.0.4")
