@@ -27,8 +27,12 @@ METHOD = """\
 - **RSS**: the broker's process tree, sampled every 0.5 s during the window (largest value).
 - **HTTP ceiling**: the same Quart-Trio app class, Hypercorn worker, configuration and
   SO_REUSEPORT socket as `queen serve`, with a push route that decodes the body (orjson),
-  mints ids and answers the broker's shape for every item, without the broker or the
-  database; same load and process count as the scenario it bounds.
+  mints ids and answers the broker's shape for every item, without the broker's intake
+  (validation, payload re-encoding, grouping) or the database; same load and process count
+  as the scenario it bounds.
+- **Targets**: "HTTP ceiling's own" is the same figure measured on the bare HTTP stack; with
+  a closed loop of N connections, mean latency is N ÷ requests/s, so a latency target below
+  what the bare stack reaches cannot be met by the broker at that load.
 - **PostgreSQL ceiling**: a plain psycopg loop (no HTTP, no actors, no Trio), one thread and
   connection per concurrent transaction of the broker, each on its own queue. Batches shaped
   like the scenario's requests (one segment row per partition with the parallel arrays, one

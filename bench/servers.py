@@ -48,6 +48,7 @@ class Database:
         return psycopg.connect(self.conninfo, autocommit=True)
 
 
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 _SHOWN_SETTINGS = ("fsync", "synchronous_commit", "shared_buffers", "max_wal_size", "wal_level")
 
 
@@ -68,9 +69,12 @@ def open_database(url: str | None, workdir: Path) -> Iterator[Database]:
             row = conn.execute("SELECT version(), pg_backend_pid()").fetchone()
             assert row is not None
             db.version = str(row[0]).split(" on ")[0]
-            backend = procfs.read_stat(int(row[1]))
-            if backend is not None and backend.comm.startswith("postgres"):
-                db.postmaster_pid = backend.ppid
+            # Only a server on this machine has its backend among our processes.
+            host = conn.info.host
+            if host.startswith("/") or host in _LOCAL_HOSTS:
+                backend = procfs.read_stat(int(row[1]))
+                if backend is not None and backend.comm.startswith("postgres"):
+                    db.postmaster_pid = backend.ppid
             for name in _SHOWN_SETTINGS:
                 value = conn.execute(f"SHOW {name}").fetchone()
                 db.settings[name] = str(value[0]) if value else "?"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import counters, procfs, report
+from bench import counters, procfs, report, wrk
 from bench.runner import Options, plan
 from bench.scenarios import SCENARIOS, select
 from bench.targets import evaluate
@@ -67,6 +67,36 @@ def test_wrk_report_is_read_with_units_and_errors() -> None:
 def test_wrk_report_without_results_is_an_error() -> None:
     with pytest.raises(WrkError, match="no result"):
         parse_report("unable to connect to 127.0.0.1:1 Connection refused\n")
+
+
+def test_missing_wrk_is_installed_or_named_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    class Result:
+        returncode = 100
+        stdout = ""
+        stderr = "E: Unable to locate package wrk"
+
+    def run(argv: list[str], **_kw: object) -> Result:
+        calls.append(argv)
+        return Result()
+
+    monkeypatch.setattr(wrk.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(
+        wrk.shutil, "which", lambda name: "/usr/bin/apt-get" if name == "apt-get" else None
+    )
+    monkeypatch.setattr(wrk.subprocess, "run", run)
+    with pytest.raises(WrkError, match=r"Unable to locate package wrk.*Install wrk"):
+        wrk.ensure_wrk()
+    assert calls == [
+        ["apt-get", "install", "-y", "-q", "wrk"],
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "wrk"],
+    ]
+
+    monkeypatch.setattr(wrk.shutil, "which", lambda name: None)
+    with pytest.raises(WrkError, match="apt-get is not available"):
+        wrk.ensure_wrk()
 
 
 def test_proc_stat_with_a_command_name_holding_spaces_and_parens() -> None:
