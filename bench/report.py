@@ -190,7 +190,9 @@ PG_HEADERS = [
 
 
 def fraction_rows(doc: Doc) -> tuple[list[str], list[list[str]]]:
-    headers = ["scenario", "HTTP ceiling", "vs HTTP", *(f"vs {v}" for v in VARIANTS)]
+    measured = {v for variants in doc.get("pg_ceilings", {}).values() for v in variants}
+    shown = [v for v in VARIANTS if v in measured]
+    headers = ["scenario", "HTTP ceiling", "vs HTTP", *(f"vs {v}" for v in shown)]
     rows = []
     for name, r in doc.get("scenarios", {}).items():
         vs = r.get("vs_pg") or {}
@@ -199,7 +201,7 @@ def fraction_rows(doc: Doc) -> tuple[list[str], list[list[str]]]:
                 name,
                 str(r.get("http_ceiling", "")),
                 _n(r.get("vs_http"), ".2f"),
-                *(_n(vs.get(v), ".2f") for v in VARIANTS),
+                *(_n(vs.get(v), ".2f") for v in shown),
             ]
         )
     return headers, rows

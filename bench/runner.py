@@ -1,22 +1,14 @@
-"""One benchmark run: the plan (ceilings beside the scenarios they bound), the measurements,
-and the results document (a JSON-ready dict) that :mod:`bench.report` renders.
-
-Every wrk run is measured the same way: readings before and after of the server's process
-tree CPU, the database's process tree CPU, the machine's busy time and, for the broker, the
-/metrics counters of every worker; RSS sampled during the window. Whatever the machine did
-beyond server, database, wrk and the harness is reported as "other" load, so a run on a busy
-machine shows it.
-"""
+"""One benchmark run: the plan (each ceiling beside the first scenario it bounds), the steps
+(each wrk run measured by :func:`bench.measure.measure`), and the results document (a
+JSON-ready dict) that :mod:`bench.report` renders."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import resource
 import secrets
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import counters, machine, procfs
+from bench import counters, machine
+from bench.measure import Window, measure, per_100k, window_record
 from bench.pg_ceiling import VARIANTS, run_pg_ceiling
 from bench.scenarios import HTTP_CEILINGS, PG_SHAPES, SCENARIOS, Load, Scenario
 from bench.servers import (
@@ -37,7 +30,6 @@ from bench.servers import (
 )
 from bench.wrk import WrkReport, run_wrk, wrk_version
 
-MB = 1024 * 1024
 COVER_LIMIT_S = 120.0  # longest extra warm-up spent giving every partition its actor
 
 
@@ -91,129 +83,6 @@ def estimate_s(steps: list[Step], options: Options) -> float:
     per_wrk = options.warmup_s + options.duration_s + 4
     per_pg = options.pg_warmup_s + options.pg_duration_s + 1
     return sum(per_pg if st.kind == "pg" else per_wrk for st in steps) + 5
-
-
-class _Peak:
-    """Samples ``read()`` every ``interval_s`` in a thread; keeps the largest value."""
-
-    def __init__(self, read: Callable[[], int], interval_s: float = 0.5) -> None:
-        self.read = read
-        self.interval_s = interval_s
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.peak = max(self.peak, self.read())
-
-    def __enter__(self) -> _Peak:
-        self.peak = self.read()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.read())
-
-
-def _self_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-@dataclass(slots=True)
-class Window:
-    """One measured wrk run against ``server``."""
-
-    wrk: WrkReport
-    wall_s: float
-    server_cpu_s: float
-    db_cpu_s: float | None
-    other_cpu_s: float
-    rss_max_bytes: int
-    rss_peak_bytes: int
-    counters: dict[str, float] | None = None
-    actors_active: float | None = None  # partition actors alive at the end (all workers)
-
-
-def measure(
-    server: Server,
-    db: Database,
-    wrk: str,
-    load: Load,
-    *,
-    seconds: float,
-    queue: str,
-    tag: str,
-    threads: int,
-    broker_processes: int = 0,
-) -> Window:
-    before = counters.fetch_metrics(server.base_url, broker_processes) if broker_processes else {}
-    busy0, self0 = procfs.machine_busy_s(), _self_cpu_s()
-    server0, db0, t0 = server.cpu_s(), db.cpu_s(), time.monotonic()
-    with _Peak(server.rss_bytes) as rss:
-        report, _raw = run_wrk(
-            wrk, server.base_url, load, seconds=seconds, queue=queue, tag=tag, threads=threads
-        )
-    server1, db1, t1 = server.cpu_s(), db.cpu_s(), time.monotonic()
-    busy1, self1 = procfs.machine_busy_s(), _self_cpu_s()
-    after = counters.fetch_metrics(server.base_url, broker_processes) if broker_processes else {}
-    db_cpu = None if db0 is None or db1 is None else db1 - db0
-    ours = (server1 - server0) + (db_cpu or 0.0) + report.cpu_s + (self1 - self0)
-    return Window(
-        wrk=report,
-        wall_s=t1 - t0,
-        server_cpu_s=server1 - server0,
-        db_cpu_s=db_cpu,
-        other_cpu_s=max(0.0, (busy1 - busy0) - ours),
-        rss_max_bytes=rss.peak,
-        rss_peak_bytes=server.rss_bytes(peak=True),
-        counters=counters.delta(before, after) if broker_processes else None,
-        actors_active=(
-            sum(v.get("queen_actors_active", 0.0) for v in after.values())
-            if broker_processes
-            else None
-        ),
-    )
-
-
-def _per_100k(cpu_s: float | None, messages: float) -> float | None:
-    return None if cpu_s is None or messages <= 0 else cpu_s / messages * 100_000
-
-
-def _latency(report: WrkReport) -> dict[str, float]:
-    out = {f"p{k}": v for k, v in report.percentiles_ms.items()}
-    out["avg"] = report.latency_avg_ms
-    out["max"] = report.latency_max_ms
-    return out
-
-
-def _window_record(win: Window, load: Load) -> dict[str, Any]:
-    report = win.wrk
-    messages = report.ok_requests * load.items
-    return {
-        "items_per_request": load.items,
-        "connections": load.connections,
-        "partitions": load.partitions,
-        "duplicates": load.duplicates,
-        "seconds": report.duration_s,
-        "requests": report.requests,
-        "errors": {"non_2xx": report.non_2xx, **report.socket_errors},
-        "requests_per_s": report.requests_per_s,
-        "msg_per_s": messages / report.duration_s if report.duration_s else 0.0,
-        "latency_ms": _latency(report),
-        "server_cpu_s": win.server_cpu_s,
-        "server_cores": win.server_cpu_s / win.wall_s,
-        "server_cpu_s_per_100k": _per_100k(win.server_cpu_s, messages),
-        "db_cpu_s": win.db_cpu_s,
-        "db_cpu_s_per_100k": _per_100k(win.db_cpu_s, messages),
-        "wrk_cpu_s": report.cpu_s,
-        "other_cores": win.other_cpu_s / win.wall_s,
-        "rss_mb": win.rss_max_bytes / MB,
-        "rss_peak_mb": win.rss_peak_bytes / MB,
-    }
 
 
 class Run:
@@ -383,7 +252,7 @@ class Run:
         finally:
             server.stop()
         record = {"description": ceiling.describe(), "workers": ceiling.workers}
-        record.update(_window_record(win, ceiling.load))
+        record.update(window_record(win, ceiling.load))
         self.http[name] = record
         return _summary(record)
 
@@ -402,7 +271,7 @@ class Run:
             "http_ceiling": s.http,
             "pg_shape": s.pg,
         }
-        record.update(_window_record(win, s.load))
+        record.update(window_record(win, s.load))
         figures = counters.push_figures(win.counters or {})
         record.update(
             {
@@ -414,8 +283,8 @@ class Run:
             }
         )
         if figures.items > 0:  # CPU per message the broker actually took in during the window
-            record["server_cpu_s_per_100k"] = _per_100k(win.server_cpu_s, figures.items)
-            record["db_cpu_s_per_100k"] = _per_100k(win.db_cpu_s, figures.items)
+            record["server_cpu_s_per_100k"] = per_100k(win.server_cpu_s, figures.items)
+            record["db_cpu_s_per_100k"] = per_100k(win.db_cpu_s, figures.items)
         self.scenarios[name] = record
         text = _summary(record)
         if figures.requests_per_tx is not None:
@@ -442,8 +311,8 @@ class Run:
         )
         record = dataclasses.asdict(result)
         record["description"] = PG_SHAPES[name].describe()
-        record["db_cpu_s_per_100k"] = _per_100k(result.db_cpu_s, result.frames)
-        record["client_cpu_s_per_100k"] = _per_100k(result.client_cpu_s, result.frames)
+        record["db_cpu_s_per_100k"] = per_100k(result.db_cpu_s, result.frames)
+        record["client_cpu_s_per_100k"] = per_100k(result.client_cpu_s, result.frames)
         self.pg.setdefault(name, {})[variant] = record
         return (
             f"{result.msg_per_s:>10,.0f} msg/s  {result.commits_per_s:,.0f} commits/s"
