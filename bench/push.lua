@@ -1,32 +1,46 @@
--- wrk script: POST /api/v1/push with ITEMS items per request spread over PARTITIONS
--- partitions, ~100-byte JSON payloads and unique transactionIds (DUP=1 repeats each
--- transactionId once, so half of the pushes are duplicates).
+-- wrk script: POST /api/v1/push bodies for the benchmark.
+--
+-- Environment:
+--   ITEMS       items per request (default 1)
+--   PARTITIONS  the items go to partitions p0..p(PARTITIONS-1), round-robin (default 10)
+--   QUEUE       queue name (default "bench")
+--   TAG         prefix of every transactionId; give every wrk run a new one, or a run sends
+--               the transactionIds of the previous one and pushes nothing but duplicates
+--   DUP=1       every request is sent twice with the same items: half the pushes duplicate
+--   START       requests to skip: a run that continues another one's partition rotation
+--
+-- Payloads are ~100-byte JSON objects. transactionIds are TAG-<thread>-<item number>, so they
+-- are unique inside one run (and across runs with different TAGs).
 local items = tonumber(os.getenv("ITEMS") or "1")
 local partitions = tonumber(os.getenv("PARTITIONS") or "10")
 local queue = os.getenv("QUEUE") or "bench"
+local tag = os.getenv("TAG") or tostring(os.time())
 local dup = os.getenv("DUP") == "1"
-local run_tag = os.getenv("TAG") or tostring(os.time())
-local counter = 0
-local thread_tag = ""
-local threads = 0
+local headers = {["Content-Type"] = "application/json"}
 
--- Every wrk run and every thread gets its own transactionId space (TAG, else the clock).
+local threads_created = 0
 function setup(thread)
-  threads = threads + 1
-  thread:set("thread_tag", run_tag .. "-" .. threads)
+  threads_created = threads_created + 1
+  -- a global of that thread's Lua state (read below as thread_no)
+  thread:set("thread_no", threads_created)
 end
+
+local item_head = '{"queue":"' .. queue .. '","partition":"p'
+local counter = tonumber(os.getenv("START") or "0")
 
 request = function()
   counter = counter + 1
   local seq = counter
   if dup then seq = math.floor((counter + 1) / 2) end
+  local prefix = tag .. "-" .. tostring(thread_no or 0) .. "-"
   local parts = {}
   for i = 1, items do
-    local n = seq * items + i
+    local n = (seq - 1) * items + i
     parts[i] = string.format(
-      '{"queue":"%s","partition":"p%d","payload":{"orderId":%d,"total":4200,"customer":"cust-%d","note":"benchmark payload xxxxxxxxxx"},"transactionId":"%s-%d-%d"}',
-      queue, n % partitions, n, n % 997, thread_tag, seq, i)
+      '%s%d","payload":{"orderId":%d,"total":4200,"customer":"cust-%03d",' ..
+      '"note":"benchmark payload, about one hundred bytes"},"transactionId":"%s%d"}',
+      item_head, n % partitions, n, n % 997, prefix, n)
   end
-  return wrk.format("POST", "/api/v1/push", {["Content-Type"] = "application/json"},
+  return wrk.format("POST", "/api/v1/push", headers,
     '{"items":[' .. table.concat(parts, ",") .. ']}')
 end

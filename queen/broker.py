@@ -14,6 +14,7 @@ get ``shutdown_grace_s`` to finish, then everything left is cancelled.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -193,6 +194,8 @@ class Broker:
     def gauges(self) -> dict[str, float]:
         """Point-in-time values for /metrics, beside the counters."""
         values: dict[str, float] = {
+            # Counters are per process: the process id tells the workers behind one port apart.
+            "process_id": float(os.getpid()),
             "database_up": float(self.db_health.up),
             "maintenance_mode": float(self.maintenance.enabled),
         }

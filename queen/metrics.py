@@ -58,4 +58,5 @@ _GAUGES = {
     "spool_replay_rate",
     "database_up",
     "maintenance_mode",
+    "process_id",
 }

@@ -6,7 +6,10 @@ accepting and finishes its requests, then the broker drains, then the embedded P
 this process started it) stops.
 
 With ``workers > 1`` the parent starts the database once, then runs that many broker processes
-that share the listening port through ``SO_REUSEPORT`` and the database through the URL.
+that share the listening port through ``SO_REUSEPORT`` and the database through the URL. Every
+setting the parent was given (flags included) reaches the workers through their environment.
+The parent forwards SIGINT/SIGTERM to the workers; if a worker exits on its own, the parent
+stops the others and exits (with an error if that worker failed), so a process manager sees it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
@@ -26,7 +30,7 @@ from hypercorn.utils import wrap_app
 
 from queen.broker import open_broker
 from queen.http.app import create_app
-from queen.settings import Settings
+from queen.settings import Settings, describe
 from queen.spool import files
 from queen.storage.database import open_database
 
@@ -115,8 +119,29 @@ async def _stop_on_signal(stop: trio.Event) -> None:
             return
 
 
+def worker_environ(
+    settings: Settings, conninfo: str, worker: int, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of worker ``worker``: ``base`` (default: ours) plus every setting."""
+    env = dict(os.environ if base is None else base)
+    for name, variable, _kind, _default, _help in describe():
+        value = getattr(settings, name)
+        if value is None:
+            env.pop(variable, None)
+        else:
+            env[variable] = str(value)
+    env["DATABASE_URL"] = conninfo
+    env["QUEEN_WORKERS"] = "1"
+    env["QUEEN_WORKER_ID"] = str(worker)
+    return env
+
+
 async def serve_workers(settings: Settings) -> None:
-    """Start the database once, then ``settings.workers`` broker processes on one port."""
+    """Start the database once, then ``settings.workers`` broker processes on one port.
+
+    Returns when every worker has stopped. Raises :class:`StartupError` if a worker failed
+    (exited with an error without being asked to stop); the others are stopped first.
+    """
     check_spool_dir(settings)
     async with open_database(settings) as (conninfo, description):
         log.info(
@@ -127,36 +152,55 @@ async def serve_workers(settings: Settings) -> None:
             description,
             settings.file_buffer_dir,
         )
+        stopping = False
+        failure: list[str] = []
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with trio.open_nursery() as nursery:
-                children: list[trio.Process] = []
+            children: list[trio.Process] = []
+            try:
                 for i in range(settings.workers):
-                    env = {**os.environ, "DATABASE_URL": conninfo, "QUEEN_WORKER_ID": str(i)}
                     children.append(
                         await trio.lowlevel.open_process(
                             [sys.executable, "-m", "queen.cli", "serve", "--workers", "1"],
-                            env=env,
+                            env=worker_environ(settings, conninfo, i),
                         )
                     )
 
                 async def forward() -> None:
+                    nonlocal stopping
                     async for signum in signals:
+                        stopping = True
                         for child in children:
                             if child.returncode is None:
                                 child.send_signal(signum)
 
-                nursery.start_soon(forward)
-                try:
+                async def watch(worker: int, child: trio.Process) -> None:
+                    nonlocal stopping
+                    code = await child.wait()
+                    if stopping:
+                        return
+                    stopping = True
+                    if code != 0:
+                        failure.append(f"worker {worker} exited with code {code}")
+                    log.warning("worker %d exited (code %d); stopping the others", worker, code)
+                    for other in children:
+                        if other.returncode is None:
+                            other.terminate()
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(forward)
+                    async with trio.open_nursery() as watchers:
+                        for i, child in enumerate(children):
+                            watchers.start_soon(watch, i, child)
+                    nursery.cancel_scope.cancel()
+            finally:
+                for child in children:
+                    if child.returncode is None:
+                        child.terminate()
+                with trio.CancelScope(shield=True):
                     for child in children:
                         await child.wait()
-                finally:
-                    for child in children:
-                        if child.returncode is None:
-                            child.terminate()
-                    with trio.CancelScope(shield=True):
-                        for child in children:
-                            await child.wait()
-                nursery.cancel_scope.cancel()
+    if failure:
+        raise StartupError(failure[0])
 
 
 def run(settings: Settings) -> None:

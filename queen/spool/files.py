@@ -54,7 +54,7 @@ def list_spool_files(directory: Path) -> list[str]:
 def ensure_writable(directory: Path) -> None:
     """Create ``directory`` if needed and prove a file can be created in it (raises OSError)."""
     directory.mkdir(parents=True, exist_ok=True)
-    probe = directory / ".queen-write-test"
+    probe = directory / f".queen-write-test-{os.getpid()}"  # processes may check at once
     probe.write_bytes(b"")
     probe.unlink()
 

@@ -1,0 +1,127 @@
+"""``python -m bench`` (or ``./bench/run.sh``): run the push benchmark and report it.
+
+    ./bench/run.sh                          # every scenario and ceiling, ~10 minutes
+    ./bench/run.sh --scenarios S1,S3 --duration 5 --warmup 2
+    ./bench/run.sh --write-results          # also refresh bench/RESULTS.md
+    ./bench/run.sh --render bench/results/X.json --write-results   # re-render a saved run
+
+The database is a new embedded PostgreSQL, or ``DATABASE_URL`` if it is set (the run's own
+queues are deleted afterwards). QUEEN_* variables reach the broker, so settings can be tried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.pg_ceiling import VARIANTS
+from bench.report import markdown, terminal
+from bench.runner import Options, Run
+from bench.scenarios import SCENARIOS, select
+from bench.wrk import WrkError, ensure_wrk
+from queen.settings import Settings
+
+HERE = Path(__file__).resolve().parent
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Benchmark the push path against same-run HTTP and PostgreSQL ceilings.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    names = ", ".join(f"{s.name} ({s.describe()})" for s in SCENARIOS.values())
+    p.add_argument("--scenarios", default="all", help=f"comma-separated, or all: {names}")
+    p.add_argument("--duration", type=float, default=25.0, help="measured seconds per wrk run")
+    p.add_argument("--warmup", type=float, default=5.0, help="warm-up seconds per wrk run")
+    p.add_argument("--no-http-ceiling", action="store_true", help="skip the HTTP ceilings")
+    p.add_argument("--no-pg-ceiling", action="store_true", help="skip the PostgreSQL ceilings")
+    p.add_argument("--pg-duration", type=float, default=10.0, help="measured seconds per variant")
+    p.add_argument("--pg-warmup", type=float, default=2.0, help="warm-up seconds per variant")
+    p.add_argument("--pg-group", type=int, default=10, help="batches per commit (G)")
+    p.add_argument(
+        "--pg-connections",
+        type=int,
+        default=None,
+        help="concurrent writers (default: the broker's QUEEN_WRITE_CONCURRENCY)",
+    )
+    p.add_argument(
+        "--pg-variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated: {', '.join(VARIANTS)}",
+    )
+    p.add_argument("--wrk-threads", type=int, default=1, help="wrk threads")
+    p.add_argument("--output", type=Path, help="JSON results (default bench/results/<run>.json)")
+    p.add_argument(
+        "--write-results",
+        nargs="?",
+        const=HERE / "RESULTS.md",
+        type=Path,
+        metavar="PATH",
+        help="also write the results as Markdown (default bench/RESULTS.md)",
+    )
+    p.add_argument("--render", type=Path, metavar="JSON", help="report a saved run; run nothing")
+    p.add_argument("--keep-data", action="store_true", help="keep the rows written (DATABASE_URL)")
+    return p
+
+
+def _options(args: argparse.Namespace) -> Options:
+    variants = [v.strip() for v in args.pg_variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown --pg-variants {', '.join(unknown)}")
+    for name in ("duration", "pg_duration", "pg_group", "wrk_threads"):
+        if getattr(args, name) <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive")
+    connections = args.pg_connections or Settings.from_env().write_concurrency
+    return Options(
+        scenarios=select(args.scenarios),
+        duration_s=args.duration,
+        warmup_s=max(0.0, args.warmup),
+        http_ceilings=not args.no_http_ceiling,
+        pg_ceilings=not args.no_pg_ceiling,
+        pg_duration_s=args.pg_duration,
+        pg_warmup_s=max(0.0, args.pg_warmup),
+        pg_group=args.pg_group,
+        pg_connections=connections,
+        pg_variants=variants,
+        wrk_threads=args.wrk_threads,
+        database_url=os.environ.get("DATABASE_URL") or None,
+        keep_data=args.keep_data,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    try:
+        if args.render:
+            doc = json.loads(args.render.read_text())
+        else:
+            options = _options(args)
+            wrk = ensure_wrk()
+            doc = Run(options, wrk, log=lambda line: print(line, flush=True)).execute()
+            doc["command"] = shlex.join(["./bench/run.sh", *argv])
+            output = args.output or HERE / "results" / f"{doc['run_id']}.json"
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps(doc, indent=2) + "\n")
+        print()
+        print(terminal(doc))
+        if not args.render:
+            print(f"\nresults: {output}")
+        if args.write_results:
+            command = doc.get("command") or "./bench/run.sh --write-results"
+            args.write_results.write_text(markdown(doc, command=command) + "\n")
+            print(f"written: {args.write_results}")
+    except (WrkError, ValueError, RuntimeError, OSError) as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,110 @@
+"""The HTTP ceiling: what the serving stack alone costs for a push.
+
+The same Quart-Trio application class, the same Hypercorn worker, configuration and listening
+socket as ``queen serve`` (taken from :mod:`queen.server`, so they cannot drift apart), with a
+``POST /api/v1/push`` that reads the body, decodes it with orjson, mints one message id per
+item and answers 201 with the broker's answer shape: one object per item with index,
+message_id, messageId, transaction_id, transactionId, queueName, partition and status. It never
+touches the database and does not validate, re-encode or group items: that is the broker's
+intake work, and part of what the broker is measured on.
+
+    python -m bench.http_ceiling          # QUEEN_HOST / QUEEN_PORT say where to listen
+
+Several processes can share the port (``SO_REUSEPORT``), like ``queen serve --workers``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from functools import partial
+from typing import Any
+
+import orjson
+import trio
+from hypercorn.config import Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from queen.http.responses import error_response, json_response
+from queen.ids import mint_ids
+from queen.model import DEFAULT_PARTITION
+from queen.server import hypercorn_config, listen_socket
+from queen.settings import Settings
+
+
+def create_app(max_body_bytes: int) -> QuartTrio:
+    app = QuartTrio("queen-http-ceiling")
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+
+    @app.post("/api/v1/push")
+    async def push() -> Response:
+        raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return error_response(400, f"malformed JSON: {exc}")
+        items: list[dict[str, Any]] = body.get("items") or []
+        ids = mint_ids(len(items))
+        results = []
+        for index, (item, message_id) in enumerate(zip(items, ids, strict=True)):
+            transaction_id = item.get("transactionId") or message_id
+            results.append(
+                {
+                    "index": index,
+                    "message_id": message_id,
+                    "messageId": message_id,
+                    "transaction_id": transaction_id,
+                    "transactionId": transaction_id,
+                    "queueName": item.get("queue"),
+                    "partition": item.get("partition", DEFAULT_PARTITION),
+                    "status": "queued",
+                }
+            )
+        return json_response(results, status=201)
+
+    @app.get("/health")
+    async def health() -> Response:
+        return json_response({"status": "healthy"})
+
+    return app
+
+
+async def serve(settings: Settings) -> None:
+    """Serve until SIGINT/SIGTERM, as :func:`queen.server.serve` does (without a broker)."""
+    app = create_app(settings.max_body_bytes)
+    config = hypercorn_config(settings)
+    sock = listen_socket(settings.host, settings.port)
+    stop = trio.Event()
+
+    async def stop_on_signal() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                stop.set()
+                return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop_on_signal)
+        await nursery.start(
+            partial(
+                worker_serve,
+                wrap_app(app, config.wsgi_max_body_size, None),
+                config,
+                sockets=Sockets([], [sock], []),
+                shutdown_trigger=stop.wait,
+            )
+        )
+        await stop.wait()
+        nursery.cancel_scope.cancel()
+
+
+def main() -> None:
+    settings = Settings.from_env()
+    logging.basicConfig(level=logging.WARNING)
+    trio.run(serve, settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+#!/usr/bin/env sh
+# The push benchmark: ./bench/run.sh [options]   (./bench/run.sh --help lists them)
+# Uses the project's .venv (created and installed here if missing), installs wrk if missing.
+set -eu
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+if ! .venv/bin/python -c "import queen" >/dev/null 2>&1; then
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+fi
+exec .venv/bin/python -m bench "$@"

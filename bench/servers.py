@@ -1,0 +1,206 @@
+"""The processes a benchmark run starts: the database, the broker, the HTTP ceiling server.
+
+The harness starts the embedded PostgreSQL itself (or uses ``DATABASE_URL``) and gives every
+broker the URL, so each scenario gets a fresh broker process (clean memory figures, clean actor
+registry) on one database that lives for the whole run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench import procfs
+from queen.storage.database import redact
+from queen.storage.embedded import EmbeddedPostgres
+from queen.storage.postgres import migrate_sync
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(slots=True)
+class Database:
+    conninfo: str
+    description: str
+    embedded: bool
+    postmaster_pid: int | None = None  # None: not on this machine, its CPU is not measured
+    version: str = ""
+    settings: dict[str, str] = field(default_factory=dict)
+
+    def cpu_s(self) -> float | None:
+        if self.postmaster_pid is None:
+            return None
+        return procfs.tree_cpu_s([self.postmaster_pid])
+
+    def connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.conninfo, autocommit=True)
+
+
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+_SHOWN_SETTINGS = ("fsync", "synchronous_commit", "shared_buffers", "max_wal_size", "wal_level")
+
+
+@contextlib.contextmanager
+def open_database(url: str | None, workdir: Path) -> Iterator[Database]:
+    """``url``, or a new embedded PostgreSQL under ``workdir`` (stopped on exit). The schema
+    is created, and the server described."""
+    server: EmbeddedPostgres | None = None
+    if url:
+        db = Database(url, redact(url), embedded=False)
+    else:
+        server = EmbeddedPostgres(workdir / "pg")
+        conninfo = server.start()
+        db = Database(conninfo, "embedded PostgreSQL (default settings of queen serve)", True)
+    try:
+        with db.connect() as conn:
+            migrate_sync(conn)
+            row = conn.execute("SELECT version(), pg_backend_pid()").fetchone()
+            assert row is not None
+            db.version = str(row[0]).split(" on ")[0]
+            # Only a server on this machine has its backend among our processes.
+            host = conn.info.host
+            if host.startswith("/") or host in _LOCAL_HOSTS:
+                backend = procfs.read_stat(int(row[1]))
+                if backend is not None and backend.comm.startswith("postgres"):
+                    db.postmaster_pid = backend.ppid
+            for name in _SHOWN_SETTINGS:
+                value = conn.execute(f"SHOW {name}").fetchone()
+                db.settings[name] = str(value[0]) if value else "?"
+        yield db
+    finally:
+        if server is not None and server.owned:
+            server.stop("fast")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(slots=True)
+class Server:
+    """Started processes serving HTTP on ``port`` with ``listeners`` listening sockets."""
+
+    name: str
+    processes: list[subprocess.Popen[bytes]]
+    port: int
+    listeners: int
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+    def cpu_s(self) -> float:
+        return procfs.tree_cpu_s(self.pids)
+
+    def rss_bytes(self, *, peak: bool = False) -> int:
+        return procfs.tree_rss_bytes(self.pids, peak=peak)
+
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        """Until every listener is up and /health answers 200."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for proc in self.processes:
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"{self.name} exited with code {proc.returncode} while starting; "
+                        f"see {self.log_path}:\n{_tail(self.log_path)}"
+                    )
+            if procfs.listening_sockets(self.port) >= self.listeners:
+                try:
+                    with urllib.request.urlopen(f"{self.base_url}/health", timeout=5) as answer:
+                        if answer.status == 200:
+                            return
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} did not become ready in {timeout_s:.0f} s")
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        for proc in self.processes:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in self.processes:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            argv, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+        )
+
+
+def start_broker(
+    db: Database, *, workers: int, workdir: Path, name: str, env: dict[str, str] | None = None
+) -> Server:
+    """``queen serve`` on a free port of 127.0.0.1 with ``workers`` processes; the caller's
+    environment passes through, so any QUEEN_* setting applies."""
+    port = free_port()
+    base = {k: v for k, v in (env or os.environ).items() if k != "QUEEN_WORKER_ID"}
+    child_env = {
+        **base,
+        "DATABASE_URL": db.conninfo,
+        "QUEEN_HOST": "127.0.0.1",
+        "QUEEN_PORT": str(port),
+        "QUEEN_WORKERS": str(workers),
+        "FILE_BUFFER_DIR": str(workdir / f"spool-{name}"),
+        "QUEEN_LOG_LEVEL": base.get("QUEEN_LOG_LEVEL", "warning"),
+    }
+    log_path = workdir / f"{name}.log"
+    proc = _spawn([sys.executable, "-m", "queen.cli", "serve"], child_env, log_path)
+    return Server(f"broker ({name})", [proc], port, workers, log_path)
+
+
+def start_http_ceiling(*, workers: int, workdir: Path, name: str) -> Server:
+    """``workers`` processes of :mod:`bench.http_ceiling` sharing one free port."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "QUEEN_WORKER_ID"}
+    env.update({"QUEEN_HOST": "127.0.0.1", "QUEEN_PORT": str(port)})
+    log_path = workdir / f"{name}.log"
+    argv = [sys.executable, "-m", "bench.http_ceiling"]
+    procs = [_spawn(argv, env, log_path) for _ in range(workers)]
+    return Server(f"HTTP ceiling ({name})", procs, port, workers, log_path)
+
+
+def drop_queues(db: Database, prefix: str) -> None:
+    """Delete every queue named ``prefix*`` with its partitions, segments and sidecar rows."""
+    pattern = prefix.replace("_", r"\_").replace("%", r"\%") + "%"
+    with db.connect() as conn, conn.transaction():
+        conn.execute(
+            """DELETE FROM queen.dedup WHERE partition_id IN (
+                   SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                   WHERE q.name LIKE %s)""",
+            (pattern,),
+        )
+        conn.execute("DELETE FROM queen.queues WHERE name LIKE %s", (pattern,))

@@ -1,0 +1,252 @@
+"""The benchmark harness's pure parts: wrk reports, /proc and /metrics readings, targets,
+the run plan and the report. No load is generated here."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import counters, procfs, report, wrk
+from bench.runner import Options, plan
+from bench.scenarios import SCENARIOS, select
+from bench.targets import evaluate
+from bench.wrk import WrkError, parse_report
+
+WRK_OK = """\
+Running 25s test @ http://127.0.0.1:41234/api/v1/push
+  1 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency    73.57ms   30.12ms    1.20s    70.00%
+    Req/Sec     0.86k   123.45     1.02k    66.67%
+  Latency Distribution
+     50%   67.13ms
+     75%   88.12ms
+     90%  122.08ms
+     99%  163.16ms
+  21657 requests in 25.08s, 10.23MB read
+  Socket errors: connect 0, read 2, write 0, timeout 5
+  Non-2xx or 3xx responses: 7
+Requests/sec:    863.52
+Transfer/sec:    417.70KB
+"""
+
+WRK_FAST = """\
+Running 1s test @ http://127.0.0.1:6755/api/v1/push
+  1 threads and 4 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   812.00us    1.24ms  17.14ms   96.12%
+    Req/Sec     1.64k   135.36     1.76k    90.00%
+  Latency Distribution
+     50%  733.00us
+     75%    2.52ms
+     90%    2.84ms
+     99%    8.05ms
+  1643 requests in 1.01s, 1.26MB read
+Requests/sec:   1633.44
+Transfer/sec:      1.25MB
+"""
+
+
+def test_wrk_report_is_read_with_units_and_errors() -> None:
+    r = parse_report(WRK_OK)
+    assert r.requests == 21657
+    assert r.duration_s == pytest.approx(25.08)
+    assert r.latency_avg_ms == pytest.approx(73.57)
+    assert r.latency_max_ms == pytest.approx(1200.0)
+    assert r.percentiles_ms == {"50": 67.13, "75": 88.12, "90": 122.08, "99": 163.16}
+    assert r.non_2xx == 7
+    assert r.socket_errors == {"connect": 0, "read": 2, "write": 0, "timeout": 5}
+    assert r.errors == 14
+    assert r.requests_per_s == pytest.approx((21657 - 7) / 25.08)
+
+    fast = parse_report(WRK_FAST)
+    assert fast.percentiles_ms["50"] == pytest.approx(0.733)
+    assert fast.latency_avg_ms == pytest.approx(0.812)
+    assert fast.non_2xx == 0 and fast.socket_errors == {}
+
+
+def test_wrk_report_without_results_is_an_error() -> None:
+    with pytest.raises(WrkError, match="no result"):
+        parse_report("unable to connect to 127.0.0.1:1 Connection refused\n")
+
+
+def test_missing_wrk_is_installed_or_named_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    class Result:
+        returncode = 100
+        stdout = ""
+        stderr = "E: Unable to locate package wrk"
+
+    def run(argv: list[str], **_kw: object) -> Result:
+        calls.append(argv)
+        return Result()
+
+    monkeypatch.setattr(wrk.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(
+        wrk.shutil, "which", lambda name: "/usr/bin/apt-get" if name == "apt-get" else None
+    )
+    monkeypatch.setattr(wrk.subprocess, "run", run)
+    with pytest.raises(WrkError, match=r"Unable to locate package wrk.*Install wrk"):
+        wrk.ensure_wrk()
+    assert calls == [
+        ["apt-get", "install", "-y", "-q", "wrk"],
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "wrk"],
+    ]
+
+    monkeypatch.setattr(wrk.shutil, "which", lambda name: None)
+    with pytest.raises(WrkError, match="apt-get is not available"):
+        wrk.ensure_wrk()
+
+
+def test_proc_stat_with_a_command_name_holding_spaces_and_parens() -> None:
+    fields = ["S", "41"] + ["0"] * 9 + ["300", "100", "50", "50"] + ["0"] * 30
+    stat = procfs.parse_stat("1234 (my (odd) proc) " + " ".join(fields))
+    assert (stat.pid, stat.ppid, stat.comm) == (1234, 41, "my (odd) proc")
+    assert stat.cpu_s == pytest.approx(500 / procfs._TICKS)
+
+
+def test_tree_cpu_counts_live_descendants_only_once() -> None:
+    stats = {
+        1: procfs.ProcStat(1, 0, "init", 100.0),
+        10: procfs.ProcStat(10, 1, "queen", 2.0),  # parent of two workers
+        11: procfs.ProcStat(11, 10, "python", 3.0),
+        12: procfs.ProcStat(12, 10, "python", 4.0),
+        13: procfs.ProcStat(13, 12, "python", 0.5),
+        20: procfs.ProcStat(20, 1, "postgres", 7.0),
+    }
+    assert procfs.descendants([10], stats) == {10, 11, 12, 13}
+    assert procfs.tree_cpu_s([10], stats) == pytest.approx(9.5)
+    assert procfs.tree_cpu_s([11, 20, 99], stats) == pytest.approx(10.0)
+
+
+def test_machine_busy_time_leaves_out_idle_and_iowait() -> None:
+    line = "cpu  1000 10 500 90000 300 20 30 40 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n"
+    assert procfs.machine_busy_s(line) == pytest.approx(1600 / procfs._TICKS)
+
+
+METRICS_TEXT = """\
+# TYPE queen_push_requests_total counter
+queen_push_requests_total 120
+queen_push_transactions_total 10.0
+queen_push_segments_total 40
+queen_push_requests_committed_total 100
+queen_some_labelled{kind="x"} 5
+# TYPE queen_process_id gauge
+queen_process_id 4242
+"""
+
+
+def test_metrics_text_is_parsed() -> None:
+    values = counters.parse_metrics(METRICS_TEXT)
+    assert values["queen_push_requests_total"] == 120
+    assert values["queen_process_id"] == 4242
+    assert "queen_some_labelled" not in values
+
+
+def test_metrics_delta_sums_workers_and_counts_new_ones_from_zero() -> None:
+    before = {
+        1: {"queen_push_transactions_total": 10, "queen_push_segments_total": 30},
+        2: {"queen_push_transactions_total": 5, "queen_push_segments_total": 5},
+    }
+    after = {
+        1: {"queen_push_transactions_total": 20, "queen_push_segments_total": 70},
+        2: {"queen_push_transactions_total": 15, "queen_push_segments_total": 45},
+        3: {"queen_push_transactions_total": 5, "queen_push_segments_total": 10},
+    }
+    d = counters.delta(before, after)
+    assert d["queen_push_transactions_total"] == 25
+    assert d["queen_push_segments_total"] == 90
+    assert d["queen_push_items_total"] == 0
+
+    d["queen_push_requests_committed_total"] = 250
+    f = counters.push_figures(d)
+    assert f.requests_per_tx == pytest.approx(10.0)
+    assert f.partitions_per_tx == pytest.approx(3.6)
+    assert counters.push_figures({}).requests_per_tx is None
+
+
+def _record(msg: float, **extra: object) -> dict[str, object]:
+    return {"msg_per_s": msg, **extra}
+
+
+def test_targets_pass_miss_and_not_available() -> None:
+    records = {
+        "S1": _record(1000, vs_http=0.7, requests_per_tx=8.0, latency_ms={"p99": 50.1}, rss_mb=80),
+        "S3": _record(59_999, vs_http=0.9),
+        "S4": _record(750, rss_mb=500),
+        "S5": _record(790),
+    }
+    got = {(o.scenario, o.target): o for o in evaluate(records)}
+    assert got[("S1", "msg/s ÷ HTTP ceiling ≥ 0.7")].status == "pass"
+    assert got[("S1", "requests/transaction ≥ 8")].status == "pass"
+    assert got[("S1", "p99 latency ms ≤ 50")].status == "miss"
+    assert got[("S3", "msg/s ÷ HTTP ceiling ≥ 0.6")].status == "pass"
+    assert got[("S3", "msg/s ≥ 60000")].status == "miss"
+    assert got[("S4", "msg/s ÷ S1 msg/s ≥ 0.75")].status == "pass"
+    assert got[("S4", "msg/s ÷ S1 msg/s ≥ 0.75")].measured == pytest.approx(0.75)
+    assert got[("S4", "broker RSS MB < 500")].status == "miss"  # strictly below
+    assert got[("S5", "msg/s ÷ S1 msg/s ≥ 0.8")].status == "miss"
+
+    without_s1 = evaluate({"S4": _record(750, rss_mb=100), "S3": _record(70_000)})
+    status = {(o.scenario, o.target): o.status for o in without_s1}
+    assert status[("S4", "msg/s ÷ S1 msg/s ≥ 0.75")] == "n/a"
+    assert status[("S4", "broker RSS MB < 500")] == "pass"
+    assert status[("S3", "msg/s ÷ HTTP ceiling ≥ 0.6")] == "n/a"  # no ceiling measured
+    assert status[("S1", "p99 latency ms ≤ 50")] == "n/a"
+
+
+def test_scenarios_are_selected_by_name() -> None:
+    assert [s.name for s in select("s3, S1,S3")] == ["S1", "S3"]
+    assert [s.name for s in select("all")] == list(SCENARIOS)
+    with pytest.raises(ValueError, match="unknown scenario"):
+        select("S9")
+    assert SCENARIOS["S5"].load.duplicates
+    assert SCENARIOS["S6"].workers == 2
+
+
+def test_plan_runs_each_ceiling_once_beside_its_first_scenario() -> None:
+    steps = plan(Options(select("all"), pg_variants=["fn", "fn-merged"]))
+    labels = [(s.kind, s.name, s.variant) for s in steps]
+    assert labels[:4] == [
+        ("http", "H1", ""),
+        ("broker", "S1", ""),
+        ("pg", "P1", "fn"),
+        ("pg", "P1", "fn-merged"),
+    ]
+    assert [n for k, n, _ in labels if k == "http"] == ["H1", "H2", "H3", "H3x2"]
+    assert [n for k, n, _ in labels if k == "broker"] == ["S1", "S2", "S3", "S4", "S5", "S6"]
+    assert labels.index(("http", "H3x2", "")) == labels.index(("broker", "S6", "")) - 1
+    bare = plan(Options(select("S4"), http_ceilings=False, pg_ceilings=False))
+    assert [(s.kind, s.name) for s in bare] == [("broker", "S4")]
+
+
+def test_report_renders_a_partial_run() -> None:
+    doc = {
+        "run_id": "r1",
+        "options": {"duration_s": 3},
+        "scenarios": {
+            "S1": {
+                "description": "1 item/request",
+                "msg_per_s": 900.0,
+                "vs_http": 0.6,
+                "vs_pg": {"fn": 1.2, "fn-merged": 0.1},
+                "latency_ms": {"p50": 10.0, "p99": 40.0, "max": 90.0},
+                "requests_per_tx": 9.5,
+                "errors": {"non_2xx": 0},
+                "http_ceiling": "H1",
+            }
+        },
+        "http_ceilings": {"H1": {"description": "1 item/request", "msg_per_s": 1500.0}},
+        "pg_ceilings": {"P1": {"fn": {"msg_per_s": 750.0, "group": 1}}},
+    }
+    text = report.terminal(doc)
+    assert "0.10 (fn-merged)" in text
+    assert "MISS" in text  # S1 vs HTTP 0.6 < 0.7
+    md = report.markdown(doc, command="./bench/run.sh")
+    assert "| S1 | 900 | 0.60 |" in md
+    assert "| S3 | msg/s ≥ 60000 | - | n/a | - |" in md
+    assert "warning" not in text  # no window recorded any load from other processes
+
+    doc["scenarios"]["S1"]["other_cores"] = 0.9
+    assert "distorted" in report.terminal(doc)

@@ -1,0 +1,124 @@
+"""``queen serve --workers N``: N broker processes behind one port, one database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from queen.server import worker_environ
+from queen.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _process_ids(base: str, expected: int, deadline: float) -> set[int]:
+    """Ask /metrics over fresh connections until ``expected`` processes have answered."""
+    seen: set[int] = set()
+    while len(seen) < expected and time.monotonic() < deadline:
+        try:
+            text = httpx.get(f"{base}/metrics", timeout=2).text
+        except httpx.HTTPError:
+            time.sleep(0.1)
+            continue
+        for line in text.splitlines():
+            if line.startswith("queen_process_id "):
+                seen.add(int(float(line.split()[1])))
+    return seen
+
+
+def test_worker_environment_carries_every_setting() -> None:
+    settings = Settings(port=7123, host="127.0.0.1", workers=3, actor_idle_timeout_s=2.5)
+    env = worker_environ(settings, "postgresql://db/x", 1, base={"DATABASE_URL": "old"})
+    assert env["QUEEN_PORT"] == "7123"
+    assert env["QUEEN_HOST"] == "127.0.0.1"
+    assert env["QUEEN_ACTOR_IDLE_TIMEOUT_S"] == "2.5"
+    assert env["DATABASE_URL"] == "postgresql://db/x"
+    assert env["QUEEN_WORKERS"] == "1"
+    assert env["QUEEN_WORKER_ID"] == "1"
+    assert Settings.from_env(env).port == 7123
+
+
+def test_two_workers_share_the_port_and_stop_on_sigterm(pg_url: str, tmp_path: Path) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+    env["DATABASE_URL"] = pg_url
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "queen.cli",
+            "serve",
+            "--workers",
+            "2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--file-buffer-dir",
+            str(tmp_path / "spool"),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        pids = _process_ids(base, 2, time.monotonic() + 60)
+        assert len(pids) == 2, "both workers answer on the port given as a flag"
+        assert proc.pid not in pids
+        queue = f"workers-{uuid.uuid4().hex[:8]}"
+        body: dict[str, Any] = {"items": [{"queue": queue, "payload": 1, "transactionId": "a"}]}
+        answer = httpx.post(f"{base}/api/v1/push", json=body, timeout=10)
+        assert answer.status_code == 201
+        assert answer.json()[0]["status"] == "queued"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
+def test_a_failing_worker_stops_the_others(pg_url: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:  # held without SO_REUSEPORT: no worker can bind it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+        env["DATABASE_URL"] = pg_url
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "queen.cli",
+                "serve",
+                "--workers",
+                "2",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--file-buffer-dir",
+                str(tmp_path / "spool"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 2
+    assert "exited with code" in result.stderr
