@@ -217,7 +217,8 @@ class JwksKeys:
         if self._stale() and self._may_attempt(self.unknown_kid_gap_s):
             await self.refresh()
         if self._loaded_at is None:
-            raise AuthFailure(503, "Signing keys are unavailable", reason=self.last_error)
+            # The reason (the URL, a network error) is logged, not told to the client.
+            raise AuthFailure(503, "Signing keys are unavailable")
         found = self._find(algorithm, kid)
         if found is None and self._may_attempt(self.unknown_kid_gap_s):
             await self.refresh()
