@@ -3,6 +3,9 @@ time claims. No Trio, no HTTP."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from queen.auth.errors import AuthFailure
@@ -238,3 +241,11 @@ def test_algorithm_refusals_name_the_problem() -> None:
     assert refuse_algorithm("HS256", {"RS256"}).message == "Token uses HS256, expected RS256"
     assert refuse_algorithm(None, {"RS256"}).message == "Token header has no algorithm"
     assert refuse_algorithm(7, {"RS256"}).status == 401
+
+
+def test_the_readme_lists_the_route_table_as_it_is() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    rows = re.findall(r"^\| `([A-Z]+) (\S+)` \| ([a-z +]+) \|", readme, flags=re.MULTILINE)
+    documented = [(method, rule, set(roles.split(" + "))) for method, rule, roles in rows]
+    actual = [(e.method, e.rule, set(describe_roles(e.roles))) for e in ROUTE_TABLE]
+    assert documented == actual
