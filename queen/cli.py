@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from queen.settings import Settings, describe
+from queen.settings import Settings, describe, parse_value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,18 +23,37 @@ def _parser() -> argparse.ArgumentParser:
         description="Run the broker. Flags override environment variables, which override "
         "the defaults.",
     )
-    for name, env, kind, default, text in describe():
+    for name, env, _kind, default, text in describe():
         flag = "--" + name.replace("_", "-")
-        shown = "(unset)" if default is None else default
         serve.add_argument(
             flag,
             dest=name,
-            type=kind,
+            type=_flag_type(name),
             default=None,
             metavar=env,
-            help=f"{text} [env {env}; default {shown}]",
+            help=f"{text} [env {env}; default {shown_default(default)}]",
         )
     return parser
+
+
+def shown_default(default: object) -> str:
+    """How ``--help`` shows a default: ``(unset)``, ``true``/``false``, or the value."""
+    if default is None:
+        return "(unset)"
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    return str(default)
+
+
+def _flag_type(name: str) -> Callable[[str], Any]:
+    def parse(raw: str) -> Any:
+        try:
+            return parse_value(name, raw)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = name
+    return parse
 
 
 def main(argv: Sequence[str] | None = None) -> int:

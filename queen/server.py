@@ -28,6 +28,7 @@ from hypercorn.config import Config, Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
+from queen.auth import AccessGate, AuthConfigError, build_gate
 from queen.broker import open_broker
 from queen.http.app import create_app
 from queen.settings import Settings, describe
@@ -50,6 +51,14 @@ def check_spool_dir(settings: Settings) -> Path:
             f"FILE_BUFFER_DIR={settings.file_buffer_dir!r} cannot be used: {exc.strerror or exc}"
         ) from exc
     return path
+
+
+def check_auth(settings: Settings) -> AccessGate:
+    """The access gate the settings describe; a misconfiguration is a :class:`StartupError`."""
+    try:
+        return build_gate(settings)
+    except AuthConfigError as exc:
+        raise StartupError(str(exc)) from exc
 
 
 def listen_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
@@ -79,9 +88,11 @@ async def serve(
     settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Run one broker process until SIGINT/SIGTERM; ``task_status`` gets the bound port."""
+    gate = check_auth(settings)
     spool = check_spool_dir(settings)
     async with open_broker(settings) as broker:
-        app = create_app(broker)
+        await gate.warm_up()
+        app = create_app(broker, gate=gate)
         config = hypercorn_config(settings)
         sock = listen_socket(settings.host, settings.port)
         port = sock.getsockname()[1]
@@ -106,6 +117,7 @@ async def serve(
                 broker.database,
                 spool,
             )
+            log.info("authentication: %s", gate.describe())
             task_status.started(port)
             await stop.wait()
             log.info("shutting down: finishing requests in flight")
@@ -128,6 +140,8 @@ def worker_environ(
         value = getattr(settings, name)
         if value is None:
             env.pop(variable, None)
+        elif isinstance(value, bool):
+            env[variable] = "true" if value else "false"
         else:
             env[variable] = str(value)
     env["DATABASE_URL"] = conninfo
@@ -142,6 +156,7 @@ async def serve_workers(settings: Settings) -> None:
     Returns when every worker has stopped. Raises :class:`StartupError` if a worker failed
     (exited with an error without being asked to stop); the others are stopped first.
     """
+    check_auth(settings)
     check_spool_dir(settings)
     async with open_database(settings) as (conninfo, description):
         log.info(

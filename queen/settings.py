@@ -127,6 +127,39 @@ class Settings:
         10.0, "QUEEN_SHUTDOWN_GRACE_S", "on shutdown, in-flight pushes get this long to finish"
     )
     log_level: str = _setting("info", "QUEEN_LOG_LEVEL", "logging level")
+    jwt_enabled: bool = _setting(
+        False, "JWT_ENABLED", "require a JWT on every non-public route (true or false)"
+    )
+    jwt_algorithm: str = _setting(
+        "HS256",
+        "JWT_ALGORITHM",
+        "HS256, RS256, EdDSA, or auto (the token's own alg, among the configured keys)",
+    )
+    jwt_secret: str | None = _setting(None, "JWT_SECRET", "HS256 shared secret")
+    jwt_public_key: str | None = _setting(
+        None, "JWT_PUBLIC_KEY", "PEM public key (RSA for RS256, Ed25519 for EdDSA)"
+    )
+    jwt_jwks_url: str | None = _setting(
+        None, "JWT_JWKS_URL", "URL of a JSON Web Key Set; keys are chosen by the token's kid"
+    )
+    jwt_jwks_refresh_interval_s: int = _setting(
+        3600, "JWT_JWKS_REFRESH_INTERVAL", "seconds before the cached key set is fetched again"
+    )
+    jwt_jwks_timeout_ms: int = _setting(
+        5000, "JWT_JWKS_TIMEOUT_MS", "give up fetching the key set after this long"
+    )
+    jwt_clock_skew_s: int = _setting(
+        30, "JWT_CLOCK_SKEW", "seconds of leeway for the exp, nbf and iat claims"
+    )
+    jwt_issuer: str | None = _setting(None, "JWT_ISSUER", "required iss claim, when set")
+    jwt_audience: str | None = _setting(
+        None, "JWT_AUDIENCE", "audience the aud claim must contain, when set"
+    )
+    jwt_skip_paths: str = _setting(
+        "/health,/metrics",
+        "JWT_SKIP_PATHS",
+        "comma-separated public paths (an entry ending in / covers the paths below it)",
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -161,8 +194,19 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
+def parse_value(name: str, raw: str) -> Any:
+    """Convert the text of one setting (an environment value or a flag) to its type."""
+    return _convert(_FIELDS[name], raw)
+
+
 def _convert(f: dataclasses.Field[Any], raw: str) -> Any:
     kind = _kind(f)
+    if kind is bool:
+        # Exactly "true" turns a switch on; anything but "true"/"false" is a mistake to
+        # report, not a silent "off".
+        if raw in ("true", "false"):
+            return raw == "true"
+        raise ValueError(f"{f.metadata[_ENV]}={raw!r} must be true or false")
     try:
         if kind is int:
             return int(raw)
@@ -175,11 +219,16 @@ def _convert(f: dataclasses.Field[Any], raw: str) -> Any:
 
 def _kind(f: dataclasses.Field[Any]) -> type:
     text = str(f.type)
+    if text.startswith("bool"):
+        return bool
     if text.startswith("int"):
         return int
     if text.startswith("float"):
         return float
     return str
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
 def describe() -> Iterator[tuple[str, str, type, Any, str]]:

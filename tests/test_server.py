@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from queen import open_broker
+from queen.cli import shown_default
 from queen.server import StartupError, check_spool_dir, serve
 from queen.settings import Settings, describe
 from queen.storage.embedded import EmbeddedPostgres
@@ -91,8 +92,7 @@ def test_help_lists_every_setting_with_env_and_default() -> None:
     for name, env, _kind, default, _help in describe():
         assert "--" + name.replace("_", "-") in flat
         assert f"env {env};" in flat
-        shown = "(unset)" if default is None else str(default)
-        assert f"default {shown}]" in flat
+        assert f"default {shown_default(default)}]" in flat
 
 
 def test_settings_from_env_and_overrides() -> None:
@@ -106,6 +106,36 @@ def test_settings_from_env_and_overrides() -> None:
         Settings.from_env({"QUEEN_MAX_BODY_BYTES": "lots"})
     with pytest.raises(ValueError, match="QUEEN_DB_POOL_SIZE"):
         Settings.from_env({"QUEEN_DB_POOL_SIZE": "0"})
+
+
+def test_settings_read_the_jwt_variables() -> None:
+    env = {
+        "JWT_ENABLED": "true",
+        "JWT_SECRET": "sekrit",
+        "JWT_CLOCK_SKEW": "5",
+        "JWT_ISSUER": "https://idp",
+        "JWT_SKIP_PATHS": "/health",
+        "JWT_JWKS_REFRESH_INTERVAL": "60",
+        "JWT_JWKS_TIMEOUT_MS": "250",
+    }
+    s = Settings.from_env(env)
+    assert s.jwt_enabled is True
+    assert (s.jwt_secret, s.jwt_clock_skew_s, s.jwt_issuer) == ("sekrit", 5, "https://idp")
+    assert (s.jwt_jwks_refresh_interval_s, s.jwt_jwks_timeout_ms) == (60, 250)
+    assert s.jwt_skip_paths == "/health"
+    defaults = Settings.from_env({})
+    assert defaults.jwt_enabled is False and defaults.jwt_algorithm == "HS256"
+    assert defaults.jwt_secret is None and defaults.jwt_audience is None
+    assert defaults.jwt_clock_skew_s == 30 and defaults.jwt_skip_paths == "/health,/metrics"
+    assert (defaults.jwt_jwks_refresh_interval_s, defaults.jwt_jwks_timeout_ms) == (3600, 5000)
+    assert Settings.from_env({"JWT_ENABLED": "false"}).jwt_enabled is False
+    assert Settings.from_env({"JWT_ENABLED": ""}).jwt_enabled is False  # empty means unset
+
+
+@pytest.mark.parametrize("raw", ["1", "TRUE", "True", "yes", "on"])
+def test_jwt_enabled_is_true_or_false_exactly(raw: str) -> None:
+    with pytest.raises(ValueError, match="JWT_ENABLED"):
+        Settings.from_env({"JWT_ENABLED": raw})
 
 
 async def test_health_and_pushes_follow_the_database(tmp_path: Any) -> None:
@@ -146,3 +176,13 @@ async def _outage_round_trip(server: EmbeddedPostgres, tmp_path: Any) -> None:
             assert again[0]["message_id"] == first[0]["message_id"]
     finally:
         await trio.to_thread.run_sync(server.stop, "immediate")
+
+
+def test_switch_flags_take_true_or_false() -> None:
+    from queen.cli import _parser
+
+    args = _parser().parse_args(["serve", "--jwt-enabled", "true", "--jwt-clock-skew-s", "7"])
+    assert args.jwt_enabled is True and args.jwt_clock_skew_s == 7
+    assert _parser().parse_args(["serve", "--jwt-enabled", "false"]).jwt_enabled is False
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["serve", "--jwt-enabled", "yes"])

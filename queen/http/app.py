@@ -2,6 +2,8 @@
 
 No SQL and no concurrency logic live here. Routes parse, call the broker, shape the answer;
 every error is a JSON ``{"error": ...}`` with a 4xx/5xx status, and no input can produce a 500.
+Access control is one before-request hook (:mod:`queen.http.access`) over the gate of
+:mod:`queen.auth`; a new route must be added to :data:`queen.auth.ROUTE_TABLE`.
 """
 
 from __future__ import annotations
@@ -12,20 +14,25 @@ from quart import Response
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from queen.auth import AccessGate, build_gate
 from queen.broker import Broker, BrokerClosed
-from queen.http import health, maintenance, push
+from queen.http import access, health, maintenance, push
 from queen.http.responses import error_response
 
 log = logging.getLogger("queen.http")
 
 
-def create_app(broker: Broker) -> QuartTrio:
-    app = QuartTrio("queen")
+def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
+    """The app over ``broker``. ``gate`` decides access; without one it is built from the
+    broker's settings (raising :class:`queen.auth.AuthConfigError` if they cannot work)."""
+    # No static files: every route of the app is one of ours, and in the access table.
+    app = QuartTrio("queen", static_folder=None)
     app.config["QUEEN_BROKER"] = broker
     # The push route must answer 413 itself at QUEEN_MAX_BODY_BYTES; Quart's own limit
     # (16 MiB by default) must not answer first.
     app.config["MAX_CONTENT_LENGTH"] = broker.settings.max_body_bytes
     app.config["JSON_SORT_KEYS"] = False
+    access.install(app, gate if gate is not None else build_gate(broker.settings))
     app.register_blueprint(push.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(maintenance.blueprint)

@@ -1,12 +1,15 @@
 """``POST /api/v1/push``: parse the body, hand it to the broker, answer 201 with one result per
 item. No rule of the push lives here beyond reading JSON: validation is in :mod:`queen.intake`,
-the work in :class:`queen.broker.Broker`."""
+the work in :class:`queen.broker.Broker`. Access (``write``) was checked before the route runs;
+the producer identity stamped on every message is the validated token's ``sub``, never a
+field of the body."""
 
 from __future__ import annotations
 
 from quart import Blueprint, Response, current_app, request
 
 from queen.broker import Broker
+from queen.http.access import producer_sub
 from queen.http.responses import error_response, json_response
 from queen.intake import decode_json, plain_json_strings, prepare_push
 from queen.model import InvalidPush
@@ -32,5 +35,5 @@ async def push() -> Response:
         return error_response(400, str(exc))
     if prepared.count == 0:
         return json_response([], status=201)
-    results = await broker.push_prepared(prepared, producer_sub=None)
+    results = await broker.push_prepared(prepared, producer_sub=producer_sub())
     return json_response(results, status=201)
