@@ -132,6 +132,7 @@ class Batcher:
 
     async def _commit_together(self, batch: Sequence[_Pending]) -> None:
         segments = [segment for segment, _ in batch]
+        started = trio.current_time()
         try:
             results = await self._store.write_segments(segments)
         except StoreUnavailable as error:
@@ -152,6 +153,7 @@ class Batcher:
                 await self._commit_together([pending])
             return
         self._account(segments)
+        self._metrics.push_transaction_seconds += trio.current_time() - started
         for (_, reply), result in zip(batch, results, strict=True):
             reply.set(result)
         for listener in self._listeners:

@@ -20,6 +20,7 @@ class Metrics:
     push_items_failed: int = 0
     push_transactions: int = 0  # committed push transactions
     push_transaction_failures: int = 0
+    push_transaction_seconds: float = 0.0  # time spent in committed push transactions
     push_segments: int = 0  # segment writes committed (one per partition per transaction)
     push_requests_committed: int = 0  # partition requests those segments carried
     push_frames_committed: int = 0  # frames sent in committed transactions
