@@ -30,7 +30,7 @@ log = logging.getLogger("queen.storage")
 SEP = "\x1f"
 _MIGRATION_LOCK = 0x5155_4545_4E00  # "QUEEN\0": one advisory lock id for schema changes
 
-_PUSH_SQL = "SELECT statuses, originals FROM queen.push_segments(%s, %s, %s, %s, %s, %s, %s, %s)"
+_PUSH_SQL = b"SELECT statuses, originals FROM queen.push_segments($1, $2, $3, $4, $5, $6, $7, $8)"
 _PUSH_ARRAYS_SQL = (
     "SELECT statuses, originals FROM queen.push_frames(%s::bigint[], %s::integer[], "
     "%s::uuid[], %s::text[], %s::text[], %s::text[], %s::uuid[], %s::integer[])"
@@ -102,14 +102,19 @@ class PgStore:
 
     async def write_segments(self, writes: Sequence[SegmentWrite]) -> list[WriteResult]:
         params = _encode(writes)
+        if params is not None:
+            rows = await self.pool.query(
+                "queen_push", _PUSH_SQL, [None if p is None else p.encode() for p in params]
+            )
+            if not rows or rows[0][0] is None:
+                raise StoreError("push_segments returned no outcome")
+            found = rows[0][1]
+            return _decode(writes, rows[0][0].decode(), found.decode() if found else None)
 
         def call(conn: psycopg.Connection[Any]) -> tuple[str, str | None]:
-            if params is None:
-                row = conn.execute(_PUSH_ARRAYS_SQL, _encode_arrays(writes)).fetchone()
-            else:
-                row = conn.execute(_PUSH_SQL, params, prepare=True).fetchone()
+            row = conn.execute(_PUSH_ARRAYS_SQL, _encode_arrays(writes)).fetchone()
             if row is None or row[0] is None:
-                raise StoreError("push_segments returned no outcome")
+                raise StoreError("push_frames returned no outcome")
             return row[0], row[1]
 
         statuses, originals = await self.pool.run(call)
