@@ -87,6 +87,28 @@ class Settings:
     batch_queue_size: int = _setting(
         4096, "QUEEN_BATCH_QUEUE_SIZE", "segment writes waiting for the batcher (backpressure)"
     )
+    pop_default_batch: int = _setting(
+        100, "QUEEN_POP_DEFAULT_BATCH", "messages one pop delivers when the client sets no batch"
+    )
+    pop_max_batch: int = _setting(
+        10_000, "QUEEN_POP_MAX_BATCH", "largest batch a pop may ask for (400 above)"
+    )
+    pop_autopilot_partitions: int = _setting(
+        4,
+        "QUEEN_POP_AUTOPILOT_PARTITIONS",
+        "partitions one pop may claim when the client leaves it to the broker (autopilot)",
+    )
+    pop_recheck_ms: float = _setting(
+        1000.0,
+        "QUEEN_POP_RECHECK_MS",
+        "a waiting pop re-checks the database at least this often (expired leases, retry "
+        "delays, delayed messages)",
+    )
+    system_state_cache_ms: float = _setting(
+        1000.0,
+        "QUEEN_SYSTEM_STATE_CACHE_MS",
+        "admin switches (pop maintenance) are re-read from the database after this long",
+    )
     shutdown_grace_s: float = _setting(
         10.0, "QUEEN_SHUTDOWN_GRACE_S", "on shutdown, in-flight pushes get this long to finish"
     )

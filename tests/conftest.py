@@ -6,8 +6,11 @@ Set QUEEN_TEST_DATABASE_URL to run the suite against another PostgreSQL server i
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -28,19 +31,38 @@ TEST_SERVER_OPTIONS = {
 }
 
 
+def pg_scratch_dir() -> Path:
+    """A fresh directory for an embedded PostgreSQL data directory.
+
+    Not under pytest's own temporary tree: every pytest session started on the machine resets
+    that tree's top directory to mode 0700, which would lock the server's system user out of
+    a data directory in use.
+    """
+    return Path(tempfile.mkdtemp(prefix="queen-test-pg-"))
+
+
+@pytest.fixture
+def pg_dir() -> Iterator[Path]:
+    path = pg_scratch_dir()
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres | None]:
+def pg_server() -> Iterator[EmbeddedPostgres | None]:
     if os.environ.get("QUEEN_TEST_DATABASE_URL"):
         yield None
         return
-    server = EmbeddedPostgres(
-        tmp_path_factory.mktemp("pg") / "data", server_options=TEST_SERVER_OPTIONS
-    )
+    scratch = pg_scratch_dir()
+    server = EmbeddedPostgres(scratch / "data", server_options=TEST_SERVER_OPTIONS)
     server.start()
     try:
         yield server
     finally:
         server.stop("immediate")
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -131,3 +153,11 @@ class Db:
 @pytest.fixture
 def db(pg_url: str) -> Db:
     return Db(pg_url)
+
+
+@pytest.fixture
+def api(client: Any) -> Any:
+    """The HTTP routes in the official client's shapes (tests/consuming.py)."""
+    from tests.consuming import Api
+
+    return Api(client)

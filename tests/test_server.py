@@ -108,10 +108,10 @@ def test_settings_from_env_and_overrides() -> None:
         Settings.from_env({"QUEEN_DB_POOL_SIZE": "0"})
 
 
-async def test_health_and_pushes_follow_the_database(tmp_path: Any) -> None:
+async def test_health_and_pushes_follow_the_database(tmp_path: Any, pg_dir: Any) -> None:
     """Stop PostgreSQL under a running broker: /health says 503, pushes answer at once without
     storing anything, and when PostgreSQL is back the broker recovers by itself."""
-    server = EmbeddedPostgres(tmp_path / "pg", server_options=TEST_SERVER_OPTIONS)
+    server = EmbeddedPostgres(pg_dir / "pg", server_options=TEST_SERVER_OPTIONS)
     url = await trio.to_thread.run_sync(server.start)
     settings = Settings(database_url=url, file_buffer_dir=str(tmp_path / "spool"))
     try:
