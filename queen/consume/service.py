@@ -166,12 +166,15 @@ class ConsumeService:
         """Apply acks and pushes atomically; the answer is contract §6's dict."""
         outcome = await self.store.transact(request, producer_sub)
         results: list[dict[str, Any]] = [{} for _ in range(request.size)]
-        for tx_ack, ack_outcome in zip(request.acks, outcome.acks, strict=True):
-            results[tx_ack.index] = {
-                "index": tx_ack.index,
-                "type": "ack",
-                **_ack_wire(tx_ack.item, ack_outcome),
-            }
+        judged = {a.index: a for a in outcome.acks}
+        for tx_ack in request.acks:
+            verdict = judged.get(tx_ack.index)
+            entry = {"index": tx_ack.index, "type": "ack"}
+            if verdict is None:  # not judged: the transaction failed before the acks
+                entry.update(transactionId=tx_ack.item.transaction_id, success=True, dlq=False)
+            else:
+                entry.update(_ack_wire(tx_ack.item, verdict))
+            results[tx_ack.index] = entry
         for frame in outcome.pushed:
             message_id = frame.duplicate_of or frame.message_id
             results[frame.index] = {

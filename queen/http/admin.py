@@ -52,7 +52,7 @@ async def dlq() -> Response:
     return json_response(await _broker().consume.dlq(requests.dlq_query(request.args)))
 
 
-@blueprint.delete("/api/v1/consumer-groups/<group>")
+@blueprint.delete("/api/v1/consumer-groups/<path:group>")
 async def delete_consumer_group(group: str) -> Response:
     checked = requests.name(group, "consumer group")
     assert checked is not None
@@ -60,7 +60,7 @@ async def delete_consumer_group(group: str) -> Response:
     return json_response(await _broker().consume.delete_consumer_group(checked, metadata))
 
 
-@blueprint.post("/api/v1/consumer-groups/<group>/subscription")
+@blueprint.post("/api/v1/consumer-groups/<path:group>/subscription")
 async def set_subscription(group: str) -> Response:
     checked = requests.name(group, "consumer group")
     assert checked is not None

@@ -388,8 +388,9 @@ END
 $fn$;
 
 -- Acknowledge messages: one element per ack in every array (p_leases[i] NULL = unfenced).
--- Statuses: 'completed', 'failed' (retry until the queue's retry_limit, then the DLQ), 'dlq'
--- and 'retry' (release the lease without counting). A lease id that is not the live lease of
+-- Statuses: 'completed', 'failed' (retry until the queue's retry_limit, then the DLQ; either
+-- way the lease is released, since the consumer gives up the rest of the batch), 'dlq' (to the
+-- DLQ, the lease stays) and 'retry' (release the lease without counting). A lease id that is not the live lease of
 -- the message's (partition, group) fails that item: 'Invalid or expired lease'.
 --
 -- Cursor rows are locked in (partition_id, consumer_group) order. A completed ack moves the
@@ -532,6 +533,8 @@ BEGIN
                           AND f.msg_offset = it.off;
                     v_done := v_done || it.off;
                     r_dlq[cardinality(r_dlq)] := true;
+                    -- a consumer that nacks skips the rest of the partition: release it
+                    v_release := v_release OR it.st = 'failed';
                 END IF;
             END IF;
         END LOOP;
@@ -622,20 +625,21 @@ BEGIN
     ok := true;
     acks := '[]';
     BEGIN
+        -- Judged before the acks, which may release the very leases they name.
         SELECT l INTO v_missing FROM unnest(p_required) AS l
         WHERE NOT EXISTS (SELECT 1 FROM queen.cursors c
                           WHERE c.lease_id = l AND c.lease_expires_at > now())
         LIMIT 1;
-        IF FOUND THEN
-            reason := 'Required lease ' || v_missing || ' is not live';
-            RAISE EXCEPTION USING ERRCODE = 'QN001';
-        END IF;
 
         SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.idx), '[]') INTO acks
         FROM queen.ack(p_groups, p_pids, p_txids, p_statuses, p_errors, p_leases) a;
         IF EXISTS (SELECT 1 FROM jsonb_array_elements(acks) e
                    WHERE NOT (e->>'success')::boolean) THEN
             reason := 'ack';
+            RAISE EXCEPTION USING ERRCODE = 'QN001';
+        END IF;
+        IF v_missing IS NOT NULL THEN
+            reason := 'Required lease ' || v_missing || ' is not live';
             RAISE EXCEPTION USING ERRCODE = 'QN001';
         END IF;
 
