@@ -334,7 +334,7 @@ async def open_broker(
             await nursery.start(supervisor.run)
             consume: ConsumeService | None = None
             if isinstance(opened, PgStore):
-                consume = ConsumeService(PgConsumeStore(opened.pool), settings)
+                consume = ConsumeService(PgConsumeStore(opened.pool), settings, metrics)
                 batcher.add_commit_listener(consume.on_commit)
                 await nursery.start(consume.run)
             broker = Broker(

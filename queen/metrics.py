@@ -28,6 +28,14 @@ class Metrics:
     actors_stopped_idle: int = 0
     actor_crashes: int = 0
     actors_active: int = 0
+    pop_requests: int = 0  # pops answered (HTTP or embedded)
+    pop_empty: int = 0  # of which nothing to deliver (204)
+    pop_messages: int = 0  # messages delivered
+    acks: int = 0  # acknowledgments judged by ack and ack/batch
+    acks_refused: int = 0  # of which refused (stale lease, unknown message)
+    acks_dlq: int = 0  # of which moved a message to the dead letter queue
+    transactions: int = 0
+    transactions_failed: int = 0  # rolled back
 
     def snapshot(self) -> dict[str, int]:
         return dataclasses.asdict(self)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
 import trio
 
 from queen import open_broker
@@ -284,3 +286,49 @@ async def test_embedding_api_pops_and_acks(broker: Broker, queue: str) -> None:
     rest = await broker.pop(queue, consumer_group="lib", auto_ack=True)
     assert [m["data"] for m in rest.messages] == [{"n": 2}]
     assert not await broker.pop(queue, consumer_group="lib", wait=True, timeout_ms=0)
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("batch=0", "batch must be between 1 and 10000"),
+        ("batch=lots", "batch must be an integer"),
+        ("wait=sometimes", "wait must be true or false"),
+        ("timeout=-5", "timeout must be between"),
+        ("partitions=0", "partitions must be between"),
+        ("autoAck=2", "autoAck must be true or false"),
+        ("subscriptionMode=oldest", "subscriptionMode must be one of"),
+        ("subscriptionFrom=tomorrow", "subscriptionFrom must be"),
+        ("consumerGroup=a%01b", "consumerGroup must not contain control characters"),
+    ],
+)
+async def test_bad_pop_parameters_are_a_400_and_lease_nothing(
+    api: Api, queue: str, db: Db, query: str, message: str
+) -> None:
+    await api.push(queue, "p", 1)
+    for path in (
+        f"/api/v1/pop/queue/{queue}",
+        f"/api/v1/pop/queue/{queue}/partition/p",
+        "/api/v1/pop?namespace=x&task=y",
+    ):
+        status, answer = await api.get(f"{path}{'&' if '?' in path else '?'}{query}")
+        assert status == 400 and message in answer["error"], path
+    assert (
+        await db.value(
+            "SELECT count(*) FROM queen.cursors c JOIN queen.queues q ON q.id = c.queue_id "
+            "WHERE q.name = %s",
+            queue,
+        )
+        == 0
+    )
+    assert data_of(await api.messages(queue)) == [1]
+
+
+async def test_pops_and_acks_are_counted_in_metrics(api: Api, client: Any, queue: str) -> None:
+    await api.push(queue, "p", 1)
+    await api.ack_batch(await api.messages(queue))
+    await api.pop(queue)
+    text = (await (await client.get("/metrics")).get_data()).decode()
+    for name in ("pop_requests", "pop_empty", "pop_messages", "acks"):
+        line = next(x for x in text.splitlines() if x.startswith(f"queen_{name}_total "))
+        assert float(line.split()[1]) >= 1, name

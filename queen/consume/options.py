@@ -21,7 +21,6 @@ missing. What each option does in this broker:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,11 +111,3 @@ def _integer(key: str, value: Any, lowest: int) -> int:
 def options_to_wire(options: QueueOptions) -> dict[str, Any]:
     """The camelCase ``options`` object of the configure answer."""
     return {key: getattr(options, name) for key, name, _ in _FIELDS}
-
-
-def options_from_wire(wire: dict[str, Any]) -> QueueOptions:
-    return QueueOptions(**{name: wire[key] for key, name, _ in _FIELDS if key in wire})
-
-
-def option_names() -> list[str]:
-    return [f.name for f in dataclasses.fields(QueueOptions)]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import orjson
 
-from queen.consume.policy import Sizing, iso_of_uuid7
+from queen.consume.policy import Sizing, iso_of_uuid7, iso_utc
 from queen.intake import decode_json
 
 
@@ -31,12 +32,14 @@ class Delivered:
 class PopResult:
     """The answer of one pop. Empty ``delivered`` means "nothing to deliver" (HTTP 204).
 
-    ``lease_id`` is shared by every claimed partition; it is ``""`` with ``autoAck``.
-    ``sizing`` is set when the request left its sizing to the broker (``autopilot``).
+    ``lease_id`` is shared by every claimed partition; it is ``""`` with ``autoAck``, and
+    ``lease_expires_at`` is then None. ``sizing`` is set when the request left its sizing to
+    the broker (``autopilot``).
     """
 
     consumer_group: str
     lease_id: str = ""
+    lease_expires_at: datetime | None = None
     delivered: list[Delivered] = field(default_factory=list)
     sizing: Sizing | None = None
 
@@ -85,6 +88,7 @@ class PopResult:
             "partition": first.partition if first else None,
             "partitionId": str(first.partition_id) if first else None,
             "leaseId": self.lease_id,
+            "leaseExpiresAt": iso_utc(self.lease_expires_at) if self.lease_expires_at else None,
             "consumerGroup": self.consumer_group,
             "partitionsClaimed": self.partitions_claimed,
             "messages": messages,

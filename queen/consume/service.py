@@ -37,6 +37,7 @@ from queen.consume.switches import POP_MAINTENANCE, Switches
 from queen.consume.wakeups import Wakeups
 from queen.ids import mint_id
 from queen.intake import decode_json
+from queen.metrics import Metrics
 from queen.settings import Settings
 from queen.storage.base import SegmentWrite, WriteResult
 from queen.storage.consume import AckOutcome, PgConsumeStore, TransactOutcome
@@ -47,9 +48,10 @@ _MIN_RECHECK_S = 0.01
 
 
 class ConsumeService:
-    def __init__(self, store: PgConsumeStore, settings: Settings) -> None:
+    def __init__(self, store: PgConsumeStore, settings: Settings, metrics: Metrics) -> None:
         self.store = store
         self.settings = settings
+        self.metrics = metrics
         self.wakeups = Wakeups()
         self.switches = Switches(store, cache_s=settings.system_state_cache_ms / 1000)
         self.listener: PushListener | None = None
@@ -115,20 +117,24 @@ class ConsumeService:
             autopilot_partitions=s.pop_autopilot_partitions,
             autopilot=request.autopilot,
         )
+        self.metrics.pop_requests += 1
         result = PopResult(request.consumer_group, sizing=sizing if request.autopilot else None)
         deadline = trio.current_time() + request.timeout_ms / 1000
         while not self._closing and not await self.switches.enabled(POP_MAINTENANCE):
             ticket = self.wakeups.ticket(request.queue)
             lease_id = "" if request.auto_ack else mint_id()
-            delivered, _ = await self.store.pop(request, sizing, lease_id or None)
+            delivered, expires_at = await self.store.pop(request, sizing, lease_id or None)
             if delivered:
+                self.metrics.pop_messages += len(delivered)
                 result.delivered = delivered
                 result.lease_id = lease_id
+                result.lease_expires_at = expires_at
                 return result
             now = trio.current_time()
             if not request.wait or now >= deadline or self._closing:
                 break
             await self.wakeups.wait(ticket, min(deadline, now + self._recheck_s))
+        self.metrics.pop_empty += 1
         return result
 
     # --- acks and leases ---------------------------------------------------------------------
@@ -136,6 +142,9 @@ class ConsumeService:
     async def ack(self, items: Sequence[AckItem]) -> list[dict[str, Any]]:
         """One result per item, in order (contract §4/§5). A refused item is success false."""
         outcomes = await self.store.ack(items)
+        self.metrics.acks += len(outcomes)
+        self.metrics.acks_refused += sum(not o.success for o in outcomes)
+        self.metrics.acks_dlq += sum(o.dlq for o in outcomes)
         self.wakeups.fire({o.queue for o in outcomes if o.lease_released and o.queue})
         return [_ack_wire(item, o) for item, o in zip(items, outcomes, strict=True)]
 
@@ -165,6 +174,8 @@ class ConsumeService:
     ) -> dict[str, Any]:
         """Apply acks and pushes atomically; the answer is contract §6's dict."""
         outcome = await self.store.transact(request, producer_sub)
+        self.metrics.transactions += 1
+        self.metrics.transactions_failed += not outcome.ok
         results: list[dict[str, Any]] = [{} for _ in range(request.size)]
         judged = {a.index: a for a in outcome.acks}
         for tx_ack in request.acks:
