@@ -192,14 +192,15 @@ async def test_ack_batch_answers_one_result_per_item_in_order(api: Api, queue: s
             "leaseId": batch[0]["leaseId"],
         }
     )
+    acks.append({"transactionId": "elsewhere", "partitionId": "uuid-of-another-broker"})
     status, answer = await api.post(
         "/api/v1/ack/batch", {"acknowledgments": acks, "consumerGroup": "g"}
     )
     assert status == 200
-    assert [a["index"] for a in answer] == [0, 1, 2, 3]
-    assert [a["success"] for a in answer] == [True, True, True, False]
-    assert [a["dlq"] for a in answer] == [False, True, False, False]
-    assert answer[3]["error"] == "Message not found"
+    assert [a["index"] for a in answer] == [0, 1, 2, 3, 4]
+    assert [a["success"] for a in answer] == [True, True, True, False, False]
+    assert [a["dlq"] for a in answer] == [False, True, False, False, False]
+    assert answer[3]["error"] == answer[4]["error"] == "Message not found"
     assert answer[2]["leaseReleased"] is True
     assert await api.messages(queue, consumerGroup="g") == []
 

@@ -43,6 +43,11 @@ _ACK_SQL = (
     "SELECT idx, success, error, queue_name, partition_name, lease_released, dlq"
     " FROM queen.ack(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::uuid[])"
 )
+_ACK_JOINED_SQL = (
+    "SELECT idx, success, error, queue_name, partition_name, lease_released, dlq"
+    " FROM queen.ack_joined(%s, %s, %s, %s, %s, %s)"
+)
+SEP = "\x1f"
 _TRANSACT_SQL = (
     "SELECT ok, reason, acks, pids, statuses, originals FROM queen.transact("
     "%s::uuid[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::uuid[],"
@@ -162,10 +167,13 @@ class PgConsumeStore:
 
     async def ack(self, items: Sequence[AckItem]) -> list[AckOutcome]:
         """Apply acknowledgments; one outcome per item, in item order."""
-        params = _ack_arrays(items)
+        arrays = _ack_arrays(items)
+        joined = _ack_joined(arrays)
 
         def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return conn.execute(_ACK_SQL, params, prepare=True).fetchall()
+            if joined is None:
+                return conn.execute(_ACK_SQL, arrays, prepare=True).fetchall()
+            return conn.execute(_ACK_JOINED_SQL, joined, prepare=True).fetchall()
 
         rows = await self.pool.run(_retrying(call))
         outcomes = sorted((AckOutcome(int(r[0]) - 1, *r[1:]) for r in rows), key=_by_index)
@@ -305,6 +313,22 @@ def _ack_arrays(items: Sequence[AckItem]) -> tuple[list[Any], ...]:
         [i.error for i in items],
         [i.lease_id for i in items],
     )
+
+
+def _ack_joined(arrays: tuple[list[Any], ...]) -> tuple[str, ...] | None:
+    """The ack columns as separator-joined texts (None and "" both travel as ""), or None
+    when a value contains the separator. Under two items the arrays are sent: the server
+    would read one empty text as no element at all, not as one NULL."""
+    if len(arrays[0]) < 2:
+        return None
+    out: list[str] = []
+    for column in arrays:
+        texts = ["" if v is None else str(v) for v in column]
+        text = SEP.join(texts)
+        if text.count(SEP) != len(texts) - 1:
+            return None
+        out.append(text)
+    return tuple(out)
 
 
 def _push_arrays(

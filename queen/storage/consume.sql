@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS queen.cursors (
     created_at       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (partition_id, consumer_group)
 ) WITH (fillfactor = 70);
-CREATE INDEX IF NOT EXISTS cursors_by_queue ON queen.cursors (queue_id);
+DROP INDEX IF EXISTS queen.cursors_by_queue;
+CREATE INDEX IF NOT EXISTS cursors_by_queue_group ON queen.cursors (queue_id, consumer_group);
 CREATE INDEX IF NOT EXISTS cursors_by_group ON queen.cursors (consumer_group);
 CREATE INDEX IF NOT EXISTS cursors_by_lease ON queen.cursors (lease_id) WHERE lease_id IS NOT NULL;
 
@@ -281,9 +282,9 @@ BEGIN
         FROM queen.cursors cu
         JOIN queen.partitions p ON p.id = cu.partition_id
         JOIN queen.queues q ON q.id = p.queue_id
-        WHERE p.queue_id = ANY (v_queues)
-          AND (p_partition IS NULL OR p.name = p_partition)
+        WHERE cu.queue_id = ANY (v_queues)
           AND cu.consumer_group = p_group
+          AND (p_partition IS NULL OR p.name = p_partition)
           AND p.next_offset > cu.next_offset
           AND (cu.lease_expires_at IS NULL OR cu.lease_expires_at <= now())
           AND (cu.not_before IS NULL OR cu.not_before <= now())
@@ -387,6 +388,44 @@ BEGIN
 END
 $fn$;
 
+-- For the acks of one (partition, group): each ack (in order) with the offset and content
+-- of the message it names, the first one among [p_next, p_hi) not yet done; NULLs if none.
+-- The segments are read once and matched by hash: the planner believes unnest yields one
+-- row and would otherwise re-read them for every ack.
+CREATE OR REPLACE FUNCTION queen.ack_targets(
+    p_pid bigint, p_group text, p_pids bigint[], p_groups text[], p_txids text[],
+    p_statuses text[], p_errors text[], p_leases uuid[], p_from bigint, p_hi bigint,
+    p_next bigint, p_acked bigint[])
+RETURNS TABLE (ord integer, tx text, st text, err text, lease uuid, off bigint, mid uuid,
+               pl text, sub text, tr uuid)
+LANGUAGE sql STABLE
+SET enable_nestloop = off
+AS $fn$
+    WITH items AS (
+        SELECT u.ord::integer AS ord, u.tx, u.st, u.err, u.lease
+        FROM unnest(p_pids, p_groups, p_txids, p_statuses, p_errors, p_leases)
+             WITH ORDINALITY AS u (pid, grp, tx, st, err, lease, ord)
+        WHERE u.pid = p_pid AND u.grp = p_group
+    ),
+    frames AS MATERIALIZED (   -- read and unnest the batch's segments once
+        SELECT s.first_offset + f.i - 1 AS off, f.tx, f.mid, f.pl, f.sub, f.tr
+        FROM queen.segments s
+        CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads,
+                                  s.producer_subs, s.trace_ids)
+             WITH ORDINALITY AS f (mid, tx, pl, sub, tr, i)
+        WHERE s.partition_id = p_pid AND s.first_offset >= p_from AND s.first_offset < p_hi
+    ),
+    open AS (
+        SELECT * FROM frames fr
+        WHERE fr.off >= p_next AND fr.off < p_hi AND fr.off <> ALL (p_acked)
+    )
+    SELECT DISTINCT ON (items.ord) items.ord, items.tx, items.st, items.err, items.lease,
+           o.off, o.mid, o.pl, o.sub, o.tr
+    FROM items
+    LEFT JOIN open o ON o.tx = items.tx
+    ORDER BY items.ord, o.off
+$fn$;
+
 -- Acknowledge messages: one element per ack in every array (p_leases[i] NULL = unfenced).
 -- Statuses: 'completed', 'failed' (retry until the queue's retry_limit, then the DLQ; either
 -- way the lease is released, since the consumer gives up the rest of the batch), 'dlq' (to the
@@ -466,27 +505,9 @@ BEGIN
         r_idx := '{}'; r_ok := '{}'; r_err := '{}'; r_dlq := '{}';
 
         FOR it IN
-            WITH items AS (
-                SELECT u.ord::integer AS ord, u.tx, u.st, u.err, u.lease
-                FROM unnest(p_pids, p_groups, p_txids, p_statuses, p_errors, p_leases)
-                     WITH ORDINALITY AS u (pid, grp, tx, st, err, lease, ord)
-                WHERE u.pid = k.pid AND u.grp = k.grp
-            ),
-            frames AS (
-                SELECT s.first_offset + f.i - 1 AS off, f.tx, f.mid, f.pl, f.sub, f.tr
-                FROM queen.segments s
-                CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads,
-                                          s.producer_subs, s.trace_ids)
-                     WITH ORDINALITY AS f (mid, tx, pl, sub, tr, i)
-                WHERE s.partition_id = k.pid AND s.first_offset >= v_cov
-                  AND s.first_offset < v_hi
-            )
-            SELECT DISTINCT ON (items.ord) items.*, fr.off, fr.mid, fr.pl, fr.sub, fr.tr
-            FROM items
-            LEFT JOIN frames fr
-                   ON fr.tx = items.tx AND fr.off >= cu.next_offset AND fr.off < v_hi
-                  AND fr.off <> ALL (cu.acked)
-            ORDER BY items.ord, fr.off
+            SELECT * FROM queen.ack_targets(k.pid, k.grp, p_pids, p_groups, p_txids, p_statuses,
+                                            p_errors, p_leases, v_cov, v_hi, cu.next_offset,
+                                            cu.acked)
         LOOP
             r_idx := r_idx || it.ord;
             r_dlq := r_dlq || false;
@@ -562,6 +583,21 @@ BEGIN
         FROM unnest(r_idx, r_ok, r_err, r_dlq) AS r (i, ok, err, d);
     END LOOP;
 END
+$fn$;
+
+-- The same, with every column sent as one text joined by chr(31) (an empty element is NULL):
+-- splitting on the server is far cheaper than adapting Python lists element by element.
+CREATE OR REPLACE FUNCTION queen.ack_joined(
+    p_groups text, p_pids text, p_txids text, p_statuses text, p_errors text, p_leases text)
+RETURNS TABLE (idx integer, success boolean, error text, queue_name text,
+               partition_name text, lease_released boolean, dlq boolean)
+LANGUAGE sql AS $fn$
+    SELECT * FROM queen.ack(string_to_array(p_groups, chr(31)),
+                            string_to_array(p_pids, chr(31), '')::bigint[],
+                            string_to_array(p_txids, chr(31)),
+                            string_to_array(p_statuses, chr(31)),
+                            string_to_array(p_errors, chr(31), ''),
+                            string_to_array(p_leases, chr(31), '')::uuid[])
 $fn$;
 
 -- Extend every live row of a lease (all partitions of a multi-partition pop) to
