@@ -170,3 +170,8 @@ async def test_embedding_api_configures_and_deletes(broker: Broker, queue: str) 
     with pytest.raises(InvalidRequest, match=r"options\.retryLimit"):
         await broker.configure(queue, {"retryLimit": -1})
     assert (await broker.delete_queue(queue))["existed"] is True
+
+
+async def test_delete_queue_with_a_bad_name_is_a_400(api: Api) -> None:
+    status, answer = await api.delete("/api/v1/resources/queues/bad%01name")
+    assert status == 400 and "control characters" in answer["error"]
