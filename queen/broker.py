@@ -4,11 +4,15 @@
 
     async with queen.open_broker(queen.Settings(database_url=...)) as broker:
         results = await broker.push([{"queue": "orders", "payload": {"id": 1}}])
+        popped = await broker.pop("orders", batch=10)
+        await broker.ack(popped.messages)
 
 ``open_broker`` opens the database (an embedded PostgreSQL when no URL is set), migrates the
-schema, starts the batcher and the supervisor in a nursery of its own, and yields the broker.
-On exit it shuts down in two phases: new pushes are refused at once, pushes already accepted
-get ``shutdown_grace_s`` to finish, then everything left is cancelled.
+schema, starts the batcher, the supervisor and the consume service (:mod:`queen.consume`) in a
+nursery of its own, and yields the broker.
+On exit it shuts down in two phases: new pushes are refused at once and waiting pops answer
+"nothing", pushes already accepted get ``shutdown_grace_s`` to finish, then everything left is
+cancelled.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ from queen.actors.messages import PushOutcome, PushRequest
 from queen.actors.partition import WriteRouter
 from queen.batcher import Batcher
 from queen.broadcast import Signal
+from queen.consume import requests
+from queen.consume.errors import ConsumeUnavailable
+from queen.consume.options import parse_options
+from queen.consume.results import PopResult
+from queen.consume.service import ConsumeService
 from queen.health import DatabaseHealth
 from queen.intake import PartitionBatch, PreparedPush, prepare_push
 from queen.maintenance import MaintenanceSwitch, StateStore
@@ -36,6 +45,7 @@ from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolRouter, SpoolWriter
 from queen.spool import describe as describe_spool
 from queen.storage.base import Store, StoreError, StoreUnavailable
+from queen.storage.consume import PgConsumeStore
 from queen.storage.database import open_database
 from queen.storage.pool import ConnectionPool
 from queen.storage.postgres import PgStore
@@ -49,7 +59,12 @@ class BrokerClosed(RuntimeError):
 
 
 class Broker:
-    """The push path as an object. The HTTP app is a thin layer over this."""
+    """The broker as an object: the push path here, the consume side in :attr:`consume`.
+
+    The HTTP app is a thin layer over this. The consume methods below validate exactly as
+    the HTTP routes do (raising :class:`queen.consume.errors.InvalidRequest`) and return the
+    same answers.
+    """
 
     def __init__(
         self,
@@ -64,7 +79,9 @@ class Broker:
         maintenance: MaintenanceSwitch,
         spool: SpoolParts | None,
         changed: Signal,
+        consume: ConsumeService | None = None,
     ) -> None:
+        self._consume = consume
         self.settings = settings
         self.store = store
         self.batcher = batcher
@@ -83,6 +100,113 @@ class Broker:
     @property
     def closing(self) -> bool:
         return self._closing
+
+    @property
+    def consume(self) -> ConsumeService:
+        """The consume side; raises :class:`ConsumeUnavailable` on a store other than
+        PostgreSQL (the in-memory store of the actor tests)."""
+        if self._consume is None:
+            raise ConsumeUnavailable("consuming needs the PostgreSQL store")
+        return self._consume
+
+    def stop_waiting(self) -> None:
+        """Make long-polling pops answer "nothing" now (a server shutting down calls this
+        first, so its requests finish promptly)."""
+        if self._consume is not None:
+            self._consume.stop_waiting()
+
+    async def configure(
+        self,
+        queue: str,
+        options: dict[str, Any] | None = None,
+        *,
+        namespace: str | None = None,
+        task: str | None = None,
+    ) -> dict[str, Any]:
+        """Create or reconfigure ``queue`` (``POST /api/v1/configure``); options missing from
+        ``options`` go back to their defaults."""
+        checked = requests.name(queue, "queue")
+        assert checked is not None
+        return await self.consume.configure(
+            checked,
+            requests.name(namespace, "namespace", required=False) or "",
+            requests.name(task, "task", required=False) or "",
+            parse_options(options),
+        )
+
+    async def delete_queue(self, queue: str) -> dict[str, Any]:
+        checked = requests.name(queue, "queue")
+        assert checked is not None
+        return await self.consume.delete_queue(checked)
+
+    async def pop(
+        self,
+        queue: str | None = None,
+        partition: str | None = None,
+        *,
+        namespace: str | None = None,
+        task: str | None = None,
+        consumer_group: str | None = None,
+        batch: int | None = None,
+        partitions: int | None = None,
+        wait: bool = False,
+        timeout_ms: int = 30_000,
+        auto_ack: bool = False,
+        subscription_mode: str | None = None,
+        subscription_from: str | None = None,
+    ) -> PopResult:
+        """Pop from ``queue`` (one ``partition``, or any), or from every queue matching
+        ``namespace``/``task``. ``consumer_group`` None is queue mode. The result is empty
+        when nothing was deliverable (by ``timeout_ms`` with ``wait``)."""
+        args = {
+            "namespace": namespace,
+            "task": task,
+            "consumerGroup": consumer_group,
+            "batch": batch,
+            "partitions": partitions,
+            "wait": wait,
+            "timeout": timeout_ms,
+            "autoAck": auto_ack,
+            "subscriptionMode": subscription_mode,
+            "subscriptionFrom": subscription_from,
+        }
+        request = requests.pop_request(
+            args, queue=queue, partition=partition, max_batch=self.settings.pop_max_batch
+        )
+        return await self.consume.pop(request)
+
+    async def ack(
+        self, acks: dict[str, Any] | Sequence[dict[str, Any]], *, consumer_group: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Acknowledge popped messages (dicts as :attr:`PopResult.messages` holds them, with an
+        optional ``status`` (default ``completed``) and ``error``). One result per ack."""
+        many = [acks] if isinstance(acks, dict) else list(acks)
+        items = [
+            requests.ack_item(
+                raw, where=f"acks[{i}].", group=consumer_group, default_status="completed"
+            )
+            for i, raw in enumerate(many)
+        ]
+        return await self.consume.ack(items)
+
+    async def extend_lease(self, lease_id: str, seconds: int | None = None) -> dict[str, Any]:
+        """Extend a lease by ``seconds`` (default: the queue's lease time)."""
+        return await self.consume.extend_lease(
+            requests.lease_id(lease_id), requests.lease_seconds({"seconds": seconds})
+        )
+
+    async def transaction(
+        self,
+        operations: list[dict[str, Any]],
+        *,
+        required_leases: list[str] | None = None,
+        producer_sub: str | None = None,
+    ) -> dict[str, Any]:
+        """Apply ack and push operations atomically (``POST /api/v1/transaction``)."""
+        request = requests.transaction_request(
+            {"operations": operations, "requiredLeases": required_leases or []}
+        )
+        return await self.consume.transaction(request, producer_sub)
 
     async def push(
         self, items: Sequence[dict[str, Any]] | list[Any], producer_sub: str | None = None
@@ -276,7 +400,7 @@ async def open_broker(
         )
         maintenance = MaintenanceSwitch(
             opened if isinstance(opened, StateStore) else None,
-            refresh_s=settings.maintenance_refresh_s,
+            refresh_s=settings.system_state_cache_ms / 1000,
             changed=changed,
         )
         if ready:
@@ -311,6 +435,11 @@ async def open_broker(
             await nursery.start(batcher.run)
             supervisor = Supervisor(opened, batcher, settings, metrics, router=router)
             await nursery.start(supervisor.run)
+            consume: ConsumeService | None = None
+            if isinstance(opened, PgStore):
+                consume = ConsumeService(PgConsumeStore(opened.pool), settings, metrics)
+                batcher.add_commit_listener(consume.on_commit)
+                await nursery.start(consume.run)
             await supervisor.start_loop(db_health.run)
             await supervisor.start_loop(maintenance.run)
             if parts is not None:
@@ -338,10 +467,13 @@ async def open_broker(
                 maintenance=maintenance,
                 spool=parts,
                 changed=changed,
+                consume=consume,
             )
             try:
                 yield broker
             finally:
+                if consume is not None:
+                    consume.stop_waiting()
                 with trio.move_on_after(settings.shutdown_grace_s) as grace:
                     grace.shield = True
                     await broker._drain()

@@ -35,6 +35,14 @@ class Metrics:
     spool_replayed_items: int = 0  # frames committed by replay (duplicates included)
     spool_replay_duplicates: int = 0
     spool_damaged_ranges: int = 0  # torn or corrupt ranges skipped in spool files
+    pop_requests: int = 0  # pops answered (HTTP or embedded)
+    pop_empty: int = 0  # of which nothing to deliver (204)
+    pop_messages: int = 0  # messages delivered
+    acks: int = 0  # acknowledgments judged by ack and ack/batch
+    acks_refused: int = 0  # of which refused (stale lease, unknown message)
+    acks_dlq: int = 0  # of which moved a message to the dead letter queue
+    transactions: int = 0
+    transactions_failed: int = 0  # rolled back
 
     def snapshot(self) -> dict[str, int]:
         return dataclasses.asdict(self)

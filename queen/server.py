@@ -29,7 +29,7 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
 from queen.auth import AccessGate, AuthConfigError, build_gate
-from queen.broker import open_broker
+from queen.broker import Broker, open_broker
 from queen.http.app import create_app
 from queen.settings import Settings, describe
 from queen.spool import files
@@ -105,7 +105,7 @@ async def serve(
                     wrap_app(app, config.wsgi_max_body_size, None),
                     config,
                     sockets=Sockets([], [sock], []),
-                    shutdown_trigger=stop.wait,
+                    shutdown_trigger=partial(_shutdown_trigger, stop, broker),
                 )
             )
             worker = os.environ.get("QUEEN_WORKER_ID", "0")
@@ -122,6 +122,12 @@ async def serve(
             await stop.wait()
             log.info("shutting down: finishing requests in flight")
         nursery.cancel_scope.cancel()
+
+
+async def _shutdown_trigger(stop: trio.Event, broker: Broker) -> None:
+    """Hypercorn's graceful shutdown starts when this returns; long polls answer at once."""
+    await stop.wait()
+    broker.stop_waiting()
 
 
 async def _stop_on_signal(stop: trio.Event) -> None:

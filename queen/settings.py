@@ -120,8 +120,27 @@ class Settings:
     db_probe_max_s: float = _setting(
         2.0, "QUEEN_DB_PROBE_MAX_S", "longest pause between probes of an unreachable database"
     )
-    maintenance_refresh_s: float = _setting(
-        1.0, "QUEEN_MAINTENANCE_REFRESH_S", "how often the maintenance switch is re-read"
+    pop_default_batch: int = _setting(
+        100, "QUEEN_POP_DEFAULT_BATCH", "messages one pop delivers when the client sets no batch"
+    )
+    pop_max_batch: int = _setting(
+        10_000, "QUEEN_POP_MAX_BATCH", "largest batch a pop may ask for (400 above)"
+    )
+    pop_autopilot_partitions: int = _setting(
+        4,
+        "QUEEN_POP_AUTOPILOT_PARTITIONS",
+        "partitions one pop may claim when the client leaves it to the broker (autopilot)",
+    )
+    pop_recheck_ms: float = _setting(
+        1000.0,
+        "QUEEN_POP_RECHECK_MS",
+        "a waiting pop re-checks the database at least this often (expired leases, retry "
+        "delays, delayed messages)",
+    )
+    system_state_cache_ms: float = _setting(
+        1000.0,
+        "QUEEN_SYSTEM_STATE_CACHE_MS",
+        "admin switches (pop maintenance) are re-read from the database after this long",
     )
     shutdown_grace_s: float = _setting(
         10.0, "QUEEN_SHUTDOWN_GRACE_S", "on shutdown, in-flight pushes get this long to finish"

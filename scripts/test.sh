@@ -1,5 +1,6 @@
 #!/usr/bin/env sh
-# Install everything the tests need into .venv and run the whole suite: lint, types, tests.
+# Install everything the tests need into .venv (and the official client, whose import name
+# clashes with ours, into .venv-client) and run the whole suite: lint, types, tests.
 # Usage: ./scripts/test.sh [extra pytest arguments]
 set -eu
 cd "$(dirname "$0")/.."
@@ -10,6 +11,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+echo "== official client (.venv-client)"
+.venv/bin/python -m tests.client_env
 echo "== ruff"
 .venv/bin/ruff check queen tests bench
 .venv/bin/ruff format --check queen tests bench

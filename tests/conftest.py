@@ -147,3 +147,11 @@ class Db:
 @pytest.fixture
 def db(pg_url: str) -> Db:
     return Db(pg_url)
+
+
+@pytest.fixture
+def api(client: Any) -> Any:
+    """The HTTP routes in the official client's shapes (tests/consuming.py)."""
+    from tests.consuming import Api
+
+    return Api(client)

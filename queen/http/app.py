@@ -16,8 +16,10 @@ from werkzeug.exceptions import HTTPException
 
 from queen.auth import AccessGate, build_gate
 from queen.broker import Broker, BrokerClosed
-from queen.http import access, health, maintenance, push
+from queen.consume.errors import ConsumeUnavailable, InvalidRequest
+from queen.http import access, admin, consume, health, maintenance, push
 from queen.http.responses import error_response
+from queen.storage.base import StoreUnavailable
 
 log = logging.getLogger("queen.http")
 
@@ -36,6 +38,8 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.register_blueprint(push.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(maintenance.blueprint)
+    app.register_blueprint(consume.blueprint)
+    app.register_blueprint(admin.blueprint)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
@@ -48,6 +52,19 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     @app.errorhandler(BrokerClosed)
     async def closing(exc: BrokerClosed) -> Response:
         return error_response(503, str(exc))
+
+    @app.errorhandler(InvalidRequest)
+    async def invalid(exc: InvalidRequest) -> Response:
+        return error_response(400, str(exc))
+
+    @app.errorhandler(ConsumeUnavailable)
+    async def no_consume(exc: ConsumeUnavailable) -> Response:
+        return error_response(501, str(exc))
+
+    @app.errorhandler(StoreUnavailable)
+    async def database_down(exc: StoreUnavailable) -> Response:
+        # "connection" in the text: the official client's consume loop then waits and retries
+        return error_response(503, "PostgreSQL connection unavailable; retry later")
 
     @app.errorhandler(Exception)
     async def internal(exc: Exception) -> Response:

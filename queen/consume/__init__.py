@@ -1,0 +1,16 @@
+"""The consume side: queue options, pops with leases and long polls, acks, transactions, the
+dead letter queue, consumer groups and the pop maintenance switch.
+
+- :mod:`queen.consume.options`, :mod:`~queen.consume.policy`, :mod:`~queen.consume.requests`:
+  pure rules and validation.
+- :mod:`queen.consume.service`: :class:`ConsumeService`, what the broker delegates to.
+- :mod:`queen.consume.wakeups`, :mod:`~queen.consume.listener`: how a waiting pop is woken.
+- :mod:`queen.consume.switches`: admin switches shared through the database.
+- SQL: ``queen/storage/consume.sql``, called by :mod:`queen.storage.consume`.
+"""
+
+from queen.consume.errors import ConsumeUnavailable, InvalidRequest
+from queen.consume.policy import QUEUE_MODE
+from queen.consume.results import Delivered, PopResult
+
+__all__ = ["QUEUE_MODE", "ConsumeUnavailable", "Delivered", "InvalidRequest", "PopResult"]

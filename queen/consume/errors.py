@@ -1,0 +1,11 @@
+"""Errors of the consume side."""
+
+from __future__ import annotations
+
+
+class InvalidRequest(ValueError):
+    """A consume-side request breaks a rule (HTTP 400); nothing was changed."""
+
+
+class ConsumeUnavailable(RuntimeError):
+    """The consume side needs PostgreSQL and the broker runs on another store."""

@@ -1,0 +1,113 @@
+"""Queue options (``POST /api/v1/configure``): defaults, validation and the wire form.
+
+Pure: no I/O. Configure is an upsert that overwrites every option, so a key missing from a call
+goes back to its default. Unknown keys are ignored (clients send extras); ``null`` counts as
+missing. What each option does in this broker:
+
+- ``leaseTime`` (s): how long a pop leases a partition to one consumer of a group.
+- ``retryLimit``: failed acks retried before the message goes to the dead letter queue.
+- ``retryDelay`` (ms): after a failed ack, the partition waits this long before redelivery.
+- ``delayedProcessing`` (s): a message is delivered only once it is this old.
+- ``windowBuffer`` (s): a partition is delivered only once it has been quiet this long, so a
+  burst is consumed as one batch.
+- ``priority``: when one pop spans several queues (namespace/task pop), higher goes first.
+- ``dedupWindowSeconds``: push deduplication window (0 turns dedup off).
+- ``maxSize``, ``ttl``, ``deadLetterQueue``, ``dlqAfterMaxRetries``, ``retentionSeconds``,
+  ``completedRetentionSeconds``, ``retentionEnabled``, ``maxWaitTimeSeconds``: stored and
+  reported; retention and eviction are not enforced by this broker yet, and a message that
+  exhausts its retries always goes to the dead letter queue.
+- ``encryptionEnabled``: not supported; ``true`` is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from queen.consume.errors import InvalidRequest
+
+_INT32_MAX = 2_147_483_647
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    lease_time_s: int = 300
+    retry_limit: int = 3
+    retry_delay_ms: int = 1000
+    max_size: int = 0
+    ttl_s: int = 3600
+    dead_letter_queue: bool = False
+    dlq_after_max_retries: bool = False
+    priority: int = 0
+    delayed_processing_s: int = 0
+    window_buffer_s: int = 0
+    retention_s: int = 0
+    completed_retention_s: int = 0
+    retention_enabled: bool = False
+    max_wait_time_s: int = 0
+    encryption_enabled: bool = False
+    dedup_window_s: int = 3600
+
+
+# wire key, field, lowest accepted value (None for booleans)
+_FIELDS: tuple[tuple[str, str, int | None], ...] = (
+    ("priority", "priority", -_INT32_MAX),
+    ("leaseTime", "lease_time_s", 1),
+    ("retryLimit", "retry_limit", 0),
+    ("retryDelay", "retry_delay_ms", 0),
+    ("maxSize", "max_size", 0),
+    ("ttl", "ttl_s", 0),
+    ("deadLetterQueue", "dead_letter_queue", None),
+    ("dlqAfterMaxRetries", "dlq_after_max_retries", None),
+    ("delayedProcessing", "delayed_processing_s", 0),
+    ("windowBuffer", "window_buffer_s", 0),
+    ("retentionSeconds", "retention_s", 0),
+    ("completedRetentionSeconds", "completed_retention_s", 0),
+    ("retentionEnabled", "retention_enabled", None),
+    ("encryptionEnabled", "encryption_enabled", None),
+    ("maxWaitTimeSeconds", "max_wait_time_s", 0),
+    ("dedupWindowSeconds", "dedup_window_s", 0),
+)
+
+
+def parse_options(raw: Any) -> QueueOptions:
+    """Validate the ``options`` object of a configure call; missing keys take defaults.
+
+    Raises :class:`InvalidRequest` naming the first bad option.
+    """
+    if raw is None:
+        raw = {}
+    if type(raw) is not dict:
+        raise InvalidRequest("options must be an object")
+    values: dict[str, Any] = {}
+    for key, name, lowest in _FIELDS:
+        value = raw.get(key)
+        if value is None:
+            continue
+        if lowest is None:
+            if type(value) is not bool:
+                raise InvalidRequest(f"options.{key} must be a boolean")
+            values[name] = value
+        else:
+            values[name] = _integer(key, value, lowest)
+    options = QueueOptions(**values)
+    if options.encryption_enabled:
+        raise InvalidRequest(
+            "options.encryptionEnabled: message encryption is not supported by this broker"
+        )
+    return options
+
+
+def _integer(key: str, value: Any, lowest: int) -> int:
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    if type(value) is not int:
+        raise InvalidRequest(f"options.{key} must be an integer")
+    if not lowest <= value <= _INT32_MAX:
+        raise InvalidRequest(f"options.{key} must be between {lowest} and {_INT32_MAX}")
+    return value
+
+
+def options_to_wire(options: QueueOptions) -> dict[str, Any]:
+    """The camelCase ``options`` object of the configure answer."""
+    return {key: getattr(options, name) for key, name, _ in _FIELDS}

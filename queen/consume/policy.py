@@ -1,0 +1,86 @@
+"""Pure decisions of the consume side, tested without Trio or a database."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+QUEUE_MODE = "__QUEUE_MODE__"
+"""The consumer group of queue mode: one shared cursor per partition (competing consumers)."""
+
+
+class SubscriptionStart(enum.StrEnum):
+    """Where a named consumer group starts the first time it pops on a queue."""
+
+    ALL = "all"  # from the oldest stored message
+    NOW = "now"  # only messages stored from now on
+    AT = "at"  # messages stored at or after a timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    start: SubscriptionStart = SubscriptionStart.ALL
+    at: datetime | None = None
+
+
+def parse_timestamp(text: str) -> datetime:
+    """An ISO-8601 timestamp (``Z`` or an offset; no zone means UTC). Raises ValueError."""
+    value = datetime.fromisoformat(text.strip())
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+def subscription_of(mode: str | None, start_from: str | None) -> Subscription:
+    """The subscription a pop asks for (contract §3).
+
+    A non-empty ``subscriptionFrom`` other than ``now`` starts at that timestamp; else mode
+    ``new``/``new-only`` or ``subscriptionFrom=now`` starts now; else from the beginning.
+    Raises ValueError for a timestamp that cannot be read.
+    """
+    start_from = (start_from or "").strip()
+    if start_from and start_from.lower() != "now":
+        return Subscription(SubscriptionStart.AT, parse_timestamp(start_from))
+    if (mode or "").lower() in ("new", "new-only") or start_from.lower() == "now":
+        return Subscription(SubscriptionStart.NOW)
+    return Subscription(SubscriptionStart.ALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    batch: int
+    partitions: int
+
+
+def pop_sizing(
+    batch: int | None,
+    partitions: int | None,
+    *,
+    one_partition_route: bool,
+    default_batch: int,
+    autopilot_partitions: int,
+    autopilot: bool,
+) -> Sizing:
+    """How many messages and partitions one pop may take.
+
+    A value the client set is used as is. An omitted batch is ``default_batch``. An omitted
+    partition count is 1, or ``autopilot_partitions`` when the client left the choice to the
+    broker (``autopilot=true``); the partition route always claims one partition.
+    """
+    width = partitions or (autopilot_partitions if autopilot else 1)
+    return Sizing(batch or default_batch, 1 if one_partition_route else width)
+
+
+def iso_utc(moment: datetime) -> str:
+    """``2026-04-26T10:59:28.267Z``: ISO-8601 UTC with milliseconds and ``Z``."""
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def iso_of_uuid7(message_id: str) -> str:
+    """The creation time carried by a UUIDv7 message id, as :func:`iso_utc` writes it."""
+    ms = int(message_id[:8] + message_id[9:13], 16)
+    seconds, millis = divmod(ms, 1000)
+    stamp = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{stamp}.{millis:03d}Z"

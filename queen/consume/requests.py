@@ -1,0 +1,368 @@
+"""Validation of consume-side requests: pop parameters, acks, transactions, admin calls.
+
+Pure functions, no I/O. The HTTP routes and the embedding API both build their requests here,
+so both refuse the same input with the same messages (:class:`InvalidRequest`, HTTP 400).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from queen.consume.errors import InvalidRequest
+from queen.consume.policy import QUEUE_MODE, Subscription, parse_timestamp, subscription_of
+from queen.intake import MAX_NAME_CHARS, PreparedPush, prepare_push
+from queen.model import InvalidPush
+
+AckStatus = Literal["completed", "failed", "dlq", "retry"]
+
+_STATUSES: dict[str, AckStatus] = {
+    "completed": "completed",
+    "success": "completed",
+    "failed": "failed",
+    "dlq": "dlq",
+    "retry": "retry",
+}
+_CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+_MAX_BIGINT = (1 << 63) - 1
+MAX_TIMEOUT_MS = 3_600_000
+MAX_PARTITIONS = 1000
+NEVER_LEASE = "00000000-0000-0000-0000-000000000000"
+"""Stands for a lease id that is not a UUID: it can never be a live lease."""
+
+
+def name(value: Any, what: str, *, required: bool = True) -> str | None:
+    """A queue, partition or consumer-group name; ``None`` when absent and not required."""
+    if value is None or value == "":
+        if required:
+            raise InvalidRequest(f"{what} is required")
+        return None
+    if type(value) is not str:
+        raise InvalidRequest(f"{what} must be a string")
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidRequest(f"{what} is longer than {MAX_NAME_CHARS} characters")
+    if _CONTROL.search(value):
+        raise InvalidRequest(f"{what} must not contain control characters")
+    return value
+
+
+def group_of(value: Any) -> str:
+    """The consumer group an API call names; none (or null) means queue mode."""
+    return name(value, "consumerGroup", required=False) or QUEUE_MODE
+
+
+# --- pop -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PopRequest:
+    """One pop, validated. ``queue`` None means every queue matching namespace/task."""
+
+    queue: str | None
+    partition: str | None = None
+    namespace: str = ""
+    task: str = ""
+    consumer_group: str = QUEUE_MODE
+    batch: int | None = None  # None: the broker chooses
+    partitions: int | None = None  # None: the broker chooses
+    wait: bool = False
+    timeout_ms: int = 30_000
+    auto_ack: bool = False
+    subscription: Subscription = field(default_factory=Subscription)
+    autopilot: bool = False
+
+
+def flag(value: str | bool | None, what: str, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    if type(value) is bool:
+        return value
+    lowered = str(value).strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise InvalidRequest(f"{what} must be true or false")
+
+
+def count(value: str | int | None, what: str, lowest: int, highest: int) -> int | None:
+    if value is None or value == "":
+        return None
+    if type(value) is bool:
+        raise InvalidRequest(f"{what} must be an integer")
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise InvalidRequest(f"{what} must be an integer") from None
+    if not lowest <= number <= highest:
+        raise InvalidRequest(f"{what} must be between {lowest} and {highest}")
+    return number
+
+
+def pop_request(
+    args: Mapping[str, Any],
+    *,
+    queue: str | None,
+    partition: str | None = None,
+    max_batch: int,
+) -> PopRequest:
+    """Read the query parameters of a pop route (contract §3)."""
+    checked_queue = name(queue, "queue", required=False)
+    namespace = name(args.get("namespace"), "namespace", required=False) or ""
+    task = name(args.get("task"), "task", required=False) or ""
+    if checked_queue is None and not (namespace or task):
+        raise InvalidRequest("a queue, a namespace or a task is required")
+    try:
+        subscription = subscription_of(args.get("subscriptionMode"), args.get("subscriptionFrom"))
+    except ValueError:
+        raise InvalidRequest("subscriptionFrom must be 'now' or an ISO-8601 timestamp") from None
+    mode = (args.get("subscriptionMode") or "").lower()
+    if mode not in ("", "all", "new", "new-only"):
+        raise InvalidRequest("subscriptionMode must be one of all, new, new-only")
+    timeout = count(args.get("timeout"), "timeout", 0, MAX_TIMEOUT_MS)
+    return PopRequest(
+        queue=checked_queue,
+        partition=name(partition, "partition", required=False),
+        namespace=namespace,
+        task=task,
+        consumer_group=group_of(args.get("consumerGroup")),
+        batch=count(args.get("batch"), "batch", 1, max_batch),
+        partitions=count(args.get("partitions"), "partitions", 1, MAX_PARTITIONS),
+        wait=flag(args.get("wait"), "wait", False),
+        timeout_ms=30_000 if timeout is None else timeout,
+        auto_ack=flag(args.get("autoAck"), "autoAck", False),
+        subscription=subscription,
+        autopilot=flag(args.get("autopilot"), "autopilot", False),
+    )
+
+
+# --- acks ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AckItem:
+    """One acknowledgment. ``partition_id`` None: the id names no partition of this broker."""
+
+    transaction_id: str
+    partition_id: int | None
+    status: AckStatus
+    consumer_group: str = QUEUE_MODE
+    error: str | None = None
+    lease_id: str | None = None  # None: not fenced
+
+
+def _partition_id(value: Any, where: str) -> int | None:
+    if value is None or value == "":
+        raise InvalidRequest(f"{where}partitionId is required to ensure message uniqueness")
+    if type(value) is int:
+        return value if 0 < value <= _MAX_BIGINT else None
+    if type(value) is not str:
+        raise InvalidRequest(f"{where}partitionId must be a string")
+    text = value.strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        return None
+    number = int(text)
+    return number if 0 < number <= _MAX_BIGINT else None
+
+
+def _lease_id(value: Any, where: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if type(value) is not str:
+        raise InvalidRequest(f"{where}leaseId must be a string")
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return NEVER_LEASE
+
+
+def ack_item(raw: Any, *, where: str = "", group: Any = None, default_status: str = "") -> AckItem:
+    """Validate one acknowledgment object. ``group`` overrides the item's consumerGroup."""
+    if type(raw) is not dict:
+        raise InvalidRequest(f"{where.rstrip('.') or 'body'} must be an object")
+    transaction_id = raw.get("transactionId")
+    if transaction_id is None or transaction_id == "":
+        transaction_id = raw.get("id")
+    if type(transaction_id) is not str or not transaction_id:
+        raise InvalidRequest(f"{where}transactionId is required")
+    status_text = raw.get("status", default_status) or default_status
+    if type(status_text) is not str or status_text.lower() not in _STATUSES:
+        raise InvalidRequest(f"{where}status must be one of completed, success, failed, dlq, retry")
+    error = raw.get("error")
+    if error is not None and type(error) is not str:
+        raise InvalidRequest(f"{where}error must be a string or null")
+    return AckItem(
+        transaction_id=transaction_id,
+        partition_id=_partition_id(raw.get("partitionId"), where),
+        status=_STATUSES[status_text.lower()],
+        consumer_group=group_of(raw.get("consumerGroup") if group is None else group),
+        error=error,
+        lease_id=_lease_id(raw.get("leaseId"), where),
+    )
+
+
+def ack_batch(body: Any) -> list[AckItem]:
+    """``POST /api/v1/ack/batch``: ``{"acknowledgments": [...], "consumerGroup": g|null}``."""
+    if type(body) is not dict:
+        raise InvalidRequest("body must be a JSON object")
+    items = body.get("acknowledgments")
+    if type(items) is not list:
+        raise InvalidRequest("acknowledgments array is required")
+    group = group_of(body.get("consumerGroup"))
+    return [
+        ack_item(raw, where=f"acknowledgments[{i}].", group=group, default_status="completed")
+        for i, raw in enumerate(items)
+    ]
+
+
+# --- transactions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TxAck:
+    index: int  # position in the flat results
+    item: AckItem
+
+
+@dataclass(frozen=True, slots=True)
+class TxPush:
+    index: int  # position of the first pushed item in the flat results
+    prepared: PreparedPush
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionRequest:
+    acks: list[TxAck]
+    pushes: list[TxPush]
+    required_leases: list[str]
+    size: int  # number of flat results
+
+
+def transaction_request(body: Any) -> TransactionRequest:
+    """``POST /api/v1/transaction`` (contract §6). Push items keep their ``traceId``."""
+    if type(body) is not dict:
+        raise InvalidRequest("body must be a JSON object")
+    for rider in ("kv", "timers"):
+        if body.get(rider):
+            raise InvalidRequest(f"{rider} operations are not supported by this broker")
+    operations = body.get("operations")
+    if type(operations) is not list:
+        raise InvalidRequest("operations array is required")
+    if not operations:
+        raise InvalidRequest("operations array cannot be empty")
+    required_raw = body.get("requiredLeases") or []
+    if type(required_raw) is not list or any(type(x) is not str for x in required_raw):
+        raise InvalidRequest("requiredLeases must be an array of lease ids")
+    required = list(dict.fromkeys(_lease_id(x, "requiredLeases: ") for x in required_raw))
+    lend = required[0] if len(required) == 1 else None
+    acks: list[TxAck] = []
+    pushes: list[TxPush] = []
+    flat = 0
+    for i, op in enumerate(operations):
+        where = f"operations[{i}]."
+        if type(op) is not dict:
+            raise InvalidRequest(f"operations[{i}] must be an object")
+        kind = op.get("type")
+        if kind == "ack":
+            item = ack_item(op, where=where, default_status="completed")
+            if item.lease_id is None and lend is not None:
+                item = AckItem(
+                    item.transaction_id,
+                    item.partition_id,
+                    item.status,
+                    item.consumer_group,
+                    item.error,
+                    lend,
+                )
+            acks.append(TxAck(flat, item))
+            flat += 1
+        elif kind == "push":
+            try:
+                prepared = prepare_push(op.get("items"), keep_trace_ids=True)
+            except InvalidPush as exc:
+                raise InvalidRequest(f"{where}{exc}") from None
+            pushes.append(TxPush(flat, prepared))
+            flat += prepared.count
+        else:
+            raise InvalidRequest(f"{where}type must be 'ack' or 'push'")
+    return TransactionRequest(
+        acks=acks,
+        pushes=pushes,
+        required_leases=[x for x in required if x is not None],
+        size=flat,
+    )
+
+
+# --- admin -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DlqQuery:
+    queue: str | None
+    consumer_group: str | None
+    partition: str | None
+    since: datetime | None
+    until: datetime | None
+    limit: int
+    offset: int
+
+
+def dlq_query(args: Mapping[str, Any]) -> DlqQuery:
+    def moment(key: str) -> datetime | None:
+        text = args.get(key)
+        if not text:
+            return None
+        try:
+            return parse_timestamp(text)
+        except ValueError:
+            raise InvalidRequest(f"{key} must be an ISO-8601 timestamp") from None
+
+    return DlqQuery(
+        queue=name(args.get("queue"), "queue", required=False),
+        consumer_group=name(args.get("consumerGroup"), "consumerGroup", required=False),
+        partition=name(args.get("partition"), "partition", required=False),
+        since=moment("from"),
+        until=moment("to"),
+        limit=count(args.get("limit"), "limit", 1, 10_000) or 100,
+        offset=count(args.get("offset"), "offset", 0, _MAX_BIGINT) or 0,
+    )
+
+
+def lease_seconds(body: Any) -> int | None:
+    """The optional ``{"seconds": n}`` of a lease extension (an empty body is fine)."""
+    if body is None or body == {}:
+        return None
+    if type(body) is not dict:
+        raise InvalidRequest("body must be a JSON object or empty")
+    return count(body.get("seconds"), "seconds", 1, 86_400 * 7)
+
+
+def lease_id(value: Any) -> str:
+    if type(value) is not str or not value:
+        raise InvalidRequest("leaseId is required")
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise InvalidRequest("leaseId must be a UUID") from None
+
+
+def subscription_timestamp(body: Any) -> datetime:
+    if type(body) is not dict or body.get("subscriptionTimestamp") in (None, ""):
+        raise InvalidRequest("subscriptionTimestamp is required")
+    value = body["subscriptionTimestamp"]
+    if type(value) is not str:
+        raise InvalidRequest("subscriptionTimestamp must be an ISO-8601 string")
+    try:
+        return parse_timestamp(value)
+    except ValueError:
+        raise InvalidRequest("subscriptionTimestamp must be an ISO-8601 timestamp") from None
+
+
+def enabled_flag(body: Any) -> bool:
+    if type(body) is not dict or type(body.get("enabled")) is not bool:
+        raise InvalidRequest("enabled (boolean) is required")
+    return bool(body["enabled"])

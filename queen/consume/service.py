@@ -1,0 +1,304 @@
+"""The consume side of the broker: configure, pop (with long poll), ack, leases, transactions,
+the dead letter queue, consumer groups and the pop maintenance switch.
+
+:class:`ConsumeService` is what :class:`queen.broker.Broker` delegates to. Rules live in SQL
+(``queen/storage/consume.sql``) and in the pure modules beside this one; this module owns the
+waiting:
+
+- **Long poll.** A waiting pop takes a wake-up ticket for its queue, queries, and if nothing
+  was deliverable waits on the ticket until the deadline, re-querying at least every
+  ``pop_recheck_ms`` (for leases that expire, retry delays and delayed messages that ripen,
+  which no push announces). Tickets are fired by this process's committed pushes (a batcher
+  commit listener), by transactions and lease-releasing acks here, and by the push listener
+  (NOTIFY from every other broker process). A pop whose client disconnects is cancelled by
+  the HTTP server; cancellation only ever interrupts the wait, never a database call.
+- **Shutdown.** :meth:`stop_waiting` makes every waiting pop answer "nothing" at once, so
+  a server can finish its requests promptly; new pops answer "nothing" from then on.
+
+The service's own task (:meth:`run`) hosts the push listener in a nursery of its own; it is
+cancelled with the broker's nursery.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+import trio
+
+from queen.consume.listener import PushListener
+from queen.consume.options import QueueOptions, options_to_wire
+from queen.consume.policy import iso_of_uuid7, iso_utc, pop_sizing
+from queen.consume.requests import AckItem, DlqQuery, PopRequest, TransactionRequest
+from queen.consume.results import PopResult
+from queen.consume.switches import POP_MAINTENANCE, Switches
+from queen.consume.wakeups import Wakeups
+from queen.ids import mint_id
+from queen.intake import decode_json
+from queen.metrics import Metrics
+from queen.settings import Settings
+from queen.storage.base import SegmentWrite, WriteResult
+from queen.storage.consume import AckOutcome, PgConsumeStore, TransactOutcome
+
+log = logging.getLogger("queen.consume")
+
+_MIN_RECHECK_S = 0.01
+
+
+class ConsumeService:
+    def __init__(self, store: PgConsumeStore, settings: Settings, metrics: Metrics) -> None:
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics
+        self.wakeups = Wakeups()
+        self.switches = Switches(store, cache_s=settings.system_state_cache_ms / 1000)
+        self.listener: PushListener | None = None
+        self._recheck_s = max(_MIN_RECHECK_S, settings.pop_recheck_ms / 1000)
+        self._closing = False
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[ConsumeService] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run the push listener until cancelled; ready once it made its first attempt."""
+        self.listener = PushListener(
+            self._listen_connection,
+            self.wakeups.fire,
+            on_reconnect=self.wakeups.fire_all,
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.listener.run)
+            task_status.started(self)
+
+    def _listen_connection(self) -> psycopg.Connection[Any]:
+        return self.store.pool.connect_sync()
+
+    def on_commit(self, segments: Sequence[SegmentWrite], results: Sequence[WriteResult]) -> None:
+        """Batcher commit listener: wake the pops waiting on the queues just written."""
+        self.wakeups.fire({s.key.queue for s in segments if s.key is not None})
+
+    def stop_waiting(self) -> None:
+        """Shutdown: waiting pops answer at once, new pops find nothing."""
+        self._closing = True
+        self.wakeups.fire_all()
+
+    # --- queues ------------------------------------------------------------------------------
+
+    async def configure(
+        self, queue: str, namespace: str, task: str, options: QueueOptions
+    ) -> dict[str, Any]:
+        queue_id, partition_id = await self.store.configure(queue, namespace, task, options)
+        return {
+            "configured": True,
+            "queueId": str(queue_id),
+            "partitionId": str(partition_id),
+            "queue": queue,
+            "namespace": namespace,
+            "task": task,
+            "options": options_to_wire(options),
+        }
+
+    async def delete_queue(self, queue: str) -> dict[str, Any]:
+        existed = await self.store.delete_queue(queue)
+        return {"deleted": True, "queue": queue, "existed": existed}
+
+    # --- pop ---------------------------------------------------------------------------------
+
+    async def pop(self, request: PopRequest) -> PopResult:
+        """Deliver what is available now, or with ``wait`` as soon as something is, until
+        ``timeout_ms``. An empty result means "nothing to deliver" (also in maintenance)."""
+        s = self.settings
+        sizing = pop_sizing(
+            request.batch,
+            request.partitions,
+            one_partition_route=request.partition is not None,
+            default_batch=s.pop_default_batch,
+            autopilot_partitions=s.pop_autopilot_partitions,
+            autopilot=request.autopilot,
+        )
+        self.metrics.pop_requests += 1
+        result = PopResult(request.consumer_group, sizing=sizing if request.autopilot else None)
+        deadline = trio.current_time() + request.timeout_ms / 1000
+        while not self._closing and not await self.switches.enabled(POP_MAINTENANCE):
+            ticket = self.wakeups.ticket(request.queue)
+            lease_id = "" if request.auto_ack else mint_id()
+            delivered, expires_at = await self.store.pop(request, sizing, lease_id or None)
+            if delivered:
+                self.metrics.pop_messages += len(delivered)
+                result.delivered = delivered
+                result.lease_id = lease_id
+                result.lease_expires_at = expires_at
+                return result
+            now = trio.current_time()
+            if not request.wait or now >= deadline or self._closing:
+                break
+            await self.wakeups.wait(ticket, min(deadline, now + self._recheck_s))
+        self.metrics.pop_empty += 1
+        return result
+
+    # --- acks and leases ---------------------------------------------------------------------
+
+    async def ack(self, items: Sequence[AckItem]) -> list[dict[str, Any]]:
+        """One result per item, in order (contract §4/§5). A refused item is success false."""
+        outcomes = await self.store.ack(items)
+        self.metrics.acks += len(outcomes)
+        self.metrics.acks_refused += sum(not o.success for o in outcomes)
+        self.metrics.acks_dlq += sum(o.dlq for o in outcomes)
+        self.wakeups.fire({o.queue for o in outcomes if o.lease_released and o.queue})
+        return [_ack_wire(item, o) for item, o in zip(items, outcomes, strict=True)]
+
+    async def extend_lease(self, lease_id: str, seconds: int | None) -> dict[str, Any]:
+        renewed, expires_at, state = await self.store.extend_lease(lease_id, seconds)
+        expiry = iso_utc(expires_at) if expires_at is not None else None
+        error = {
+            "renewed": None,
+            "expired": "Lease already expired",
+            "missing": "Lease not found",
+        }.get(state, "Lease not active")
+        return {
+            "index": 0,
+            "leaseId": lease_id,
+            "success": state == "renewed",
+            "error": error,
+            "renewed": renewed,
+            "expiresAt": expiry,
+            "newExpiresAt": expiry,
+            "lease_expires_at": expiry,
+        }
+
+    # --- transactions ------------------------------------------------------------------------
+
+    async def transaction(
+        self, request: TransactionRequest, producer_sub: str | None = None
+    ) -> dict[str, Any]:
+        """Apply acks and pushes atomically; the answer is contract §6's dict."""
+        outcome = await self.store.transact(request, producer_sub)
+        self.metrics.transactions += 1
+        self.metrics.transactions_failed += not outcome.ok
+        results: list[dict[str, Any]] = [{} for _ in range(request.size)]
+        judged = {a.index: a for a in outcome.acks}
+        for tx_ack in request.acks:
+            verdict = judged.get(tx_ack.index)
+            entry = {"index": tx_ack.index, "type": "ack"}
+            if verdict is None:  # not judged: the transaction failed before the acks
+                entry.update(transactionId=tx_ack.item.transaction_id, success=True, dlq=False)
+            else:
+                entry.update(_ack_wire(tx_ack.item, verdict))
+            results[tx_ack.index] = entry
+        for frame in outcome.pushed:
+            message_id = frame.duplicate_of or frame.message_id
+            results[frame.index] = {
+                "index": frame.index,
+                "type": "push",
+                "success": True,
+                "status": "duplicate" if frame.duplicate_of else "queued",
+                "transactionId": frame.transaction_id,
+                "messageId": message_id,
+                "message_id": message_id,
+                "partitionId": str(frame.partition_id) if frame.partition_id else None,
+                "queueName": frame.key.queue,
+                "partition": frame.key.partition,
+                "error": None,
+            }
+        body: dict[str, Any] = {"transactionId": mint_id(), "success": outcome.ok}
+        if outcome.ok:
+            self.wakeups.fire(
+                {f.key.queue for f in outcome.pushed}
+                | {a.queue for a in outcome.acks if a.lease_released and a.queue}
+            )
+        else:
+            body["error"] = _transaction_error(outcome)
+            for entry in results:
+                if entry.get("success"):
+                    entry["success"] = False
+                    entry["error"] = "not applied: the transaction was rolled back"
+        body["results"] = results
+        return body
+
+    # --- dead letter queue and consumer groups -----------------------------------------------
+
+    async def dlq(self, query: DlqQuery) -> dict[str, Any]:
+        total, entries = await self.store.dlq_page(query)
+        messages = [
+            {
+                "id": e.message_id,
+                "transactionId": e.transaction_id,
+                "partitionId": str(e.partition_id),
+                "queue": e.queue,
+                "partition": e.partition,
+                "consumerGroup": e.consumer_group,
+                "errorMessage": e.error_message,
+                "retryCount": e.retry_count,
+                "data": decode_json(e.payload.encode()),
+                "producerSub": e.producer_sub,
+                "traceId": e.trace_id,
+                "createdAt": iso_of_uuid7(e.message_id),
+                "failedAt": iso_utc(e.failed_at),
+                "offset": e.offset,
+            }
+            for e in entries
+        ]
+        return {
+            "messages": messages,
+            "total": total,
+            "pagination": {"limit": query.limit, "offset": query.offset},
+        }
+
+    async def delete_consumer_group(self, group: str, delete_metadata: bool) -> dict[str, Any]:
+        deleted = await self.store.delete_consumer_group(group, delete_metadata)
+        return {
+            "success": True,
+            "consumerGroup": group,
+            "deletedPartitions": deleted,
+            "metadataDeleted": delete_metadata,
+        }
+
+    async def set_subscription(self, group: str, at: Any) -> dict[str, Any]:
+        updated = await self.store.set_subscription(group, at)
+        return {
+            "success": True,
+            "consumerGroup": group,
+            "newTimestamp": iso_utc(at),
+            "rowsUpdated": updated,
+        }
+
+    # --- pop maintenance ---------------------------------------------------------------------
+
+    async def pop_maintenance(self) -> dict[str, Any]:
+        return _maintenance_wire(await self.switches.enabled(POP_MAINTENANCE))
+
+    async def set_pop_maintenance(self, enabled: bool) -> dict[str, Any]:
+        await self.switches.set(POP_MAINTENANCE, enabled)
+        if enabled:
+            self.wakeups.fire_all()  # waiting pops answer now
+        return _maintenance_wire(enabled)
+
+
+def _ack_wire(item: AckItem, outcome: AckOutcome) -> dict[str, Any]:
+    return {
+        "index": outcome.index,
+        "transactionId": item.transaction_id,
+        "success": outcome.success,
+        "error": outcome.error,
+        "queueName": outcome.queue,
+        "partitionName": outcome.partition,
+        "leaseReleased": outcome.lease_released,
+        "dlq": outcome.dlq,
+    }
+
+
+def _transaction_error(outcome: TransactOutcome) -> str:
+    failed = next((a for a in outcome.acks if not a.success), None)
+    if failed is not None:
+        return f"ACK operation failed: {failed.error}"
+    return outcome.reason or "transaction failed"
+
+
+def _maintenance_wire(enabled: bool) -> dict[str, Any]:
+    message = (
+        "Pop maintenance mode ENABLED. All POP operations will return empty arrays."
+        if enabled
+        else "Pop maintenance mode DISABLED. Normal operation resumed."
+    )
+    return {"popMaintenanceMode": enabled, "message": message}

@@ -1,0 +1,79 @@
+"""Queue, DLQ, consumer-group and pop-maintenance routes (contract §1, §8, §9, §10).
+
+Thin: validate with :mod:`queen.consume.requests`, call the broker, shape the answer.
+"""
+
+from __future__ import annotations
+
+from quart import Blueprint, Response, current_app, request
+
+from queen.broker import Broker
+from queen.consume import requests
+from queen.consume.errors import InvalidRequest
+from queen.consume.options import parse_options
+from queen.http.responses import json_body, json_response
+
+blueprint = Blueprint("admin", __name__)
+
+
+def _broker() -> Broker:
+    broker: Broker = current_app.config["QUEEN_BROKER"]
+    return broker
+
+
+@blueprint.post("/api/v1/configure")
+async def configure() -> Response:
+    body = await json_body()
+    if type(body) is not dict:
+        raise InvalidRequest("body must be a JSON object")
+    queue = body.get("queue")
+    if type(queue) is not str or not queue:
+        raise InvalidRequest("queue is required")
+    checked = requests.name(queue, "queue")
+    assert checked is not None
+    answer = await _broker().consume.configure(
+        checked,
+        requests.name(body.get("namespace"), "namespace", required=False) or "",
+        requests.name(body.get("task"), "task", required=False) or "",
+        parse_options(body.get("options")),
+    )
+    return json_response(answer)
+
+
+@blueprint.delete("/api/v1/resources/queues/<queue>")
+async def delete_queue(queue: str) -> Response:
+    checked = requests.name(queue, "queue")
+    assert checked is not None
+    return json_response(await _broker().consume.delete_queue(checked))
+
+
+@blueprint.get("/api/v1/dlq")
+async def dlq() -> Response:
+    return json_response(await _broker().consume.dlq(requests.dlq_query(request.args)))
+
+
+@blueprint.delete("/api/v1/consumer-groups/<path:group>")
+async def delete_consumer_group(group: str) -> Response:
+    checked = requests.name(group, "consumer group")
+    assert checked is not None
+    metadata = requests.flag(request.args.get("deleteMetadata"), "deleteMetadata", True)
+    return json_response(await _broker().consume.delete_consumer_group(checked, metadata))
+
+
+@blueprint.post("/api/v1/consumer-groups/<path:group>/subscription")
+async def set_subscription(group: str) -> Response:
+    checked = requests.name(group, "consumer group")
+    assert checked is not None
+    at = requests.subscription_timestamp(await json_body(allow_empty=True))
+    return json_response(await _broker().consume.set_subscription(checked, at))
+
+
+@blueprint.get("/api/v1/system/maintenance/pop")
+async def pop_maintenance() -> Response:
+    return json_response(await _broker().consume.pop_maintenance())
+
+
+@blueprint.post("/api/v1/system/maintenance/pop")
+async def set_pop_maintenance() -> Response:
+    enabled = requests.enabled_flag(await json_body(allow_empty=True))
+    return json_response(await _broker().consume.set_pop_maintenance(enabled))

@@ -1,0 +1,79 @@
+"""Consume routes: pop, ack, lease extension, transaction (contract §3 to §7).
+
+Thin: read the request, validate it with :mod:`queen.consume.requests`, call the broker's
+consume service, shape the answer. An empty pop answers 204. Path parameters arrive
+percent-decoded.
+"""
+
+from __future__ import annotations
+
+from quart import Blueprint, Response, current_app, request
+
+from queen.broker import Broker
+from queen.consume import requests
+from queen.consume.requests import PopRequest
+from queen.http.responses import json_body, json_response
+
+blueprint = Blueprint("consume", __name__)
+
+
+def _broker() -> Broker:
+    broker: Broker = current_app.config["QUEEN_BROKER"]
+    return broker
+
+
+async def _pop(pop: PopRequest) -> Response:
+    result = await _broker().consume.pop(pop)
+    if not result:
+        return Response(b"", status=204)
+    return json_response(result.wire())
+
+
+def _pop_request(queue: str | None, partition: str | None = None) -> PopRequest:
+    return requests.pop_request(
+        request.args,
+        queue=queue,
+        partition=partition,
+        max_batch=_broker().settings.pop_max_batch,
+    )
+
+
+@blueprint.get("/api/v1/pop/queue/<queue>")
+async def pop_queue(queue: str) -> Response:
+    return await _pop(_pop_request(queue))
+
+
+@blueprint.get("/api/v1/pop/queue/<queue>/partition/<partition>")
+async def pop_partition(queue: str, partition: str) -> Response:
+    return await _pop(_pop_request(queue, partition))
+
+
+@blueprint.get("/api/v1/pop")
+async def pop_filtered() -> Response:
+    return await _pop(_pop_request(None))
+
+
+@blueprint.post("/api/v1/ack")
+async def ack() -> Response:
+    body = await json_body()
+    item = requests.ack_item(body, default_status="completed")
+    return json_response(await _broker().consume.ack([item]))
+
+
+@blueprint.post("/api/v1/ack/batch")
+async def ack_batch() -> Response:
+    items = requests.ack_batch(await json_body())
+    return json_response(await _broker().consume.ack(items))
+
+
+@blueprint.post("/api/v1/lease/<lease>/extend")
+async def extend_lease(lease: str) -> Response:
+    seconds = requests.lease_seconds(await json_body(allow_empty=True))
+    answer = await _broker().consume.extend_lease(requests.lease_id(lease), seconds)
+    return json_response([answer])
+
+
+@blueprint.post("/api/v1/transaction")
+async def transaction() -> Response:
+    tx = requests.transaction_request(await json_body())
+    return json_response(await _broker().consume.transaction(tx, producer_sub=None))

@@ -1,0 +1,385 @@
+"""The PostgreSQL side of consuming: one SQL function call per operation (``consume.sql``).
+
+Every method is one round trip in autocommit mode: configure, pop, ack, lease extension, the
+ack-and-push transaction, DLQ pages, consumer-group changes and system switches. The SQL
+functions hold the rules (leases, fencing, retries, the cursor); this module only moves
+values in and out. Deadlocks cannot arise from the broker's own lock order (see
+``consume.sql``), but an operator's ad-hoc SQL could cause one: the atomic calls are retried
+on a detected deadlock, which is safe because each call is one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from queen.actors.policy import first_wins
+from queen.consume.options import QueueOptions, options_to_wire
+from queen.consume.policy import Sizing
+from queen.consume.requests import AckItem, DlqQuery, PopRequest, TransactionRequest
+from queen.consume.results import Delivered
+from queen.model import PartitionKey
+from queen.storage.pool import ConnectionPool
+
+log = logging.getLogger("queen.storage")
+
+T = TypeVar("T")
+_DEADLOCK_ATTEMPTS = 3
+
+_POP_SQL = (
+    "SELECT partition_id, queue_name, partition_name, msg_offset, message_id::text,"
+    " transaction_id, payload, producer_sub, trace_id::text, retry_count, lease_expires_at"
+    " FROM queen.pop(%s::text, %s::text, %s::text, %s::text, %s::text, %s::integer,"
+    " %s::integer, %s::boolean, %s::text, %s::timestamptz, %s::uuid)"
+)
+_ACK_SQL = (
+    "SELECT idx, success, error, queue_name, partition_name, lease_released, dlq"
+    " FROM queen.ack(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::uuid[])"
+)
+_ACK_JOINED_SQL = (
+    "SELECT idx, success, error, queue_name, partition_name, lease_released, dlq"
+    " FROM queen.ack_joined(%s, %s, %s, %s, %s, %s)"
+)
+SEP = "\x1f"
+_TRANSACT_SQL = (
+    "SELECT ok, reason, acks, pids, statuses, originals FROM queen.transact("
+    "%s::uuid[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::uuid[],"
+    " %s::text[], %s::text[], %s::uuid[], %s::text[], %s::text[], %s::text[], %s::uuid[],"
+    " %s::integer[])"
+)
+_DLQ_SQL = (
+    "SELECT total, message_id::text, transaction_id, partition_id, queue_name, partition_name,"
+    " consumer_group, error_message, retry_count, payload, producer_sub, trace_id::text,"
+    " failed_at, msg_offset"
+    " FROM queen.dlq_page(%s::text, %s::text, %s::text, %s::timestamptz, %s::timestamptz,"
+    " %s::integer, %s::integer)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AckOutcome:
+    index: int
+    success: bool
+    error: str | None
+    queue: str | None
+    partition: str | None
+    lease_released: bool
+    dlq: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PushedFrame:
+    """One item pushed by a transaction: where its result goes and what became of it."""
+
+    index: int
+    key: PartitionKey
+    message_id: str
+    transaction_id: str
+    partition_id: int | None = None
+    duplicate_of: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactOutcome:
+    ok: bool
+    reason: str | None
+    acks: list[AckOutcome]
+    pushed: list[PushedFrame]
+
+
+@dataclass(frozen=True, slots=True)
+class DlqEntry:
+    message_id: str
+    transaction_id: str
+    partition_id: int
+    queue: str
+    partition: str
+    consumer_group: str
+    error_message: str | None
+    retry_count: int
+    payload: str
+    producer_sub: str | None
+    trace_id: str | None
+    failed_at: datetime
+    offset: int
+
+
+class PgConsumeStore:
+    """The consume operations on PostgreSQL, over the broker's connection pool."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+
+    async def configure(
+        self, queue: str, namespace: str, task: str, options: QueueOptions
+    ) -> tuple[int, int]:
+        wire = json.dumps(options_to_wire(options))
+
+        def call(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+            row = conn.execute(
+                "SELECT queue_id, partition_id FROM queen.configure_queue(%s, %s, %s, %s::jsonb)",
+                (queue, namespace, task, wire),
+            ).fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1])
+
+        return await self.pool.run(_retrying(call))
+
+    async def delete_queue(self, queue: str) -> bool:
+        def call(conn: psycopg.Connection[Any]) -> bool:
+            row = conn.execute("SELECT queen.delete_queue(%s)", (queue,)).fetchone()
+            return bool(row and row[0])
+
+        return await self.pool.run(_retrying(call))
+
+    async def pop(
+        self, request: PopRequest, sizing: Sizing, lease_id: str | None
+    ) -> tuple[list[Delivered], datetime | None]:
+        """Claim and lease (or, with autoAck, commit) messages; see ``queen.pop``."""
+        sub = request.subscription
+        params = (
+            request.queue,
+            request.partition,
+            request.namespace,
+            request.task,
+            request.consumer_group,
+            sizing.batch,
+            sizing.partitions,
+            request.auto_ack,
+            sub.start.value,
+            sub.at,
+            lease_id,
+        )
+
+        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            return conn.execute(_POP_SQL, params, prepare=True).fetchall()
+
+        rows = await self.pool.run(call)
+        delivered = [Delivered(*row[:10]) for row in rows]
+        return delivered, rows[0][10] if rows else None
+
+    async def ack(self, items: Sequence[AckItem]) -> list[AckOutcome]:
+        """Apply acknowledgments; one outcome per item, in item order."""
+        arrays = _ack_arrays(items)
+        joined = _ack_joined(arrays)
+
+        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            if joined is None:
+                return conn.execute(_ACK_SQL, arrays, prepare=True).fetchall()
+            return conn.execute(_ACK_JOINED_SQL, joined, prepare=True).fetchall()
+
+        rows = await self.pool.run(_retrying(call))
+        outcomes = sorted((AckOutcome(int(r[0]) - 1, *r[1:]) for r in rows), key=_by_index)
+        return outcomes
+
+    async def extend_lease(
+        self, lease_id: str, seconds: int | None
+    ) -> tuple[int, datetime | None, str]:
+        def call(conn: psycopg.Connection[Any]) -> tuple[int, datetime | None, str]:
+            row = conn.execute(
+                "SELECT renewed, expires_at, state FROM queen.extend_lease(%s::uuid, %s::integer)",
+                (lease_id, seconds),
+            ).fetchone()
+            assert row is not None
+            return int(row[0]), row[1], str(row[2])
+
+        return await self.pool.run(_retrying(call))
+
+    async def transact(
+        self, request: TransactionRequest, producer_sub: str | None
+    ) -> TransactOutcome:
+        """Apply the acks and pushes of one transaction atomically (``queen.transact``)."""
+        frames, push_params = _push_arrays(request, producer_sub)
+        items = [a.item for a in request.acks]
+        params = (request.required_leases, *_ack_arrays(items), *push_params)
+
+        def call(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
+            row = conn.execute(_TRANSACT_SQL, params).fetchone()
+            assert row is not None
+            return tuple(row)
+
+        ok, reason, acks_json, pids, statuses, originals = await self.pool.run(_retrying(call))
+        acks = [
+            AckOutcome(
+                index=request.acks[int(a["idx"]) - 1].index,
+                success=bool(a["success"]),
+                error=a["error"],
+                queue=a["queue_name"],
+                partition=a["partition_name"],
+                lease_released=bool(a["lease_released"]),
+                dlq=bool(a["dlq"]),
+            )
+            for a in acks_json or []
+        ]
+        pushed = frames
+        if ok and frames:
+            pushed = _pushed(frames, pids, statuses, originals)
+        return TransactOutcome(bool(ok), reason, acks, pushed)
+
+    async def dlq_page(self, query: DlqQuery) -> tuple[int, list[DlqEntry]]:
+        params = (
+            query.queue,
+            query.consumer_group,
+            query.partition,
+            query.since,
+            query.until,
+            query.limit,
+            query.offset,
+        )
+
+        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            return conn.execute(_DLQ_SQL, params).fetchall()
+
+        rows = await self.pool.run(call)
+        total = int(rows[0][0]) if rows else 0
+        return total, [DlqEntry(*row[1:]) for row in rows if row[1] is not None]
+
+    async def delete_consumer_group(self, group: str, metadata: bool) -> int:
+        def call(conn: psycopg.Connection[Any]) -> int:
+            row = conn.execute(
+                "SELECT queen.delete_consumer_group(%s, %s)", (group, metadata)
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+        return await self.pool.run(_retrying(call))
+
+    async def set_subscription(self, group: str, at: datetime) -> int:
+        def call(conn: psycopg.Connection[Any]) -> int:
+            row = conn.execute(
+                "SELECT queen.set_subscription(%s, %s::timestamptz)", (group, at)
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+        return await self.pool.run(_retrying(call))
+
+    async def get_state(self, key: str) -> Any:
+        def call(conn: psycopg.Connection[Any]) -> Any:
+            row = conn.execute(
+                "SELECT value FROM queen.system_state WHERE key = %s", (key,)
+            ).fetchone()
+            return row[0] if row else None
+
+        return await self.pool.run(call)
+
+    async def set_state(self, key: str, value: Any) -> None:
+        text = json.dumps(value)
+
+        def call(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(
+                "INSERT INTO queen.system_state (key, value, updated_at)"
+                " VALUES (%s, %s::jsonb, now())"
+                " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()",
+                (key, text),
+            )
+
+        await self.pool.run(call)
+
+
+def _by_index(outcome: AckOutcome) -> int:
+    return outcome.index
+
+
+def _retrying(
+    fn: Callable[[psycopg.Connection[Any]], T],
+) -> Callable[[psycopg.Connection[Any]], T]:
+    """Run ``fn`` again if PostgreSQL chose it as a deadlock victim (it was rolled back)."""
+
+    def call(conn: psycopg.Connection[Any]) -> T:
+        for attempt in range(_DEADLOCK_ATTEMPTS):
+            try:
+                return fn(conn)
+            except pg_errors.DeadlockDetected:
+                if attempt == _DEADLOCK_ATTEMPTS - 1:
+                    raise
+                log.warning("deadlock detected; retrying the call")
+        raise AssertionError("unreachable")
+
+    return call
+
+
+def _ack_arrays(items: Sequence[AckItem]) -> tuple[list[Any], ...]:
+    return (
+        [i.consumer_group for i in items],
+        [i.partition_id for i in items],
+        [i.transaction_id for i in items],
+        [i.status for i in items],
+        [i.error for i in items],
+        [i.lease_id for i in items],
+    )
+
+
+def _ack_joined(arrays: tuple[list[Any], ...]) -> tuple[str, ...] | None:
+    """The ack columns as separator-joined texts (None and "" both travel as ""), or None
+    when a value contains the separator. Under two items the arrays are sent: the server
+    would read one empty text as no element at all, not as one NULL."""
+    if len(arrays[0]) < 2:
+        return None
+    out: list[str] = []
+    for column in arrays:
+        texts = ["" if v is None else str(v) for v in column]
+        text = SEP.join(texts)
+        if text.count(SEP) != len(texts) - 1:
+            return None
+        out.append(text)
+    return tuple(out)
+
+
+def _push_arrays(
+    request: TransactionRequest, producer_sub: str | None
+) -> tuple[list[PushedFrame], tuple[list[Any], ...]]:
+    """The pushed items as frames grouped by partition (first-wins leaders per partition)."""
+    grouped: dict[PartitionKey, list[tuple[PushedFrame, bytes, str | None]]] = {}
+    for push in request.pushes:
+        for batch in push.prepared.batches:
+            traces = batch.trace_ids or [None] * len(batch.indexes)
+            rows = grouped.setdefault(batch.key, [])
+            for pos, index in enumerate(batch.indexes):
+                frame = PushedFrame(
+                    push.index + index,
+                    batch.key,
+                    batch.message_ids[pos],
+                    batch.transaction_ids[pos],
+                )
+                rows.append((frame, batch.payloads[pos], traces[pos]))
+    frames: list[PushedFrame] = []
+    cols: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
+    for key, rows in grouped.items():
+        base = len(frames) + 1
+        leaders = first_wins([f.transaction_id for f, _, _ in rows])
+        for (frame, payload, trace), lead in zip(rows, leaders, strict=True):
+            frames.append(frame)
+            cols[0].append(key.queue)
+            cols[1].append(key.partition)
+            cols[2].append(frame.message_id)
+            cols[3].append(frame.transaction_id)
+            cols[4].append(payload.decode("utf-8"))
+            cols[5].append(producer_sub)
+            cols[6].append(trace)
+            cols[7].append(base + lead)
+    return frames, cols
+
+
+def _pushed(
+    frames: list[PushedFrame], pids: list[int], statuses: str, originals: str | None
+) -> list[PushedFrame]:
+    named = iter(originals.split(",") if originals else ())
+    out: list[PushedFrame] = []
+    for frame, pid, status in zip(frames, pids, statuses, strict=True):
+        out.append(
+            PushedFrame(
+                frame.index,
+                frame.key,
+                frame.message_id,
+                frame.transaction_id,
+                int(pid),
+                next(named) if status == "1" else None,
+            )
+        )
+    return out

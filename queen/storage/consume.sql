@@ -1,0 +1,795 @@
+-- Queen on Trio consume side: queue options, consumer cursors and leases, failures, the dead
+-- letter queue, subscriptions and shared system switches. Idempotent; applied after schema.sql.
+--
+-- Lock order (see docs/architecture.md): a transaction that takes both kinds of row locks takes
+-- cursor rows first, in (partition_id, consumer_group) order, and partition rows after, in id
+-- order (queen.push_frames). Push transactions take partition rows only; pops take cursor rows
+-- only, with SKIP LOCKED. None of the tables below has a foreign key, so writing them never
+-- takes a KEY SHARE lock on a partition or queue row that a push holds; rows of a deleted
+-- queue are removed by the queues_forget trigger (ids are never reused, so a late straggler
+-- can never match a live partition).
+
+-- Queue options (POST /api/v1/configure). Defaults are the contract's.
+ALTER TABLE queen.queues
+    ADD COLUMN IF NOT EXISTS lease_time_s          integer NOT NULL DEFAULT 300,
+    ADD COLUMN IF NOT EXISTS retry_limit           integer NOT NULL DEFAULT 3,
+    ADD COLUMN IF NOT EXISTS retry_delay_ms        integer NOT NULL DEFAULT 1000,
+    ADD COLUMN IF NOT EXISTS max_size              integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS ttl_s                 integer NOT NULL DEFAULT 3600,
+    ADD COLUMN IF NOT EXISTS dead_letter_queue     boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS dlq_after_max_retries boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS priority              integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS delayed_processing_s  integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS window_buffer_s       integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS retention_s           integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS completed_retention_s integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS retention_enabled     boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS max_wait_time_s       integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS encryption_enabled    boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS updated_at            timestamptz NOT NULL DEFAULT now();
+
+-- One row per (partition, consumer group): where the group stands in that partition.
+--   next_offset        every offset below it is done (acked or moved to the DLQ)
+--   acked              offsets at or above next_offset already done (acks out of order)
+--   lease_*            the live lease, if any: messages [next_offset, lease_end) were handed
+--                      to lease_id until lease_expires_at; an expired lease is simply free
+--   not_before         a failed ack's retry delay: the partition waits until then
+--   delivered_at       last pop; the least recently served partition is claimed first
+CREATE TABLE IF NOT EXISTS queen.cursors (
+    partition_id     bigint NOT NULL,
+    consumer_group   text NOT NULL,
+    queue_id         bigint NOT NULL,
+    next_offset      bigint NOT NULL DEFAULT 0,
+    acked            bigint[] NOT NULL DEFAULT '{}',
+    lease_id         uuid,
+    lease_end        bigint,
+    lease_expires_at timestamptz,
+    not_before       timestamptz,
+    delivered_at     timestamptz,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (partition_id, consumer_group)
+) WITH (fillfactor = 70);
+DROP INDEX IF EXISTS queen.cursors_by_queue;
+CREATE INDEX IF NOT EXISTS cursors_by_queue_group ON queen.cursors (queue_id, consumer_group);
+CREATE INDEX IF NOT EXISTS cursors_by_group ON queen.cursors (consumer_group);
+CREATE INDEX IF NOT EXISTS cursors_by_lease ON queen.cursors (lease_id) WHERE lease_id IS NOT NULL;
+
+-- Failed deliveries not yet resolved: how often the message at msg_offset failed for a group.
+CREATE TABLE IF NOT EXISTS queen.failures (
+    partition_id   bigint NOT NULL,
+    consumer_group text NOT NULL,
+    msg_offset     bigint NOT NULL,
+    queue_id       bigint NOT NULL,
+    attempts       integer NOT NULL,
+    last_error     text,
+    PRIMARY KEY (partition_id, consumer_group, msg_offset)
+);
+
+-- The dead letter queue: a copy of every message given up on, per consumer group.
+CREATE TABLE IF NOT EXISTS queen.dlq (
+    id             bigserial PRIMARY KEY,
+    queue_id       bigint NOT NULL,
+    partition_id   bigint NOT NULL,
+    consumer_group text NOT NULL,
+    msg_offset     bigint NOT NULL,
+    message_id     uuid NOT NULL,
+    transaction_id text NOT NULL,
+    payload        text NOT NULL,
+    producer_sub   text,
+    trace_id       uuid,
+    error_message  text,
+    retry_count    integer NOT NULL,
+    failed_at      timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS dlq_by_queue ON queen.dlq (queue_id, failed_at DESC, id DESC);
+
+-- Where a named consumer group starts on a queue, fixed when it first pops there.
+-- subscribed_at NULL: from the beginning; else the first message stored at or after it.
+CREATE TABLE IF NOT EXISTS queen.consumer_groups (
+    queue_id          bigint NOT NULL,
+    consumer_group    text NOT NULL,
+    subscription_mode text NOT NULL,
+    subscribed_at     timestamptz,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue_id, consumer_group)
+);
+CREATE INDEX IF NOT EXISTS consumer_groups_by_name ON queen.consumer_groups (consumer_group);
+
+-- Admin switches shared by every broker process (e.g. pop_maintenance_mode).
+CREATE TABLE IF NOT EXISTS queen.system_state (
+    key        text PRIMARY KEY,
+    value      jsonb NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Consumer rows of deleted queues go with them.
+CREATE OR REPLACE FUNCTION queen.forget_queues() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    DELETE FROM queen.cursors WHERE queue_id IN (SELECT g.id FROM gone g);
+    DELETE FROM queen.failures WHERE queue_id IN (SELECT g.id FROM gone g);
+    DELETE FROM queen.dlq WHERE queue_id IN (SELECT g.id FROM gone g);
+    DELETE FROM queen.consumer_groups WHERE queue_id IN (SELECT g.id FROM gone g);
+    RETURN NULL;
+END
+$fn$;
+CREATE OR REPLACE TRIGGER queues_forget AFTER DELETE ON queen.queues
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION queen.forget_queues();
+
+-- Every write that advances a partition (a push, from any broker process or route) tells
+-- listeners which queues got messages: one notification per queue per transaction, sent at
+-- commit. Waiting pops in other broker processes wake on it.
+CREATE OR REPLACE FUNCTION queen.notify_push() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM pg_notify('queen_push', q.name)
+    FROM queen.queues q
+    WHERE q.id IN (SELECT b.queue_id FROM bumped b);
+    RETURN NULL;
+END
+$fn$;
+CREATE OR REPLACE TRIGGER partitions_notify_push AFTER UPDATE ON queen.partitions
+    REFERENCING NEW TABLE AS bumped FOR EACH STATEMENT EXECUTE FUNCTION queen.notify_push();
+
+-- Advance a cursor over the done offsets contiguous with p_next; the rest stay pending.
+CREATE OR REPLACE FUNCTION queen.cursor_advance(
+    p_next bigint, p_done bigint[], OUT next_offset bigint, OUT rest bigint[])
+LANGUAGE sql IMMUTABLE AS $fn$
+    WITH d AS (SELECT DISTINCT x FROM unnest(p_done) AS x WHERE x >= p_next),
+         r AS (SELECT x, x - row_number() OVER (ORDER BY x) AS run FROM d)
+    SELECT p_next + count(*) FILTER (WHERE r.run = p_next - 1),
+           coalesce(array_agg(r.x ORDER BY r.x) FILTER (WHERE r.run <> p_next - 1), '{}')
+    FROM r
+$fn$;
+
+-- Create or reconfigure a queue. Every option is overwritten (the caller fills defaults), and
+-- the queue's "Default" partition is made to exist.
+CREATE OR REPLACE FUNCTION queen.configure_queue(
+    p_name text, p_namespace text, p_task text, p_options jsonb,
+    OUT queue_id bigint, OUT partition_id bigint)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    o jsonb := p_options;
+BEGIN
+    INSERT INTO queen.queues AS q (
+        name, namespace, task, dedup_window_seconds, lease_time_s, retry_limit, retry_delay_ms,
+        max_size, ttl_s, dead_letter_queue, dlq_after_max_retries, priority,
+        delayed_processing_s, window_buffer_s, retention_s, completed_retention_s,
+        retention_enabled, max_wait_time_s, encryption_enabled, updated_at)
+    VALUES (
+        p_name, p_namespace, p_task, (o->>'dedupWindowSeconds')::int, (o->>'leaseTime')::int,
+        (o->>'retryLimit')::int, (o->>'retryDelay')::int, (o->>'maxSize')::int,
+        (o->>'ttl')::int, (o->>'deadLetterQueue')::boolean,
+        (o->>'dlqAfterMaxRetries')::boolean, (o->>'priority')::int,
+        (o->>'delayedProcessing')::int, (o->>'windowBuffer')::int,
+        (o->>'retentionSeconds')::int, (o->>'completedRetentionSeconds')::int,
+        (o->>'retentionEnabled')::boolean, (o->>'maxWaitTimeSeconds')::int,
+        (o->>'encryptionEnabled')::boolean, now())
+    ON CONFLICT (name) DO UPDATE SET
+        namespace = EXCLUDED.namespace, task = EXCLUDED.task,
+        dedup_window_seconds = EXCLUDED.dedup_window_seconds,
+        lease_time_s = EXCLUDED.lease_time_s, retry_limit = EXCLUDED.retry_limit,
+        retry_delay_ms = EXCLUDED.retry_delay_ms, max_size = EXCLUDED.max_size,
+        ttl_s = EXCLUDED.ttl_s, dead_letter_queue = EXCLUDED.dead_letter_queue,
+        dlq_after_max_retries = EXCLUDED.dlq_after_max_retries, priority = EXCLUDED.priority,
+        delayed_processing_s = EXCLUDED.delayed_processing_s,
+        window_buffer_s = EXCLUDED.window_buffer_s, retention_s = EXCLUDED.retention_s,
+        completed_retention_s = EXCLUDED.completed_retention_s,
+        retention_enabled = EXCLUDED.retention_enabled,
+        max_wait_time_s = EXCLUDED.max_wait_time_s,
+        encryption_enabled = EXCLUDED.encryption_enabled, updated_at = now()
+    RETURNING q.id INTO queue_id;
+    partition_id := queen.ensure_partition(p_name, 'Default');
+END
+$fn$;
+
+-- Delete a queue and everything of it. Cursor rows go first, in key order, so this never
+-- takes the two kinds of lock in the opposite order to an ack-and-push transaction.
+CREATE OR REPLACE FUNCTION queen.delete_queue(p_name text) RETURNS boolean
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_id bigint;
+BEGIN
+    SELECT id INTO v_id FROM queen.queues WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM 1 FROM queen.cursors WHERE queue_id = v_id
+    ORDER BY partition_id, consumer_group FOR UPDATE;
+    DELETE FROM queen.cursors WHERE queue_id = v_id;
+    DELETE FROM queen.queues WHERE id = v_id;
+    RETURN FOUND;
+END
+$fn$;
+
+-- Pop: claim up to p_max_partitions partitions of the queue(s) in scope for p_group and lease
+-- up to p_batch messages from them (a budget shared by all claimed partitions), in offset
+-- order per partition. One row per delivered message.
+--
+-- Scope: p_queue (and optionally p_partition), or, with p_queue NULL, every queue whose
+-- namespace and task match the non-empty filters. A named group's start on a queue is fixed
+-- the first time it pops there (p_sub_start: 'all', 'now' or 'at' p_sub_at). With p_auto_ack
+-- the cursor moves past what is delivered and no lease is taken.
+--
+-- A partition is claimable when it has messages past the cursor, no live lease, no pending
+-- retry delay, its window buffer is quiet and (with delayed processing) its next message is
+-- old enough. Claiming locks the cursor row FOR UPDATE SKIP LOCKED: concurrent pops of one
+-- group never wait for each other and never take the same partition.
+CREATE OR REPLACE FUNCTION queen.pop(
+    p_queue text, p_partition text, p_namespace text, p_task text, p_group text,
+    p_batch integer, p_max_partitions integer, p_auto_ack boolean,
+    p_sub_start text, p_sub_at timestamptz, p_lease_id uuid)
+RETURNS TABLE (partition_id bigint, queue_name text, partition_name text, msg_offset bigint,
+               message_id uuid, transaction_id text, payload text, producer_sub text,
+               trace_id uuid, retry_count integer, lease_expires_at timestamptz)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_queues    bigint[];
+    v_left      integer := p_batch;
+    c           record;
+    v_seg_first bigint;
+    v_seg_last  bigint;
+    v_from      bigint;
+    v_until     bigint;
+    v_upto      bigint;
+    v_n         integer;
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        SELECT ARRAY[q.id] INTO v_queues FROM queen.queues q WHERE q.name = p_queue;
+    ELSE
+        SELECT array_agg(q.id ORDER BY q.id) INTO v_queues FROM queen.queues q
+        WHERE (p_namespace = '' OR q.namespace = p_namespace) AND (p_task = '' OR q.task = p_task);
+    END IF;
+    IF v_queues IS NULL THEN
+        RETURN;
+    END IF;
+
+    IF p_group <> '__QUEUE_MODE__' THEN
+        INSERT INTO queen.consumer_groups (queue_id, consumer_group, subscription_mode,
+                                           subscribed_at)
+        SELECT qid, p_group, p_sub_start,
+               CASE p_sub_start WHEN 'now' THEN now() WHEN 'at' THEN p_sub_at END
+        FROM unnest(v_queues) AS qid
+        ORDER BY qid
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    -- Cursors of this group for partitions that hold messages and have none yet.
+    INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_offset)
+    SELECT p.id, p_group, p.queue_id,
+           CASE WHEN g.subscribed_at IS NULL THEN 0
+                ELSE coalesce((SELECT s.first_offset FROM queen.segments s
+                               WHERE s.partition_id = p.id AND s.created_at >= g.subscribed_at
+                               ORDER BY s.first_offset LIMIT 1),
+                              p.next_offset)
+           END
+    FROM queen.partitions p
+    LEFT JOIN queen.consumer_groups g
+           ON g.queue_id = p.queue_id AND g.consumer_group = p_group
+    WHERE p.queue_id = ANY (v_queues)
+      AND (p_partition IS NULL OR p.name = p_partition)
+      AND p.next_offset > 0
+      AND NOT EXISTS (SELECT 1 FROM queen.cursors x
+                      WHERE x.partition_id = p.id AND x.consumer_group = p_group)
+    ORDER BY p.id
+    ON CONFLICT DO NOTHING;
+
+    FOR c IN
+        SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
+               q.name AS qname, q.lease_time_s, q.delayed_processing_s
+        FROM queen.cursors cu
+        JOIN queen.partitions p ON p.id = cu.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id
+        WHERE cu.queue_id = ANY (v_queues)
+          AND cu.consumer_group = p_group
+          AND (p_partition IS NULL OR p.name = p_partition)
+          AND p.next_offset > cu.next_offset
+          AND (cu.lease_expires_at IS NULL OR cu.lease_expires_at <= now())
+          AND (cu.not_before IS NULL OR cu.not_before <= now())
+          AND (q.window_buffer_s = 0
+               OR (SELECT s.created_at FROM queen.segments s WHERE s.partition_id = p.id
+                   ORDER BY s.first_offset DESC LIMIT 1)
+                  <= now() - make_interval(secs => q.window_buffer_s))
+          AND (q.delayed_processing_s = 0
+               OR (SELECT s.created_at FROM queen.segments s
+                   WHERE s.partition_id = p.id AND s.first_offset <= cu.next_offset
+                   ORDER BY s.first_offset DESC LIMIT 1)
+                  <= now() - make_interval(secs => q.delayed_processing_s))
+        ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
+        LIMIT p_max_partitions
+        FOR UPDATE OF cu SKIP LOCKED
+    LOOP
+        EXIT WHEN v_left <= 0;
+
+        -- The first stored offset at or after the cursor (retention may have left a gap).
+        v_from := c.nxt;
+        SELECT s.first_offset, s.last_offset INTO v_seg_first, v_seg_last
+        FROM queen.segments s
+        WHERE s.partition_id = c.pid AND s.first_offset <= v_from
+        ORDER BY s.first_offset DESC LIMIT 1;
+        IF NOT FOUND OR v_seg_last < v_from THEN
+            SELECT s.first_offset INTO v_seg_first
+            FROM queen.segments s
+            WHERE s.partition_id = c.pid AND s.first_offset > v_from
+            ORDER BY s.first_offset LIMIT 1;
+            CONTINUE WHEN NOT FOUND;
+            v_from := v_seg_first;
+        END IF;
+
+        -- Nothing at or past v_upto is needed: the budget, plus offsets already acked.
+        v_upto := v_from + v_left + cardinality(c.acked);
+        IF c.delayed_processing_s > 0 THEN   -- stop at the first segment not yet visible
+            SELECT s.first_offset INTO v_until
+            FROM queen.segments s
+            WHERE s.partition_id = c.pid AND s.first_offset >= v_seg_first
+              AND s.created_at > now() - make_interval(secs => c.delayed_processing_s)
+            ORDER BY s.first_offset LIMIT 1;
+            IF FOUND THEN
+                v_upto := least(v_upto, v_until);
+            END IF;
+        END IF;
+
+        RETURN QUERY
+        WITH pick AS (
+            SELECT s.first_offset + u.i - 1 AS off, u.mid, u.tx, u.pl, u.sub, u.tr
+            FROM queen.segments s
+            CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads,
+                                      s.producer_subs, s.trace_ids)
+                 WITH ORDINALITY AS u (mid, tx, pl, sub, tr, i)
+            WHERE s.partition_id = c.pid AND s.first_offset >= v_seg_first
+              AND s.first_offset < v_upto
+              AND s.first_offset + u.i - 1 >= v_from
+              AND s.first_offset + u.i - 1 < v_upto
+              AND s.first_offset + u.i - 1 <> ALL (c.acked)
+            ORDER BY 1
+            LIMIT v_left
+        ),
+        adv AS (
+            SELECT a.next_offset, a.rest
+            FROM queen.cursor_advance(
+                v_from,
+                CASE WHEN p_auto_ack THEN c.acked || ARRAY(SELECT pick.off FROM pick)
+                     ELSE c.acked END) a
+        ),
+        mark AS (
+            UPDATE queen.cursors cu SET
+                next_offset = adv.next_offset,
+                acked = adv.rest,
+                lease_id = CASE WHEN p_auto_ack THEN NULL ELSE p_lease_id END,
+                lease_end = CASE WHEN p_auto_ack THEN NULL
+                                 ELSE (SELECT max(pick.off) + 1 FROM pick) END,
+                lease_expires_at = CASE WHEN p_auto_ack THEN NULL
+                                        ELSE now() + make_interval(secs => c.lease_time_s) END,
+                not_before = NULL,
+                delivered_at = clock_timestamp()
+            FROM adv
+            WHERE cu.partition_id = c.pid AND cu.consumer_group = p_group
+              AND EXISTS (SELECT 1 FROM pick)
+            RETURNING cu.lease_expires_at
+        ),
+        tidy AS (   -- with autoAck, failures behind the cursor are resolved
+            DELETE FROM queen.failures f
+            USING adv
+            WHERE p_auto_ack AND f.partition_id = c.pid AND f.consumer_group = p_group
+              AND f.msg_offset < adv.next_offset
+        )
+        SELECT c.pid, c.qname, c.pname, pick.off, pick.mid, pick.tx, pick.pl, pick.sub,
+               pick.tr, coalesce(f.attempts, 0), (SELECT m.lease_expires_at FROM mark m)
+        FROM pick
+        LEFT JOIN queen.failures f
+               ON f.partition_id = c.pid AND f.consumer_group = p_group
+              AND f.msg_offset = pick.off
+        ORDER BY pick.off;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_left := v_left - v_n;
+    END LOOP;
+END
+$fn$;
+
+-- For the acks of one (partition, group): each ack (in order) with the offset and content
+-- of the message it names, the first one among [p_next, p_hi) not yet done; NULLs if none.
+-- The segments are read once and matched by hash: the planner believes unnest yields one
+-- row and would otherwise re-read them for every ack.
+CREATE OR REPLACE FUNCTION queen.ack_targets(
+    p_pid bigint, p_group text, p_pids bigint[], p_groups text[], p_txids text[],
+    p_statuses text[], p_errors text[], p_leases uuid[], p_from bigint, p_hi bigint,
+    p_next bigint, p_acked bigint[])
+RETURNS TABLE (ord integer, tx text, st text, err text, lease uuid, off bigint, mid uuid,
+               pl text, sub text, tr uuid)
+LANGUAGE sql STABLE
+SET enable_nestloop = off
+AS $fn$
+    WITH items AS (
+        SELECT u.ord::integer AS ord, u.tx, u.st, u.err, u.lease
+        FROM unnest(p_pids, p_groups, p_txids, p_statuses, p_errors, p_leases)
+             WITH ORDINALITY AS u (pid, grp, tx, st, err, lease, ord)
+        WHERE u.pid = p_pid AND u.grp = p_group
+    ),
+    frames AS MATERIALIZED (   -- read and unnest the batch's segments once
+        SELECT s.first_offset + f.i - 1 AS off, f.tx, f.mid, f.pl, f.sub, f.tr
+        FROM queen.segments s
+        CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads,
+                                  s.producer_subs, s.trace_ids)
+             WITH ORDINALITY AS f (mid, tx, pl, sub, tr, i)
+        WHERE s.partition_id = p_pid AND s.first_offset >= p_from AND s.first_offset < p_hi
+    ),
+    open AS (
+        SELECT * FROM frames fr
+        WHERE fr.off >= p_next AND fr.off < p_hi AND fr.off <> ALL (p_acked)
+    )
+    SELECT DISTINCT ON (items.ord) items.ord, items.tx, items.st, items.err, items.lease,
+           o.off, o.mid, o.pl, o.sub, o.tr
+    FROM items
+    LEFT JOIN open o ON o.tx = items.tx
+    ORDER BY items.ord, o.off
+$fn$;
+
+-- Acknowledge messages: one element per ack in every array (p_leases[i] NULL = unfenced).
+-- Statuses: 'completed', 'failed' (retry until the queue's retry_limit, then the DLQ; either
+-- way the lease is released, since the consumer gives up the rest of the batch), 'dlq' (to the
+-- DLQ, the lease stays) and 'retry' (release the lease without counting). A lease id that is not the live lease of
+-- the message's (partition, group) fails that item: 'Invalid or expired lease'.
+--
+-- Cursor rows are locked in (partition_id, consumer_group) order. A completed ack moves the
+-- cursor over every contiguous done offset; when the whole leased batch is done, or on a
+-- failure that is retried, the lease is released and the rest of the batch is redelivered.
+CREATE OR REPLACE FUNCTION queen.ack(
+    p_groups text[], p_pids bigint[], p_txids text[], p_statuses text[], p_errors text[],
+    p_leases uuid[])
+RETURNS TABLE (idx integer, success boolean, error text, queue_name text,
+               partition_name text, lease_released boolean, dlq boolean)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    k          record;
+    cu         record;
+    it         record;
+    v_live     boolean;
+    v_cov      bigint;
+    v_hi       bigint;
+    v_done     bigint[];
+    v_release  boolean;
+    v_clear    boolean;
+    v_retry_at timestamptz;
+    v_attempts integer;
+    v_next     bigint;
+    v_rest     bigint[];
+    r_idx      integer[];
+    r_ok       boolean[];
+    r_err      text[];
+    r_dlq      boolean[];
+BEGIN
+    -- Items that name no partition of this broker.
+    RETURN QUERY
+    SELECT u.ord::integer, false, 'Message not found'::text, NULL::text, NULL::text, false, false
+    FROM unnest(p_pids) WITH ORDINALITY AS u (pid, ord)
+    WHERE u.pid IS NULL;
+
+    FOR k IN
+        SELECT DISTINCT u.pid, u.grp
+        FROM unnest(p_pids, p_groups) AS u (pid, grp)
+        WHERE u.pid IS NOT NULL
+        ORDER BY u.pid, u.grp
+    LOOP
+        SELECT c.next_offset, c.acked, c.lease_id, c.lease_end, c.lease_expires_at, c.queue_id,
+               p.name AS pname, q.name AS qname, q.retry_limit, q.retry_delay_ms,
+               p.next_offset AS high
+        INTO cu
+        FROM queen.cursors c
+        JOIN queen.partitions p ON p.id = c.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id
+        WHERE c.partition_id = k.pid AND c.consumer_group = k.grp
+        FOR UPDATE OF c;
+        IF NOT FOUND THEN   -- nothing of this partition was ever delivered to this group
+            RETURN QUERY
+            SELECT u.ord::integer, false, 'Message not found'::text, q.name, p.name, false, false
+            FROM unnest(p_pids, p_groups) WITH ORDINALITY AS u (pid, grp, ord)
+            LEFT JOIN queen.partitions p ON p.id = k.pid
+            LEFT JOIN queen.queues q ON q.id = p.queue_id
+            WHERE u.pid = k.pid AND u.grp = k.grp;
+            CONTINUE;
+        END IF;
+
+        v_live := cu.lease_id IS NOT NULL AND cu.lease_expires_at > now();
+        -- Search the leased batch; without a live lease, what follows the cursor (bounded).
+        v_hi := CASE WHEN v_live THEN cu.lease_end ELSE least(cu.high, cu.next_offset + 10000) END;
+        SELECT coalesce(max(s.first_offset), cu.next_offset) INTO v_cov
+        FROM queen.segments s
+        WHERE s.partition_id = k.pid AND s.first_offset <= cu.next_offset;
+
+        v_done := '{}';
+        v_release := false;
+        v_retry_at := NULL;
+        r_idx := '{}'; r_ok := '{}'; r_err := '{}'; r_dlq := '{}';
+
+        FOR it IN
+            SELECT * FROM queen.ack_targets(k.pid, k.grp, p_pids, p_groups, p_txids, p_statuses,
+                                            p_errors, p_leases, v_cov, v_hi, cu.next_offset,
+                                            cu.acked)
+        LOOP
+            r_idx := r_idx || it.ord;
+            r_dlq := r_dlq || false;
+            IF it.lease IS NOT NULL AND NOT (v_live AND it.lease = cu.lease_id) THEN
+                r_ok := r_ok || false;
+                r_err := r_err || 'Invalid or expired lease'::text;
+                CONTINUE;
+            END IF;
+            IF it.off IS NULL THEN
+                r_ok := r_ok || false;
+                r_err := r_err || 'Message not found'::text;
+                CONTINUE;
+            END IF;
+            r_ok := r_ok || true;
+            r_err := r_err || NULL::text;
+            CONTINUE WHEN it.off = ANY (v_done);   -- the same message twice in one call
+
+            IF it.st = 'completed' THEN
+                v_done := v_done || it.off;
+            ELSIF it.st = 'retry' THEN
+                v_release := true;
+            ELSE   -- 'failed' or 'dlq'
+                SELECT f.attempts INTO v_attempts FROM queen.failures f
+                WHERE f.partition_id = k.pid AND f.consumer_group = k.grp
+                  AND f.msg_offset = it.off;
+                v_attempts := coalesce(v_attempts, 0);
+                IF it.st = 'failed' AND v_attempts + 1 <= cu.retry_limit THEN
+                    INSERT INTO queen.failures AS f (partition_id, consumer_group, msg_offset,
+                                                     queue_id, attempts, last_error)
+                    VALUES (k.pid, k.grp, it.off, cu.queue_id, v_attempts + 1, it.err)
+                    ON CONFLICT (partition_id, consumer_group, msg_offset) DO UPDATE
+                    SET attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error;
+                    v_release := true;
+                    v_retry_at := now() + make_interval(secs => cu.retry_delay_ms / 1000.0);
+                ELSE
+                    INSERT INTO queen.dlq (queue_id, partition_id, consumer_group, msg_offset,
+                                           message_id, transaction_id, payload, producer_sub,
+                                           trace_id, error_message, retry_count)
+                    SELECT cu.queue_id, k.pid, k.grp, it.off, it.mid, it.tx, it.pl, it.sub,
+                           it.tr, coalesce(it.err, f.last_error), v_attempts
+                    FROM (SELECT 1) one
+                    LEFT JOIN queen.failures f
+                           ON f.partition_id = k.pid AND f.consumer_group = k.grp
+                          AND f.msg_offset = it.off;
+                    v_done := v_done || it.off;
+                    r_dlq[cardinality(r_dlq)] := true;
+                    -- a consumer that nacks skips the rest of the partition: release it
+                    v_release := v_release OR it.st = 'failed';
+                END IF;
+            END IF;
+        END LOOP;
+
+        SELECT a.next_offset, a.rest INTO v_next, v_rest
+        FROM queen.cursor_advance(cu.next_offset, cu.acked || v_done) a;
+        v_clear := cu.lease_id IS NOT NULL
+                   AND (v_release OR v_next >= cu.lease_end OR NOT v_live);
+        UPDATE queen.cursors c SET
+            next_offset = v_next,
+            acked = v_rest,
+            lease_id = CASE WHEN v_clear THEN NULL ELSE c.lease_id END,
+            lease_end = CASE WHEN v_clear THEN NULL ELSE c.lease_end END,
+            lease_expires_at = CASE WHEN v_clear THEN NULL ELSE c.lease_expires_at END,
+            not_before = coalesce(v_retry_at, c.not_before)
+        WHERE c.partition_id = k.pid AND c.consumer_group = k.grp;
+        IF v_next > cu.next_offset THEN
+            DELETE FROM queen.failures f
+            WHERE f.partition_id = k.pid AND f.consumer_group = k.grp
+              AND f.msg_offset < v_next;
+        END IF;
+
+        RETURN QUERY
+        SELECT r.i, r.ok, r.err, cu.qname, cu.pname, v_clear AND v_live, r.d
+        FROM unnest(r_idx, r_ok, r_err, r_dlq) AS r (i, ok, err, d);
+    END LOOP;
+END
+$fn$;
+
+-- The same, with every column sent as one text joined by chr(31) (an empty element is NULL):
+-- splitting on the server is far cheaper than adapting Python lists element by element.
+CREATE OR REPLACE FUNCTION queen.ack_joined(
+    p_groups text, p_pids text, p_txids text, p_statuses text, p_errors text, p_leases text)
+RETURNS TABLE (idx integer, success boolean, error text, queue_name text,
+               partition_name text, lease_released boolean, dlq boolean)
+LANGUAGE sql AS $fn$
+    SELECT * FROM queen.ack(string_to_array(p_groups, chr(31)),
+                            string_to_array(p_pids, chr(31), '')::bigint[],
+                            string_to_array(p_txids, chr(31)),
+                            string_to_array(p_statuses, chr(31)),
+                            string_to_array(p_errors, chr(31), ''),
+                            string_to_array(p_leases, chr(31), '')::uuid[])
+$fn$;
+
+-- Extend every live row of a lease (all partitions of a multi-partition pop) to
+-- max(current expiry, now + p_seconds); p_seconds NULL means each queue's lease time.
+-- state: 'renewed', 'expired' (the lease exists but is no longer live) or 'missing'.
+CREATE OR REPLACE FUNCTION queen.extend_lease(
+    p_lease uuid, p_seconds integer,
+    OUT renewed integer, OUT expires_at timestamptz, OUT state text)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+BEGIN
+    WITH locked AS (
+        SELECT c.partition_id, c.consumer_group, q.lease_time_s
+        FROM queen.cursors c
+        JOIN queen.partitions p ON p.id = c.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id
+        WHERE c.lease_id = p_lease AND c.lease_expires_at > now()
+        ORDER BY c.partition_id, c.consumer_group
+        FOR UPDATE OF c
+    ),
+    upd AS (
+        UPDATE queen.cursors c
+        SET lease_expires_at = greatest(
+                c.lease_expires_at,
+                now() + make_interval(secs => coalesce(p_seconds, l.lease_time_s)))
+        FROM locked l
+        WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
+          AND c.lease_id = p_lease
+        RETURNING c.lease_expires_at
+    )
+    SELECT count(*)::integer, max(upd.lease_expires_at) INTO renewed, expires_at FROM upd;
+    IF renewed > 0 THEN
+        state := 'renewed';
+    ELSIF EXISTS (SELECT 1 FROM queen.cursors c WHERE c.lease_id = p_lease) THEN
+        state := 'expired';
+    ELSE
+        state := 'missing';
+    END IF;
+END
+$fn$;
+
+-- Acks and pushes applied atomically (POST /api/v1/transaction). The acks run first (cursor
+-- rows, in key order), then the pushes through queen.push_frames (partition rows, in id
+-- order). If a required lease is not live, an ack fails, or a pushed partition vanished, the
+-- block is rolled back and ok is false; the ack results still say which item failed.
+-- Push frames name their partition by (queue, partition) name; partitions are created here,
+-- inside the transaction, so a failed transaction leaves nothing behind.
+CREATE OR REPLACE FUNCTION queen.transact(
+    p_required uuid[],
+    p_groups text[], p_pids bigint[], p_txids text[], p_statuses text[], p_errors text[],
+    p_leases uuid[],
+    p_queues text[], p_parts text[], p_mids uuid[], p_ptxids text[], p_payloads text[],
+    p_subs text[], p_traces uuid[], p_leaders integer[],
+    OUT ok boolean, OUT reason text, OUT acks jsonb, OUT pids bigint[], OUT statuses text,
+    OUT originals text)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_missing uuid;
+    v_wpids   bigint[];
+    v_wcounts integer[];
+BEGIN
+    ok := true;
+    acks := '[]';
+    BEGIN
+        -- Judged before the acks, which may release the very leases they name.
+        SELECT l INTO v_missing FROM unnest(p_required) AS l
+        WHERE NOT EXISTS (SELECT 1 FROM queen.cursors c
+                          WHERE c.lease_id = l AND c.lease_expires_at > now())
+        LIMIT 1;
+
+        SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.idx), '[]') INTO acks
+        FROM queen.ack(p_groups, p_pids, p_txids, p_statuses, p_errors, p_leases) a;
+        IF EXISTS (SELECT 1 FROM jsonb_array_elements(acks) e
+                   WHERE NOT (e->>'success')::boolean) THEN
+            reason := 'ack';
+            RAISE EXCEPTION USING ERRCODE = 'QN001';
+        END IF;
+        IF v_missing IS NOT NULL THEN
+            reason := 'Required lease ' || v_missing || ' is not live';
+            RAISE EXCEPTION USING ERRCODE = 'QN001';
+        END IF;
+
+        IF cardinality(p_mids) > 0 THEN
+            WITH names AS (
+                SELECT DISTINCT u.q, u.p FROM unnest(p_queues, p_parts) AS u (q, p)
+                ORDER BY u.q, u.p
+            ),
+            ids AS (
+                SELECT n.q, n.p, queen.ensure_partition(n.q, n.p) AS id FROM names n
+            )
+            SELECT array_agg(ids.id ORDER BY u.ord) INTO pids
+            FROM unnest(p_queues, p_parts) WITH ORDINALITY AS u (q, p, ord)
+            JOIN ids ON ids.q = u.q AND ids.p = u.p;
+
+            -- the frames of one partition are consecutive: one write per partition
+            SELECT array_agg(w.pid ORDER BY w.first), array_agg(w.cnt ORDER BY w.first)
+            INTO v_wpids, v_wcounts
+            FROM (SELECT u.pid, min(u.ord) AS first, count(*)::integer AS cnt
+                  FROM unnest(pids) WITH ORDINALITY AS u (pid, ord)
+                  GROUP BY u.pid) w;
+
+            SELECT f.statuses, f.originals INTO statuses, originals
+            FROM queen.push_frames(v_wpids, v_wcounts, p_mids, p_ptxids, p_payloads, p_subs,
+                                   p_traces, p_leaders) f;
+            IF strpos(statuses, '2') > 0 THEN
+                reason := 'a pushed partition was deleted during the transaction';
+                RAISE EXCEPTION USING ERRCODE = 'QN001';
+            END IF;
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'QN001' THEN
+        ok := false;
+    END;
+END
+$fn$;
+
+-- The DLQ of a queue (or of every queue), newest failure first, with the total count.
+CREATE OR REPLACE FUNCTION queen.dlq_page(
+    p_queue text, p_group text, p_partition text, p_from timestamptz, p_to timestamptz,
+    p_limit integer, p_offset integer)
+RETURNS TABLE (total bigint, message_id uuid, transaction_id text, partition_id bigint,
+               queue_name text, partition_name text, consumer_group text, error_message text,
+               retry_count integer, payload text, producer_sub text, trace_id uuid,
+               failed_at timestamptz, msg_offset bigint)
+LANGUAGE sql STABLE AS $fn$
+    WITH hits AS (
+        SELECT d.*, q.name AS qname, p.name AS pname
+        FROM queen.dlq d
+        JOIN queen.queues q ON q.id = d.queue_id
+        JOIN queen.partitions p ON p.id = d.partition_id
+        WHERE (p_queue IS NULL OR q.name = p_queue)
+          AND (p_group IS NULL OR d.consumer_group = p_group)
+          AND (p_partition IS NULL OR p.name = p_partition)
+          AND (p_from IS NULL OR d.failed_at >= p_from)
+          AND (p_to IS NULL OR d.failed_at <= p_to)
+    ),
+    n AS (SELECT count(*) AS total FROM hits)
+    SELECT n.total, h.message_id, h.transaction_id, h.partition_id, h.qname, h.pname,
+           h.consumer_group, h.error_message, h.retry_count, h.payload, h.producer_sub,
+           h.trace_id, h.failed_at, h.msg_offset
+    FROM n LEFT JOIN LATERAL (
+        SELECT * FROM hits ORDER BY hits.failed_at DESC, hits.id DESC
+        LIMIT p_limit OFFSET p_offset
+    ) h ON true
+$fn$;
+
+-- Forget a consumer group on every queue: cursors (and so leases) and pending failures;
+-- with p_metadata also where it subscribed. Returns the number of cursors removed.
+CREATE OR REPLACE FUNCTION queen.delete_consumer_group(p_group text, p_metadata boolean)
+RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_n integer;
+BEGIN
+    PERFORM 1 FROM queen.cursors WHERE consumer_group = p_group
+    ORDER BY partition_id, consumer_group FOR UPDATE;
+    DELETE FROM queen.cursors WHERE consumer_group = p_group;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    DELETE FROM queen.failures WHERE consumer_group = p_group;
+    IF p_metadata THEN
+        DELETE FROM queen.consumer_groups WHERE consumer_group = p_group;
+    END IF;
+    RETURN v_n;
+END
+$fn$;
+
+-- Move a named group's start to p_at on every queue it is subscribed to, and put each of its
+-- cursors at the first message stored at or after p_at (live leases are dropped).
+-- Returns the number of subscriptions changed.
+CREATE OR REPLACE FUNCTION queen.set_subscription(p_group text, p_at timestamptz)
+RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_n integer;
+BEGIN
+    UPDATE queen.consumer_groups
+    SET subscription_mode = 'at', subscribed_at = p_at
+    WHERE consumer_group = p_group;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+
+    PERFORM 1 FROM queen.cursors WHERE consumer_group = p_group
+    ORDER BY partition_id, consumer_group FOR UPDATE;
+    UPDATE queen.cursors c
+    SET next_offset = coalesce((SELECT s.first_offset FROM queen.segments s
+                                WHERE s.partition_id = c.partition_id AND s.created_at >= p_at
+                                ORDER BY s.first_offset LIMIT 1),
+                               (SELECT p.next_offset FROM queen.partitions p
+                                WHERE p.id = c.partition_id)),
+        acked = '{}', lease_id = NULL, lease_end = NULL, lease_expires_at = NULL,
+        not_before = NULL
+    WHERE c.consumer_group = p_group;
+    DELETE FROM queen.failures WHERE consumer_group = p_group;
+    RETURN v_n;
+END
+$fn$;

@@ -1,0 +1,148 @@
+"""Long polls: woken by a committed push (in this process at once, from another broker process
+through NOTIFY), answered by the deadline, cancelled when the client goes away, and released at
+shutdown. Nothing here sleeps to wait for an event: tests wait on the waiter count itself.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import hypercorn.trio
+import trio
+from hypercorn.config import Config
+
+from queen import open_broker
+from queen.broker import Broker
+from queen.consume.results import PopResult
+from queen.consume.wakeups import Wakeups
+from queen.http.app import create_app
+from queen.model import PartitionKey
+from queen.settings import Settings
+from queen.storage.base import SegmentWrite
+
+NO_RECHECK = 60_000  # ms: only a wake-up can deliver within a test's time limit
+
+
+async def test_a_ticket_taken_before_the_query_never_misses_a_fire() -> None:
+    wakeups = Wakeups()
+    ticket = wakeups.ticket("q")
+    wakeups.fire(["q"])  # the push committed between the query and the wait
+    assert await wakeups.wait(ticket, trio.current_time() + 5) is True
+    later = wakeups.ticket("q")
+    assert later is not ticket and not later.is_set()
+    spanning = wakeups.ticket(None)
+    wakeups.fire(["other"])
+    assert spanning.is_set() and not later.is_set()
+
+
+async def test_a_wait_ends_at_its_deadline_and_forgets_its_ticket(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    wakeups = Wakeups()
+    start = trio.current_time()
+    assert await wakeups.wait(wakeups.ticket("q"), start + 30) is False
+    assert trio.current_time() - start == 30
+    assert wakeups.waiting == 0 and not wakeups._tickets
+
+
+async def test_commit_listener_fires_the_queues_written(broker: Broker) -> None:
+    consume = broker.consume
+    ticket, other = consume.wakeups.ticket("orders"), consume.wakeups.ticket("billing")
+    segment = SegmentWrite(1, ["m"], ["t"], [b"1"], [0], key=PartitionKey("orders", "p"))
+    consume.on_commit([segment], [])
+    assert ticket.is_set() and not other.is_set()
+
+
+async def wait_for_pop(broker: Broker, queue: str, into: list[PopResult], **kw: object) -> None:
+    into.append(await broker.pop(queue, wait=True, **kw))  # type: ignore[arg-type]
+
+
+async def test_a_waiting_pop_wakes_when_a_push_commits(settings: Settings, queue: str) -> None:
+    async with open_broker(settings.with_changes(pop_recheck_ms=NO_RECHECK)) as broker:
+        got: list[PopResult] = []
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(wait_for_pop, broker, queue, got, timeout_ms=30_000))
+                await broker.consume.wakeups.until_waiting(1)
+                pushed_at = trio.current_time()
+                await broker.push([{"queue": queue, "payload": "wake up"}])
+        assert [m["data"] for m in got[0].messages] == ["wake up"]
+        assert trio.current_time() - pushed_at < 5  # far from the 30 s deadline
+
+
+async def test_a_push_in_another_broker_process_wakes_a_waiting_pop(
+    settings: Settings, queue: str
+) -> None:
+    quiet = settings.with_changes(pop_recheck_ms=NO_RECHECK)
+    async with open_broker(quiet) as waiting, open_broker(quiet) as pushing:
+        assert waiting.consume.listener is not None and waiting.consume.listener.connected
+        got: list[PopResult] = []
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(wait_for_pop, waiting, queue, got, timeout_ms=30_000))
+                await waiting.consume.wakeups.until_waiting(1)
+                await pushing.push([{"queue": queue, "payload": "from elsewhere"}])
+        assert [m["data"] for m in got[0].messages] == ["from elsewhere"]
+
+
+async def test_an_empty_long_poll_answers_at_its_deadline(broker: Broker, queue: str) -> None:
+    start = trio.current_time()
+    with trio.fail_after(10):
+        result = await broker.pop(queue, wait=True, timeout_ms=300)
+    elapsed = trio.current_time() - start
+    assert not result
+    assert 0.3 <= elapsed < 3
+
+
+async def test_a_waiting_pop_rechecks_for_expired_leases(settings: Settings, queue: str) -> None:
+    async with open_broker(settings.with_changes(pop_recheck_ms=50)) as broker:
+        await broker.push([{"queue": queue, "payload": "held"}])
+        held = await broker.pop(queue)
+        await broker.store.pool.run(  # type: ignore[attr-defined]
+            lambda conn: conn.execute(
+                "UPDATE queen.cursors SET lease_expires_at = now() + interval '300 ms'"
+                " WHERE lease_id = %s",
+                (held.lease_id,),
+            )
+        )
+        with trio.fail_after(10):
+            again = await broker.pop(queue, wait=True, timeout_ms=8000)
+        assert [m["id"] for m in again.messages] == [m["id"] for m in held.messages]
+
+
+async def test_stop_waiting_answers_every_waiting_pop(broker: Broker, queue: str) -> None:
+    got: list[PopResult] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(partial(wait_for_pop, broker, queue, got, timeout_ms=60_000))
+            await broker.consume.wakeups.until_waiting(3)
+            broker.consume.stop_waiting()
+    assert len(got) == 3 and not any(got)
+    assert not await broker.pop(queue, wait=True, timeout_ms=60_000)
+
+
+async def test_a_client_that_disconnects_cancels_its_long_poll(broker: Broker, queue: str) -> None:
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(
+            partial(
+                hypercorn.trio.serve,
+                create_app(broker),
+                config,
+                shutdown_trigger=trio.sleep_forever,
+            )
+        )
+        port = int(binds[0].rsplit(":", 1)[1])
+        with trio.fail_after(10):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(
+                f"GET /api/v1/pop/queue/{queue}?wait=true&timeout=60000 HTTP/1.1\r\n"
+                "Host: test\r\n\r\n".encode()
+            )
+            await broker.consume.wakeups.until_waiting(1)
+            await stream.aclose()
+            await broker.consume.wakeups.until_waiting(0)
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,151 @@
+"""The official Python client, queen-mq 2.6.0, unchanged, against a real broker socket.
+
+Each test starts ``queen.server.serve`` on a free port and runs one flow of
+``tests/client_flows.py`` in the client's own virtualenv (built on demand, see
+``tests/client_env.py``), then checks what the client observed and what the database holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from queen.server import serve
+from queen.settings import Settings
+from tests.client_env import ensure_client_python
+from tests.conftest import Db
+
+FLOWS = Path(__file__).with_name("client_flows.py")
+
+
+@pytest.fixture(scope="session")
+def client_python() -> Path:
+    return ensure_client_python()
+
+
+async def run_flow(
+    client_python: Path, settings: Settings, flow: str, queue: str, tmp_path: Path
+) -> dict[str, Any]:
+    settings = settings.with_changes(host="127.0.0.1", port=0)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve, settings)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+        with trio.fail_after(90):
+            done = await trio.run_process(
+                [str(client_python), "-I", str(FLOWS), flow, f"http://127.0.0.1:{port}", queue],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                cwd=tmp_path,
+                env=env,
+            )
+        nursery.cancel_scope.cancel()
+    out = done.stdout.decode()
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, f"{out}\n{done.stderr.decode()}"
+    result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    return result
+
+
+@pytest.fixture
+def flow(client_python: Path, settings: Settings, queue: str, tmp_path: Path) -> Any:
+    async def run(name: str) -> dict[str, Any]:
+        return await run_flow(client_python, settings, name, queue, tmp_path)
+
+    return run
+
+
+async def test_create_push_pop_ack_nack_dlq_and_delete(flow: Any, queue: str) -> None:
+    r = await flow("basics")
+    assert r["created"] == {"configured": True, "queue": queue, "namespace": f"ns-{queue}"}
+    assert r["created_options"] == {
+        "leaseTime": 30,
+        "retryLimit": 1,
+        "retryDelay": 0,
+        "priority": 0,
+    }
+    assert r["push_statuses"] == ["queued", "queued", "queued", "duplicate"]
+    assert r["first_pop"] == [{"n": 1}, {"n": 2}]
+    assert r["first_fields"] == {
+        "transactionId": "tx-1",
+        "traceId": None,
+        "producerSub": None,
+        "queue": queue,
+        "partition": "Default",
+        "retryCount": 0,
+    }
+    assert r["created_at_z"] and r["lease_shared"]
+    assert r["ack_single"] is True and r["ack_batch"] is True and r["nack"] is True
+    assert r["redelivered"] == [{"n": 3}, 1]
+    assert r["after_dlq"] == []
+    assert r["dlq_total"] == 1
+    assert r["dlq"] == [[{"n": 3}, "second failure", 1]]
+    assert r["namespace_pop"] == ["by namespace"]
+    assert r["deleted"] is True and r["pop_after_delete"] == []
+
+
+async def test_consume_with_autopilot_and_with_a_batch(flow: Any, queue: str, db: Db) -> None:
+    r = await flow("consume_batches")
+    for name in ("auto", "five"):
+        assert r[name]["count"] == 30, name
+        assert r[name]["in_order"] is True
+        assert r[name]["partitions"] == [0, 1, 2]
+        assert r[name]["shapes"] == ["list"]
+        assert r[name]["left"] == 0
+    pending = await db.value(
+        """SELECT count(*) FROM queen.cursors c JOIN queen.queues q ON q.id = c.queue_id
+           WHERE q.name LIKE %s AND (c.lease_id IS NOT NULL OR c.next_offset < 10)""",
+        f"{queue}-%",
+    )
+    assert pending == 0
+
+
+async def test_each_with_a_nack_redelivers_and_poison_goes_to_the_dlq(flow: Any) -> None:
+    r = await flow("consume_each_nack")
+    assert r["calls"] == [[0, 0], [1, 0], [2, 0], [2, 1], [3, 0], [4, 0]]
+    assert r["left"] == []
+    assert r["poison_handled"] == ["bad", "bad", "good"]
+    assert r["dlq"] == [["bad", "cannot handle it"]]
+
+
+async def test_consumer_groups_fan_out_and_subscribe(flow: Any) -> None:
+    r = await flow("groups")
+    assert r["g1"] == r["g2"] == ["old-1", "old-2"]
+    assert r["g1_again"] == []
+    assert r["new_before"] == [] and r["new_after"] == ["fresh"]
+    assert r["g1_sees_fresh"] == ["fresh"]
+    assert r["timestamp_update"] == [True, 1]
+    assert r["replayed"] == ["old-1", "old-2", "fresh"]
+    assert r["group_deleted"] == [True, 1]
+
+
+async def test_lease_renewal_keeps_a_slow_handler_in_charge(flow: Any) -> None:
+    r = await flow("renewal")
+    assert r["renew"] == [True, 1, True]
+    assert r["ack_direct"] is True
+    assert r["other_consumer_saw"] == []
+    assert r["left_after_ack"] == []
+
+
+async def test_transaction_acks_and_pushes_atomically(flow: Any, queue: str, db: Db) -> None:
+    r = await flow("transaction")
+    assert r["success"] is True and r["types"] == ["ack", "push"]
+    assert r["moved"] == [{"done": "in-1"}, True]
+    assert r["traces"] == [[{"done": "in-1"}, True], ["plain", None]]
+    assert r["stale_commit"] == "ACK operation failed: Invalid or expired lease"
+    assert r["never"] == []
+    assert (
+        await db.value("SELECT count(*) FROM queen.queues WHERE name = %s", f"{queue}-never") == 0
+    )
+
+
+async def test_long_poll_wakes_on_push_and_times_out(flow: Any) -> None:
+    r = await flow("long_poll")
+    assert r["got"] == ["arrived"]
+    assert r["waited_s"] < 10
+    assert r["empty"] == [] and 0.4 < r["empty_waited_s"] < 5

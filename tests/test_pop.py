@@ -1,0 +1,334 @@
+"""Pops on the real database: answer shape, ordering, queue mode and fan-out, leases and their
+expiry, subscriptions, delayed processing, window buffer, autoAck, multi-partition and
+namespace pops, autopilot and the pop maintenance switch. Time moves by SQL, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import trio
+
+from queen import open_broker
+from queen.broker import Broker
+from queen.consume.policy import iso_of_uuid7
+from queen.settings import Settings
+from tests.conftest import Db
+from tests.consuming import Api, age_messages, data_of, expire_leases
+
+
+async def test_a_pop_answers_the_contract_shape(api: Api, queue: str) -> None:
+    pushed = await api.push(queue, "p7", {"a": 1}, [2], tx=["t1", "t2"])
+    status, body = await api.pop(queue, batch=10)
+    assert status == 200
+    assert body["success"] is True
+    assert (body["queue"], body["partition"], body["consumerGroup"]) == (
+        queue,
+        "p7",
+        "__QUEUE_MODE__",
+    )
+    assert body["partitionsClaimed"] == 1
+    assert uuid.UUID(body["leaseId"]).version == 7
+    assert "autopilot" not in body
+    first, second = body["messages"]
+    assert first == {
+        "id": pushed[0]["message_id"],
+        "transactionId": "t1",
+        "partitionId": body["partitionId"],
+        "leaseId": body["leaseId"],
+        "data": {"a": 1},
+        "createdAt": iso_of_uuid7(pushed[0]["message_id"]),
+        "producerSub": None,
+        "traceId": None,
+        "partition": "p7",
+        "queue": queue,
+        "consumerGroup": "__QUEUE_MODE__",
+        "retryCount": 0,
+        "offset": 0,
+    }
+    assert first["createdAt"].endswith("Z") and first["partitionId"]
+    assert (second["data"], second["offset"]) == ([2], 1)
+
+
+async def test_nothing_to_deliver_is_204(api: Api, queue: str) -> None:
+    assert (await api.pop("never-pushed-" + queue))[0] == 204
+    assert (await api.pop(queue, "nope"))[0] == 204
+    await api.push(queue, "p", 1)
+    assert len(await api.messages(queue)) == 1
+    assert (await api.pop(queue))[0] == 204  # leased
+    assert (await api.pop(queue, wait=True, timeout=0))[0] == 204
+
+
+async def test_order_is_kept_per_partition_for_every_group(api: Api, queue: str) -> None:
+    for start in range(0, 30, 10):
+        await api.push(queue, "p", *range(start, start + 10))
+    for group in (None, "g1", "g2"):
+        seen: list[int] = []
+        while batch := await api.messages(queue, "p", batch=7, consumerGroup=group):
+            seen.extend(data_of(batch))
+            results = await api.ack_batch(batch, group=group)
+            assert all(r["success"] for r in results)
+        assert seen == list(range(30)), group
+
+
+async def test_queue_mode_consumers_share_one_cursor(api: Api, queue: str) -> None:
+    await api.push(queue, "a", "a0", "a1")
+    await api.push(queue, "b", "b0", "b1")
+    first = await api.messages(queue, batch=10)
+    second = await api.messages(queue, batch=10, consumerGroup="")  # empty group: queue mode
+    assert {m["partition"] for m in first} != {m["partition"] for m in second}
+    assert sorted(data_of(first) + data_of(second)) == ["a0", "a1", "b0", "b1"]
+    assert await api.messages(queue) == []
+    await api.ack_batch(first)
+    await api.ack_batch(second)
+    assert await api.messages(queue) == []
+
+
+async def test_each_group_gets_every_message(api: Api, queue: str) -> None:
+    await api.push(queue, "p", 1, 2, 3)
+    got = {}
+    for group in ("g1", "g2", None):
+        got[group] = data_of(await api.messages(queue, batch=10, consumerGroup=group))
+    assert got == {"g1": [1, 2, 3], "g2": [1, 2, 3], None: [1, 2, 3]}
+
+
+async def test_a_live_lease_keeps_the_partition_for_its_consumer(api: Api, queue: str) -> None:
+    await api.push(queue, "p", *range(5))
+    mine = await api.messages(queue, "p", batch=2, consumerGroup="g")
+    assert data_of(mine) == [0, 1]
+    assert await api.messages(queue, "p", batch=2, consumerGroup="g") == []
+    assert await api.messages(queue, batch=2, consumerGroup="g") == []
+    assert data_of(await api.messages(queue, "p", batch=2, consumerGroup="other")) == [0, 1]
+    await api.ack_batch(mine, group="g")
+    assert data_of(await api.messages(queue, "p", batch=2, consumerGroup="g")) == [2, 3]
+
+
+async def test_an_expired_lease_redelivers_the_batch(api: Api, queue: str, db: Db) -> None:
+    await api.push(queue, "p", "x", "y", "z")
+    first = await api.messages(queue, batch=2)
+    assert await api.messages(queue, batch=2) == []
+    assert await expire_leases(db, queue) == 1
+    again = await api.messages(queue, batch=2)
+    assert [m["id"] for m in again] == [m["id"] for m in first]
+    assert again[0]["leaseId"] != first[0]["leaseId"]
+    stale = await api.ack(first[0])
+    assert (stale["success"], stale["error"]) == (False, "Invalid or expired lease")
+    assert all(r["success"] for r in await api.ack_batch(again))
+    assert data_of(await api.messages(queue, batch=2)) == ["z"]
+
+
+async def test_subscription_new_starts_at_the_first_pop(api: Api, queue: str, db: Db) -> None:
+    await api.push(queue, "p", "old")
+    await age_messages(db, queue, 10)
+    assert await api.messages(queue, consumerGroup="fresh", subscriptionMode="new") == []
+    assert await api.messages(queue, consumerGroup="now", subscriptionFrom="now") == []
+    await api.push(queue, "p", "new")
+    assert data_of(await api.messages(queue, consumerGroup="fresh", subscriptionMode="new")) == [
+        "new"
+    ]
+    assert data_of(await api.messages(queue, consumerGroup="now")) == ["new"]
+    everything = await api.messages(queue, batch=5, consumerGroup="all", subscriptionMode="all")
+    assert data_of(everything) == ["old", "new"]
+    # the start is fixed at the first pop: a later "all" does not rewind the group
+    await api.messages(queue, consumerGroup="late", subscriptionMode="new")
+    assert await api.messages(queue, consumerGroup="late", subscriptionMode="all") == []
+
+
+async def test_subscription_from_a_timestamp(api: Api, queue: str, db: Db) -> None:
+    await api.push(queue, "p", "hour-old")
+    await age_messages(db, queue, 3600)
+    await api.push(queue, "p", "recent")
+    since = (datetime.now(UTC) - timedelta(minutes=30)).isoformat()
+    got = await api.messages(queue, batch=5, consumerGroup="ts", subscriptionFrom=since)
+    assert data_of(got) == ["recent"]
+
+
+async def test_delayed_processing_holds_messages_until_old_enough(
+    api: Api, queue: str, db: Db
+) -> None:
+    await api.configure(queue, delayedProcessing=60)
+    await api.push(queue, "p", "first")
+    assert await api.messages(queue) == []
+    await age_messages(db, queue, 61)
+    await api.push(queue, "p", "second")
+    got = await api.messages(queue, batch=5)
+    assert data_of(got) == ["first"]
+    await api.ack_batch(got)
+    assert await api.messages(queue, batch=5) == []
+    await age_messages(db, queue, 61)
+    assert data_of(await api.messages(queue, batch=5)) == ["second"]
+
+
+async def test_window_buffer_waits_for_a_quiet_partition(api: Api, queue: str, db: Db) -> None:
+    await api.configure(queue, windowBuffer=30)
+    await api.push(queue, "p", 1)
+    await api.push(queue, "p", 2)
+    assert await api.messages(queue, batch=10) == []
+    await age_messages(db, queue, 31)
+    await api.push(queue, "q", 9)  # another partition does not hold this one back
+    assert data_of(await api.messages(queue, "p", batch=10)) == [1, 2]
+    assert await api.messages(queue, "q", batch=10) == []
+    await api.push(queue, "p", 3)
+    assert await api.messages(queue, "p", batch=10, consumerGroup="g") == []  # busy again
+    await age_messages(db, queue, 31)
+    assert data_of(await api.messages(queue, "p", batch=10, consumerGroup="g")) == [1, 2, 3]
+
+
+async def test_auto_ack_commits_on_delivery(api: Api, queue: str, db: Db) -> None:
+    await api.push(queue, "p", 1, 2, 3)
+    status, body = await api.pop(queue, batch=2, autoAck=True)
+    assert status == 200 and body["leaseId"] == ""
+    assert [m["leaseId"] for m in body["messages"]] == ["", ""]
+    assert data_of(await api.messages(queue, batch=2, autoAck=True)) == [3]
+    assert await api.messages(queue) == []
+    leases = await db.value(
+        """SELECT count(*) FROM queen.cursors c JOIN queen.queues q ON q.id = c.queue_id
+           WHERE q.name = %s AND c.lease_id IS NOT NULL""",
+        queue,
+    )
+    assert leases == 0
+
+
+async def test_one_pop_claims_several_partitions_under_one_lease(api: Api, queue: str) -> None:
+    for name in ("p1", "p2", "p3"):
+        await api.push(queue, name, f"{name}-0", f"{name}-1")
+    status, body = await api.pop(queue, batch=10, partitions=3)
+    assert status == 200 and body["partitionsClaimed"] == 3
+    assert len(body["messages"]) == 6
+    assert {m["leaseId"] for m in body["messages"]} == {body["leaseId"]}
+    per_partition: dict[str, list[str]] = {}
+    for m in body["messages"]:
+        per_partition.setdefault(m["partition"], []).append(m["data"])
+    assert per_partition == {p: [f"{p}-0", f"{p}-1"] for p in ("p1", "p2", "p3")}
+    capped = await api.messages(queue, batch=3, partitions=3, consumerGroup="g")
+    assert len(capped) == 3  # the batch is one budget for all claimed partitions
+
+
+async def test_namespace_and_task_pop_spans_queues_by_priority(api: Api, queue: str) -> None:
+    low, high, other = f"{queue}-low", f"{queue}-high", f"{queue}-other"
+    ns = f"ns-{queue}"
+    await api.post(
+        "/api/v1/configure",
+        {"queue": low, "namespace": ns, "task": "a", "options": {"priority": 1}},
+    )
+    await api.post(
+        "/api/v1/configure",
+        {"queue": high, "namespace": ns, "task": "b", "options": {"priority": 9}},
+    )
+    await api.post("/api/v1/configure", {"queue": other, "namespace": "elsewhere", "task": "a"})
+    for name in (low, high, other):
+        await api.push(name, "p", name)
+    first = await api.messages(None, namespace=ns, batch=10, partitions=1)
+    assert data_of(first) == [high]
+    rest = await api.messages(None, namespace=ns, batch=10)
+    assert data_of(rest) == [low]
+    assert data_of(
+        await api.messages(None, task="a", batch=10, partitions=5, consumerGroup="g")
+    ) in (
+        [low, other],
+        [other, low],
+    )
+    assert (await api.pop(None))[0] == 400
+
+
+async def test_path_parameters_are_percent_decoded(api: Api, queue: str) -> None:
+    name, partition = f"orders eu:{queue}", "cust 42%"
+    await api.push(name, partition, "hello")
+    assert data_of(await api.messages(name, partition)) == ["hello"]
+    status, body = await api.delete(f"/api/v1/resources/queues/orders%20eu%3A{queue}")
+    assert status == 200 and body["existed"] is True
+
+
+async def test_default_batch_and_autopilot_echo(api: Api, queue: str) -> None:
+    await api.push(queue, "p", *range(150))
+    status, body = await api.pop(queue, autopilot=True)
+    assert status == 200
+    assert len(body["messages"]) == 100
+    assert body["autopilot"] == {"partitions": 4, "batch": 100, "waitMs": 0}
+    pinned = await api.pop(queue, batch=5, partitions=1, consumerGroup="g", autopilot=True)
+    assert pinned[1]["autopilot"] == {"partitions": 1, "batch": 5, "waitMs": 0}
+
+
+async def test_pop_maintenance_answers_204_at_once_in_every_process(
+    api: Api, queue: str, db: Db, settings: Settings
+) -> None:
+    await api.push(queue, "p", 1)
+    status, body = await api.post("/api/v1/system/maintenance/pop", {"enabled": True})
+    try:
+        assert status == 200 and body["popMaintenanceMode"] is True
+        assert (await api.get("/api/v1/system/maintenance/pop"))[1]["popMaintenanceMode"]
+        assert await db.value(
+            "SELECT value FROM queen.system_state WHERE key = 'pop_maintenance_mode'"
+        ) == {"enabled": True}
+        with trio.fail_after(5):  # a 30 s long poll answers at once
+            assert (await api.pop(queue, wait=True, timeout=30000))[0] == 204
+        async with open_broker(settings.with_changes(system_state_cache_ms=0)) as other:
+            assert not await other.pop(queue)
+        bad = await api.post("/api/v1/system/maintenance/pop", {"enabled": "yes"})
+        assert bad == (400, {"error": "enabled (boolean) is required"})
+    finally:
+        status, body = await api.post("/api/v1/system/maintenance/pop", {"enabled": False})
+    assert body["popMaintenanceMode"] is False
+    assert data_of(await api.messages(queue)) == [1]
+
+
+async def test_embedding_api_pops_and_acks(broker: Broker, queue: str) -> None:
+    await broker.push([{"queue": queue, "partition": "p", "payload": {"n": n}} for n in range(3)])
+    result = await broker.pop(queue, batch=2, consumer_group="lib")
+    assert [m["data"] for m in result.messages] == [{"n": 0}, {"n": 1}]
+    assert result.lease_id and result.partitions_claimed == 1
+    answers = await broker.ack(result.messages)
+    assert [a["success"] for a in answers] == [True, True]
+    assert answers[-1]["leaseReleased"] is True
+    rest = await broker.pop(queue, consumer_group="lib", auto_ack=True)
+    assert [m["data"] for m in rest.messages] == [{"n": 2}]
+    assert not await broker.pop(queue, consumer_group="lib", wait=True, timeout_ms=0)
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("batch=0", "batch must be between 1 and 10000"),
+        ("batch=lots", "batch must be an integer"),
+        ("wait=sometimes", "wait must be true or false"),
+        ("timeout=-5", "timeout must be between"),
+        ("partitions=0", "partitions must be between"),
+        ("autoAck=2", "autoAck must be true or false"),
+        ("subscriptionMode=oldest", "subscriptionMode must be one of"),
+        ("subscriptionFrom=tomorrow", "subscriptionFrom must be"),
+        ("consumerGroup=a%01b", "consumerGroup must not contain control characters"),
+    ],
+)
+async def test_bad_pop_parameters_are_a_400_and_lease_nothing(
+    api: Api, queue: str, db: Db, query: str, message: str
+) -> None:
+    await api.push(queue, "p", 1)
+    for path in (
+        f"/api/v1/pop/queue/{queue}",
+        f"/api/v1/pop/queue/{queue}/partition/p",
+        "/api/v1/pop?namespace=x&task=y",
+    ):
+        status, answer = await api.get(f"{path}{'&' if '?' in path else '?'}{query}")
+        assert status == 400 and message in answer["error"], path
+    assert (
+        await db.value(
+            "SELECT count(*) FROM queen.cursors c JOIN queen.queues q ON q.id = c.queue_id "
+            "WHERE q.name = %s",
+            queue,
+        )
+        == 0
+    )
+    assert data_of(await api.messages(queue)) == [1]
+
+
+async def test_pops_and_acks_are_counted_in_metrics(api: Api, client: Any, queue: str) -> None:
+    await api.push(queue, "p", 1)
+    await api.ack_batch(await api.messages(queue))
+    await api.pop(queue)
+    text = (await (await client.get("/metrics")).get_data()).decode()
+    for name in ("pop_requests", "pop_empty", "pop_messages", "acks"):
+        line = next(x for x in text.splitlines() if x.startswith(f"queen_{name}_total "))
+        assert float(line.split()[1]) >= 1, name

@@ -1,0 +1,226 @@
+"""POST /api/v1/transaction on the real database: acks and pushes together or not at all."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from queen.broker import Broker
+from tests.conftest import Db
+from tests.consuming import Api, data_of
+
+TRACE = "6f1d7c2e-1111-4000-8000-000000000001"
+
+
+def ack_op(message: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    op = {
+        "type": "ack",
+        "transactionId": message["transactionId"],
+        "partitionId": message["partitionId"],
+        "status": "completed",
+    }
+    if message.get("leaseId"):
+        op["leaseId"] = message["leaseId"]
+    return {**op, **extra}
+
+
+async def test_ack_and_push_commit_together(api: Api, queue: str, db: Db) -> None:
+    out = f"{queue}-out"
+    await api.push(queue, "p", "work")
+    [message] = await api.messages(queue)
+    status, body = await api.post(
+        "/api/v1/transaction",
+        {
+            "operations": [
+                ack_op(message),
+                {
+                    "type": "push",
+                    "items": [
+                        {
+                            "queue": out,
+                            "payload": {"r": 1},
+                            "transactionId": "r1",
+                            "traceId": TRACE,
+                        },
+                        {"queue": out, "partition": "pp", "payload": {"r": 2}},
+                    ],
+                },
+            ],
+            "requiredLeases": [message["leaseId"]],
+        },
+    )
+    assert status == 200 and body["success"] is True
+    assert uuid.UUID(body["transactionId"])
+    results = body["results"]
+    assert [r["index"] for r in results] == [0, 1, 2]
+    assert [r["type"] for r in results] == ["ack", "push", "push"]
+    assert results[0]["leaseReleased"] is True and results[0]["success"] is True
+    assert (results[1]["transactionId"], results[1]["status"], results[1]["queueName"]) == (
+        "r1",
+        "queued",
+        out,
+    )
+    assert results[2]["partition"] == "pp" and results[2]["partitionId"]
+    assert await api.messages(queue) == []
+    [delivered] = await api.messages(out, "Default")
+    assert (delivered["data"], delivered["traceId"], delivered["id"]) == (
+        {"r": 1},
+        TRACE,
+        results[1]["messageId"],
+    )
+    frames = await db.frames(out, "Default")
+    assert frames[0]["trace"] == TRACE
+
+
+async def test_a_failing_ack_rolls_back_the_push(api: Api, queue: str, db: Db) -> None:
+    out = f"{queue}-out"
+    await api.push(queue, "p", "a", "b")
+    batch = await api.messages(queue, batch=2)
+    status, body = await api.post(
+        "/api/v1/transaction",
+        {
+            "operations": [
+                ack_op(batch[0]),
+                {"type": "push", "items": [{"queue": out, "payload": 1}]},
+                ack_op(batch[1], leaseId=str(uuid.uuid4())),
+            ],
+            "requiredLeases": [],
+        },
+    )
+    assert status == 200 and body["success"] is False
+    assert body["error"] == "ACK operation failed: Invalid or expired lease"
+    assert [r["success"] for r in body["results"]] == [False, False, False]
+    assert body["results"][2]["error"] == "Invalid or expired lease"
+    assert await db.value("SELECT count(*) FROM queen.queues WHERE name = %s", out) == 0
+    row = await db.rows(
+        """SELECT c.next_offset, c.lease_id IS NOT NULL FROM queen.cursors c
+           JOIN queen.queues q ON q.id = c.queue_id WHERE q.name = %s""",
+        queue,
+    )
+    assert row == [(0, True)]  # the first ack was rolled back too
+    assert all(r["success"] for r in await api.ack_batch(batch))
+
+
+async def test_a_required_lease_that_is_not_live_fails_the_transaction(
+    api: Api, queue: str, db: Db
+) -> None:
+    out = f"{queue}-out"
+    status, body = await api.post(
+        "/api/v1/transaction",
+        {
+            "operations": [{"type": "push", "items": [{"queue": out, "payload": 1}]}],
+            "requiredLeases": [str(uuid.uuid4())],
+        },
+    )
+    assert status == 200 and body["success"] is False
+    assert "is not live" in body["error"]
+    assert await db.count_frames(out) == 0
+
+
+async def test_trace_ids_are_stored_only_by_transactions(api: Api, queue: str) -> None:
+    status, _ = await api.post(
+        "/api/v1/push", {"items": [{"queue": queue, "payload": "plain", "traceId": TRACE}]}
+    )
+    assert status == 201
+    await api.post(
+        "/api/v1/transaction",
+        {
+            "operations": [
+                {"type": "push", "items": [{"queue": queue, "payload": "tx", "traceId": TRACE}]}
+            ]
+        },
+    )
+    got = await api.messages(queue, batch=5)
+    assert [(m["data"], m["traceId"]) for m in got] == [("plain", None), ("tx", TRACE)]
+
+
+async def test_a_duplicate_is_a_result_not_a_failure(api: Api, queue: str) -> None:
+    [original] = await api.push(queue, "Default", "first", tx=["dup"])
+    status, body = await api.post(
+        "/api/v1/transaction",
+        {
+            "operations": [
+                {
+                    "type": "push",
+                    "items": [
+                        {"queue": queue, "payload": "again", "transactionId": "dup"},
+                        {"queue": queue, "payload": "new", "transactionId": "other"},
+                        {"queue": queue, "payload": "new twice", "transactionId": "other"},
+                    ],
+                }
+            ]
+        },
+    )
+    assert status == 200 and body["success"] is True
+    statuses = [(r["status"], r["success"]) for r in body["results"]]
+    assert statuses == [("duplicate", True), ("queued", True), ("duplicate", True)]
+    assert body["results"][0]["messageId"] == original["message_id"]
+    assert body["results"][2]["messageId"] == body["results"][1]["messageId"]
+    assert data_of(await api.messages(queue, batch=5)) == ["first", "new"]
+
+
+async def test_a_failed_ack_in_a_transaction_counts_a_retry(api: Api, queue: str) -> None:
+    await api.configure(queue, retryDelay=0)
+    await api.push(queue, "p", "x")
+    [message] = await api.messages(queue)
+    status, body = await api.post(
+        "/api/v1/transaction", {"operations": [ack_op(message, status="failed")]}
+    )
+    assert status == 200 and body["success"] is True and body["results"][0]["leaseReleased"] is True
+    [again] = await api.messages(queue)
+    assert again["retryCount"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"operations": []}, "operations array cannot be empty"),
+        ({"operations": [{"type": "push", "items": [{"payload": 1}]}]}, "queue is required"),
+        (
+            {
+                "operations": [
+                    {
+                        "type": "push",
+                        "items": [{"queue": "q", "payload": 1, "traceId": "v7-or-junk"}],
+                    }
+                ]
+            },
+            "traceId must be a UUID",
+        ),
+        ({"operations": [{"type": "ack", "partitionId": "1"}]}, "transactionId is required"),
+        ({"operations": [{"type": "nope"}]}, "type must be"),
+        ({"operations": "x"}, "operations array is required"),
+    ],
+)
+async def test_bad_transactions_are_a_400_and_store_nothing(
+    api: Api, db: Db, body: dict[str, Any], message: str
+) -> None:
+    before = await db.count_frames()
+    status, answer = await api.post("/api/v1/transaction", body)
+    assert status == 400 and message in answer["error"]
+    assert await db.count_frames() == before
+
+
+async def test_embedding_api_transaction(broker: Broker, queue: str) -> None:
+    await broker.push([{"queue": queue, "payload": "in"}])
+    popped = await broker.pop(queue)
+    answer = await broker.transaction(
+        [
+            {
+                "type": "ack",
+                **{k: popped.messages[0][k] for k in ("transactionId", "partitionId", "leaseId")},
+            },
+            {
+                "type": "push",
+                "items": [{"queue": f"{queue}-out", "payload": "out", "traceId": TRACE}],
+            },
+        ],
+        producer_sub="svc",
+    )
+    assert answer["success"] is True
+    out = await broker.pop(f"{queue}-out")
+    assert [(m["data"], m["traceId"], m["producerSub"]) for m in out.messages] == [
+        ("out", TRACE, "svc")
+    ]
