@@ -38,13 +38,13 @@ from queen.consume.results import PopResult
 from queen.consume.service import ConsumeService
 from queen.health import DatabaseHealth
 from queen.intake import PartitionBatch, PreparedPush, prepare_push
-from queen.maintenance import MaintenanceSwitch, StateStore
+from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.model import PushResultDict, Status
 from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolRouter, SpoolWriter
 from queen.spool import describe as describe_spool
-from queen.storage.base import Store, StoreError, StoreUnavailable
+from queen.storage.base import StateStore, Store, StoreError, StoreUnavailable
 from queen.storage.consume import PgConsumeStore
 from queen.storage.database import open_database
 from queen.storage.pool import ConnectionPool

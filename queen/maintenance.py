@@ -14,23 +14,15 @@ the caller gets :class:`queen.storage.base.StoreError`.
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol, runtime_checkable
 
 import trio
 
 from queen.broadcast import Signal
-from queen.storage.base import StoreError
+from queen.storage.base import StateStore, StoreError
 
 log = logging.getLogger("queen.maintenance")
 
 KEY = "maintenance_mode"
-
-
-@runtime_checkable
-class StateStore(Protocol):
-    async def get_state(self, key: str) -> Any: ...
-
-    async def set_state(self, key: str, value: Any) -> None: ...
 
 
 class MaintenanceSwitch:

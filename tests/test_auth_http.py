@@ -321,6 +321,43 @@ async def test_producer_sub_is_the_tokens_sub_never_the_body(
     assert [f["sub"] for f in await db.frames(queue, "p")] == ["svc-a", "svc-a"]
 
 
+async def test_producer_sub_pops_back_as_the_pushers_sub(auth_client: Any, queue: str) -> None:
+    pusher = hs256(claims(sub="svc-a", roles=["write-only"]))
+    body = {
+        "items": [{"queue": queue, "partition": "p", "payload": {"n": 1}, "producerSub": "forged"}]
+    }
+    resp = await auth_client.post(PUSH, json=body, headers=bearer(pusher))
+    assert resp.status_code == 201
+    consumer = hs256(claims(sub="svc-consumer", roles=["read-write"]))
+    popped = await auth_client.get(
+        f"/api/v1/pop/queue/{queue}?batch=10&wait=false", headers=bearer(consumer)
+    )
+    assert popped.status_code == 200
+    (message,) = (await popped.get_json())["messages"]
+    assert message["producerSub"] == "svc-a"
+    assert message["data"] == {"n": 1}
+
+
+async def test_a_transaction_push_is_stamped_with_the_callers_sub(
+    auth_client: Any, queue: str, db: Db
+) -> None:
+    caller = hs256(claims(sub="svc-tx", roles=["read-write"]))
+    body = {
+        "operations": [
+            {
+                "type": "push",
+                "items": [
+                    {"queue": queue, "partition": "p", "payload": 1, "producerSub": "forged"}
+                ],
+            }
+        ]
+    }
+    resp = await auth_client.post("/api/v1/transaction", json=body, headers=bearer(caller))
+    assert resp.status_code == 200
+    assert (await resp.get_json())["success"] is True
+    assert [f["sub"] for f in await db.frames(queue, "p")] == ["svc-tx"]
+
+
 async def test_each_push_is_stamped_with_its_own_caller(
     auth_client: Any, queue: str, db: Db
 ) -> None:
@@ -340,6 +377,8 @@ async def test_with_auth_off_producer_sub_is_null(client: Any, queue: str, db: D
     resp = await client.post(PUSH, json=body, headers=bearer(token))
     assert resp.status_code == 201
     assert [f["sub"] for f in await db.frames(queue, "p")] == [None]
+    popped = await client.get(f"/api/v1/pop/queue/{queue}?wait=false")
+    assert [m["producerSub"] for m in (await popped.get_json())["messages"]] == [None]
 
 
 # --- start-up ------------------------------------------------------------------------------

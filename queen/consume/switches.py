@@ -10,21 +10,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
 
 import trio
 
-from queen.storage.base import StoreError
+from queen.storage.base import StateStore, StoreError
 
 log = logging.getLogger("queen.consume")
 
 POP_MAINTENANCE = "pop_maintenance_mode"
-
-
-class StateStore(Protocol):
-    async def get_state(self, key: str) -> Any: ...
-
-    async def set_state(self, key: str, value: Any) -> None: ...
 
 
 class Switches:

@@ -12,6 +12,7 @@ from quart import Blueprint, Response, current_app, request
 from queen.broker import Broker
 from queen.consume import requests
 from queen.consume.requests import PopRequest
+from queen.http.access import producer_sub
 from queen.http.responses import json_body, json_response
 
 blueprint = Blueprint("consume", __name__)
@@ -76,4 +77,4 @@ async def extend_lease(lease: str) -> Response:
 @blueprint.post("/api/v1/transaction")
 async def transaction() -> Response:
     tx = requests.transaction_request(await json_body())
-    return json_response(await _broker().consume.transaction(tx, producer_sub=None))
+    return json_response(await _broker().consume.transaction(tx, producer_sub=producer_sub()))

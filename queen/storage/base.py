@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from queen.model import PartitionKey
 
@@ -87,3 +87,12 @@ class Store(Protocol):
     async def ping(self) -> None:
         """Raise :class:`StoreUnavailable` unless the database answers now."""
         ...
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Broker-wide switches (``queen.system_state``): JSON values under a key."""
+
+    async def get_state(self, key: str) -> Any: ...
+
+    async def set_state(self, key: str, value: Any) -> None: ...

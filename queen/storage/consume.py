@@ -26,6 +26,7 @@ from queen.consume.policy import Sizing
 from queen.consume.requests import AckItem, DlqQuery, PopRequest, TransactionRequest
 from queen.consume.results import Delivered
 from queen.model import PartitionKey
+from queen.storage import system
 from queen.storage.pool import ConnectionPool
 
 log = logging.getLogger("queen.storage")
@@ -260,26 +261,10 @@ class PgConsumeStore:
         return await self.pool.run(_retrying(call))
 
     async def get_state(self, key: str) -> Any:
-        def call(conn: psycopg.Connection[Any]) -> Any:
-            row = conn.execute(
-                "SELECT value FROM queen.system_state WHERE key = %s", (key,)
-            ).fetchone()
-            return row[0] if row else None
-
-        return await self.pool.run(call)
+        return await system.get_state(self.pool, key)
 
     async def set_state(self, key: str, value: Any) -> None:
-        text = json.dumps(value)
-
-        def call(conn: psycopg.Connection[Any]) -> None:
-            conn.execute(
-                "INSERT INTO queen.system_state (key, value, updated_at)"
-                " VALUES (%s, %s::jsonb, now())"
-                " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()",
-                (key, text),
-            )
-
-        await self.pool.run(call)
+        await system.set_state(self.pool, key, value)
 
 
 def _by_index(outcome: AckOutcome) -> int:

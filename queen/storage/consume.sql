@@ -1,5 +1,5 @@
 -- Queen on Trio consume side: queue options, consumer cursors and leases, failures, the dead
--- letter queue, subscriptions and shared system switches. Idempotent; applied after schema.sql.
+-- letter queue and subscriptions. Idempotent; applied after schema.sql and system.sql.
 --
 -- Lock order (see docs/architecture.md): a transaction that takes both kinds of row locks takes
 -- cursor rows first, in (partition_id, consumer_group) order, and partition rows after, in id
@@ -94,13 +94,6 @@ CREATE TABLE IF NOT EXISTS queen.consumer_groups (
     PRIMARY KEY (queue_id, consumer_group)
 );
 CREATE INDEX IF NOT EXISTS consumer_groups_by_name ON queen.consumer_groups (consumer_group);
-
--- Admin switches shared by every broker process (e.g. pop_maintenance_mode).
-CREATE TABLE IF NOT EXISTS queen.system_state (
-    key        text PRIMARY KEY,
-    value      jsonb NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT now()
-);
 
 -- Consumer rows of deleted queues go with them.
 CREATE OR REPLACE FUNCTION queen.forget_queues() RETURNS trigger

@@ -19,9 +19,9 @@ from importlib import resources
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from queen.model import PartitionKey
+from queen.storage import system
 from queen.storage.base import SegmentWrite, StoreError, WriteResult
 from queen.storage.pool import ConnectionPool
 
@@ -69,25 +69,10 @@ class PgStore:
 
     async def get_state(self, key: str) -> Any:
         """The JSON value stored under ``key`` in ``queen.system_state``, or None."""
-
-        def call(conn: psycopg.Connection[Any]) -> Any:
-            row = conn.execute(
-                "SELECT value FROM queen.system_state WHERE key = %s", (key,)
-            ).fetchone()
-            return None if row is None else row[0]
-
-        return await self.pool.run(call)
+        return await system.get_state(self.pool, key)
 
     async def set_state(self, key: str, value: Any) -> None:
-        def call(conn: psycopg.Connection[Any]) -> None:
-            conn.execute(
-                """INSERT INTO queen.system_state (key, value, updated_at)
-                   VALUES (%s, %s, now())
-                   ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()""",
-                (key, Jsonb(value)),
-            )
-
-        await self.pool.run(call)
+        await system.set_state(self.pool, key, value)
 
     async def ensure_partition(self, key: PartitionKey) -> int:
         def call(conn: psycopg.Connection[Any]) -> int:
