@@ -38,7 +38,7 @@ from queen.ids import mint_ids
 from queen.storage.base import SegmentWrite
 
 # The broker's statement and column encoding, so "the same rows" means the same bytes sent.
-from queen.storage.postgres import _PUSH_SQL, SEP, _encode
+from queen.storage.postgres import PUSH_SQL_PSYCOPG, SEP, _encode
 
 VARIANTS: dict[str, str] = {
     "fn": "queen.push_segments per batch, one commit per batch",
@@ -159,7 +159,7 @@ class _Writer:
         params = _encode(writes)
         if params is None:
             raise RuntimeError("a benchmark value holds the column separator")
-        return self.conn.execute(_PUSH_SQL, params, prepare=True)
+        return self.conn.execute(PUSH_SQL_PSYCOPG, params, prepare=True)
 
     @staticmethod
     def _stored(cursor: psycopg.Cursor[Any]) -> int:

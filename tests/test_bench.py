@@ -3,6 +3,8 @@ the run plan and the report. No load is generated here."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bench import counters, procfs, report, wrk
@@ -250,3 +252,32 @@ def test_report_renders_a_partial_run() -> None:
 
     doc["scenarios"]["S1"]["other_cores"] = 0.9
     assert "distorted" in report.terminal(doc)
+
+
+@pytest.mark.parametrize("variant", ["fn", "fn-group", "fn-merged", "insert", "insert-group"])
+async def test_postgres_ceiling_variants_write_for_real(
+    broker: Any, pg_url: str, variant: str
+) -> None:
+    """A very short run of each PostgreSQL ceiling variant against the test database: the
+    harness must keep calling the broker's store the way the store expects."""
+    import trio
+
+    from bench.pg_ceiling import run_pg_ceiling
+    from bench.scenarios import PgShape
+    from bench.servers import Database
+
+    db = Database(conninfo=pg_url, description="test", embedded=False)
+    result = await trio.to_thread.run_sync(
+        lambda: run_pg_ceiling(
+            db,
+            PgShape("T", 10, 3),
+            variant,
+            seconds=0.2,
+            warmup_s=0.05,
+            group=2,
+            connections=1,
+            queue_prefix="bench-smoke-",
+            tag=f"smoke-{variant}",
+        )
+    )
+    assert result.frames > 0 and result.commits > 0

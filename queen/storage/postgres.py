@@ -14,6 +14,7 @@ contains the separator (a producer identity, say) sends the batch down the slowe
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -31,6 +32,8 @@ SEP = "\x1f"
 _MIGRATION_LOCK = 0x5155_4545_4E00  # "QUEEN\0": one advisory lock id for schema changes
 
 _PUSH_SQL = b"SELECT statuses, originals FROM queen.push_segments($1, $2, $3, $4, $5, $6, $7, $8)"
+# The same call in psycopg's placeholder style, for tools that write through psycopg (bench/).
+PUSH_SQL_PSYCOPG = re.sub(r"\$\d", "%s", _PUSH_SQL.decode())
 _PUSH_ARRAYS_SQL = (
     "SELECT statuses, originals FROM queen.push_frames(%s::bigint[], %s::integer[], "
     "%s::uuid[], %s::text[], %s::text[], %s::text[], %s::uuid[], %s::integer[])"
