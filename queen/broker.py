@@ -41,6 +41,7 @@ from queen.intake import PartitionBatch, PreparedPush, prepare_push
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.model import PushResultDict, Status
+from queen.retention import RetentionLoop
 from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolRouter, SpoolWriter
 from queen.spool import describe as describe_spool
@@ -49,6 +50,7 @@ from queen.storage.consume import PgConsumeStore
 from queen.storage.database import open_database
 from queen.storage.pool import ConnectionPool
 from queen.storage.postgres import PgStore
+from queen.storage.retention import PassOutcome, PgRetentionStore
 from queen.supervisor import Supervisor
 
 log = logging.getLogger("queen.broker")
@@ -80,8 +82,10 @@ class Broker:
         spool: SpoolParts | None,
         changed: Signal,
         consume: ConsumeService | None = None,
+        retention: RetentionLoop | None = None,
     ) -> None:
         self._consume = consume
+        self._retention = retention
         self.settings = settings
         self.store = store
         self.batcher = batcher
@@ -333,6 +337,36 @@ class Broker:
             )
         return values
 
+    async def run_retention_pass(self) -> PassOutcome:
+        """Remove expired segments and prune the dedup sidecar now (one bounded pass); the
+        supervisor also runs one every ``retention_interval_s``."""
+        if self._retention is None:
+            raise ConsumeUnavailable("retention needs the PostgreSQL store")
+        return await self._retention.run_pass()
+
+    async def queue_holdings(self, queue: str) -> dict[str, Any] | None:
+        """What a queue holds (``GET /api/v1/resources/queues/{q}``), or None if unknown."""
+        if self._retention is None:
+            raise ConsumeUnavailable("queue statistics need the PostgreSQL store")
+        held = await self._retention.store.holdings(queue)
+        if held is None:
+            return None
+        return {
+            "queue": queue,
+            "queueId": str(held.queue_id),
+            "namespace": held.namespace,
+            "task": held.task,
+            "partitions": held.partitions,
+            "segments": held.segments,
+            "messages": held.messages,
+            "sidecarEntries": held.sidecar_entries,
+            "options": {
+                "dedupWindowSeconds": held.dedup_window_seconds,
+                "retentionSeconds": held.retention_seconds,
+                "completedRetentionSeconds": held.completed_retention_seconds,
+            },
+        }
+
     async def wait_spool_empty(self) -> None:
         """Return once nothing is left in this broker's spool (everything replayed)."""
         if self.spool is None:
@@ -442,6 +476,16 @@ async def open_broker(
                 await nursery.start(consume.run)
             await supervisor.start_loop(db_health.run)
             await supervisor.start_loop(maintenance.run)
+            retention: RetentionLoop | None = None
+            if isinstance(opened, PgStore):
+                retention = RetentionLoop(
+                    PgRetentionStore(opened.pool),
+                    metrics,
+                    interval_s=settings.retention_interval_s,
+                    batch_limit=settings.retention_batch_limit,
+                    max_batches=settings.retention_max_batches,
+                )
+                await supervisor.start_loop(retention.run)
             if parts is not None:
                 parts.replayer = Replayer(
                     Path(settings.file_buffer_dir),
@@ -468,6 +512,7 @@ async def open_broker(
                 spool=parts,
                 changed=changed,
                 consume=consume,
+                retention=retention,
             )
             try:
                 yield broker

@@ -35,6 +35,10 @@ class Metrics:
     spool_replayed_items: int = 0  # frames committed by replay (duplicates included)
     spool_replay_duplicates: int = 0
     spool_damaged_ranges: int = 0  # torn or corrupt ranges skipped in spool files
+    retention_passes: int = 0  # retention passes this process ran
+    retention_segments_removed: int = 0
+    retention_messages_removed: int = 0
+    dedup_rows_pruned: int = 0  # sidecar rows outside their window, removed
     pop_requests: int = 0  # pops answered (HTTP or embedded)
     pop_empty: int = 0  # of which nothing to deliver (204)
     pop_messages: int = 0  # messages delivered

@@ -142,6 +142,19 @@ class Settings:
         "QUEEN_SYSTEM_STATE_CACHE_MS",
         "admin switches (pop maintenance) are re-read from the database after this long",
     )
+    retention_interval_s: float = _setting(
+        10.0,
+        "QUEEN_RETENTION_INTERVAL_S",
+        "how often expired segments are removed and the dedup sidecar pruned",
+    )
+    retention_batch_limit: int = _setting(
+        1000,
+        "QUEEN_RETENTION_BATCH_LIMIT",
+        "segments (or sidecar rows) removed per short transaction",
+    )
+    retention_max_batches: int = _setting(
+        100, "QUEEN_RETENTION_MAX_BATCHES", "batches of each kind in one retention pass"
+    )
     shutdown_grace_s: float = _setting(
         10.0, "QUEEN_SHUTDOWN_GRACE_S", "on shutdown, in-flight pushes get this long to finish"
     )

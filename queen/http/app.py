@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException
 from queen.auth import AccessGate, build_gate
 from queen.broker import Broker, BrokerClosed
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
-from queen.http import access, admin, consume, health, maintenance, push
+from queen.http import access, admin, consume, health, maintenance, push, resources
 from queen.http.responses import error_response
 from queen.storage.base import StoreUnavailable
 
@@ -40,6 +40,7 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.register_blueprint(maintenance.blueprint)
     app.register_blueprint(consume.blueprint)
     app.register_blueprint(admin.blueprint)
+    app.register_blueprint(resources.blueprint)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:

@@ -41,7 +41,7 @@ _PUSH_ARRAYS_SQL = (
 
 # Applied in this order at every start-up; each file is idempotent. A room of the broker that
 # needs tables of its own adds its file here.
-SCHEMA_FILES = ("schema.sql", "system.sql", "consume.sql")
+SCHEMA_FILES = ("schema.sql", "system.sql", "consume.sql", "retention.sql")
 
 
 def schema_sql() -> str:

@@ -1,0 +1,91 @@
+"""Retention and sidecar pruning on PostgreSQL: one pass = bounded batches, one process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from queen.storage.pool import ConnectionPool
+
+_RETENTION_LOCK = 0x5155_4545_4E01  # one advisory lock id: one retention pass at a time
+
+
+@dataclass(slots=True)
+class PassOutcome:
+    """What one pass removed; ``ran`` is False when another process held the pass lock."""
+
+    ran: bool = False
+    segments: int = 0
+    messages: int = 0
+    sidecar_rows: int = 0
+    batches: int = 0
+
+
+@dataclass(slots=True)
+class QueueHoldings:
+    queue_id: int
+    namespace: str
+    task: str
+    dedup_window_seconds: int
+    retention_seconds: int
+    completed_retention_seconds: int
+    partitions: int
+    segments: int
+    messages: int
+    sidecar_entries: int
+
+
+def _pass(conn: psycopg.Connection[Any], batch_limit: int, max_batches: int) -> PassOutcome:
+    outcome = PassOutcome()
+    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (_RETENTION_LOCK,)).fetchone()
+    if not row or not row[0]:
+        return outcome
+    outcome.ran = True
+    try:
+        while outcome.batches < max_batches:  # whole segments past their retention
+            seg = conn.execute(
+                "SELECT segments, messages FROM queen.retention_batch(%s)", (batch_limit,)
+            ).fetchone()
+            outcome.batches += 1
+            if not seg or not seg[0]:
+                break
+            outcome.segments += int(seg[0])
+            outcome.messages += int(seg[1])
+        while outcome.batches < 2 * max_batches:  # sidecar rows outside their window
+            pruned = conn.execute(
+                "SELECT removed FROM queen.prune_dedup_batch(%s)", (batch_limit,)
+            ).fetchone()
+            outcome.batches += 1
+            if not pruned or not pruned[0]:
+                break
+            outcome.sidecar_rows += int(pruned[0])
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (_RETENTION_LOCK,))
+    return outcome
+
+
+class PgRetentionStore:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+
+    async def run_pass(self, batch_limit: int, max_batches: int) -> PassOutcome:
+        """One retention pass, unless another broker process is running one."""
+        return await self.pool.run(lambda conn: _pass(conn, batch_limit, max_batches))
+
+    async def holdings(self, queue: str) -> QueueHoldings | None:
+        def call(conn: psycopg.Connection[Any]) -> QueueHoldings | None:
+            row = conn.execute("SELECT * FROM queen.queue_holdings(%s)", (queue,)).fetchone()
+            return None if row is None else QueueHoldings(*(v for v in row))
+
+        return await self.pool.run(call)
+
+    async def totals(self) -> dict[str, int]:
+        """What retention and pruning removed so far, all broker processes together."""
+
+        def call(conn: psycopg.Connection[Any]) -> dict[str, int]:
+            rows = conn.execute("SELECT name, value FROM queen.retention_totals").fetchall()
+            return {str(name): int(value) for name, value in rows}
+
+        return await self.pool.run(call)

@@ -1,0 +1,192 @@
+-- Retention of stored segments and pruning of the dedup sidecar. Idempotent; applied after
+-- schema.sql and consume.sql. Both run in bounded batches (one short transaction each) from
+-- the retention loop, which one broker process at a time runs (an advisory lock).
+
+-- The sidecar by partition and age: pruning finds exactly the rows outside a queue's window.
+-- Within one partition rows arrive in time order, so inserts land at the right edge of that
+-- partition's range (cheap, unlike the random key_hash index).
+CREATE INDEX IF NOT EXISTS dedup_by_partition ON queen.dedup (partition_id, created_at);
+
+-- Segments by partition and age: retention finds exactly the segments past a queue's time.
+CREATE INDEX IF NOT EXISTS segments_by_age ON queen.segments (partition_id, created_at);
+
+-- Partitions deleted (with their queue) whose sidecar rows are not pruned yet. The sidecar has
+-- no foreign key; this list lets pruning find those rows by the index above.
+CREATE TABLE IF NOT EXISTS queen.dropped_partitions (
+    id         bigint PRIMARY KEY,
+    dropped_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE OR REPLACE FUNCTION queen.remember_dropped_partitions() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO queen.dropped_partitions (id)
+    SELECT g.id FROM gone g
+    ON CONFLICT (id) DO NOTHING;
+    RETURN NULL;
+END
+$fn$;
+
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                   WHERE tgname = 'partitions_remember_dropped'
+                     AND tgrelid = 'queen.partitions'::regclass) THEN
+        CREATE TRIGGER partitions_remember_dropped
+            AFTER DELETE ON queen.partitions
+            REFERENCING OLD TABLE AS gone
+            FOR EACH STATEMENT EXECUTE FUNCTION queen.remember_dropped_partitions();
+    END IF;
+END
+$do$;
+
+-- Counters of what retention and pruning removed, shared by every broker process.
+CREATE TABLE IF NOT EXISTS queen.retention_totals (
+    name  text PRIMARY KEY,
+    value bigint NOT NULL DEFAULT 0
+);
+
+-- One batch of segment retention: at most p_limit segments, each removed whole.
+--
+-- A segment goes when its queue has retention_s > 0 and it is older than that (whatever was
+-- consumed), or when its queue has completed_retention_s > 0, it is older than that, and every
+-- consumer group of the queue has moved its cursor in that partition past the segment's last
+-- offset. A segment holding a message under a live lease is never removed: the cursors of the
+-- partitions concerned are locked FOR SHARE (in (partition, group) order, the consume side's
+-- order), so a pop either finished before (and its lease is seen) or skips the partition while
+-- this short transaction runs. Returns the segments and messages removed.
+CREATE OR REPLACE FUNCTION queen.retention_batch(
+    p_limit integer, OUT segments bigint, OUT messages bigint)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    WITH groups AS (   -- the consumer groups of each queue with completed retention
+        SELECT DISTINCT c.queue_id, c.consumer_group
+        FROM queen.cursors c
+        JOIN queen.queues q ON q.id = c.queue_id AND q.completed_retention_s > 0
+        UNION
+        SELECT g.queue_id, g.consumer_group
+        FROM queen.consumer_groups g
+        JOIN queen.queues q ON q.id = g.queue_id AND q.completed_retention_s > 0
+    ),
+    done_below AS (    -- per partition: every group's cursor is at or past this offset
+        SELECT p.id AS partition_id, min(coalesce(c.next_offset, 0)) AS done_below
+        FROM queen.partitions p
+        JOIN groups g ON g.queue_id = p.queue_id
+        LEFT JOIN queen.cursors c
+               ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
+        GROUP BY p.id
+    ),
+    candidates AS (
+        SELECT x.partition_id, x.first_offset, x.last_offset
+        FROM queen.partitions p
+        JOIN queen.queues q ON q.id = p.queue_id
+        LEFT JOIN done_below d ON d.partition_id = p.id
+        CROSS JOIN LATERAL (
+            SELECT s.partition_id, s.first_offset, s.last_offset
+            FROM queen.segments s
+            WHERE s.partition_id = p.id
+              AND s.created_at < now() - make_interval(secs => least(
+                      CASE WHEN q.retention_s > 0 THEN q.retention_s END,
+                      CASE WHEN q.completed_retention_s > 0 THEN q.completed_retention_s END))
+              AND ((q.retention_s > 0
+                    AND s.created_at < now() - make_interval(secs => q.retention_s))
+                   OR s.last_offset < d.done_below)
+            LIMIT p_limit) x
+        WHERE q.retention_s > 0 OR q.completed_retention_s > 0
+        LIMIT p_limit
+    ),
+    held AS MATERIALIZED (
+        SELECT c.partition_id, c.next_offset, c.lease_end, c.lease_expires_at
+        FROM queen.cursors c
+        WHERE c.partition_id IN (SELECT DISTINCT partition_id FROM candidates)
+        ORDER BY c.partition_id, c.consumer_group
+        FOR SHARE
+    ),
+    gone AS (
+        DELETE FROM queen.segments s
+        USING candidates v
+        WHERE s.partition_id = v.partition_id AND s.first_offset = v.first_offset
+          AND NOT EXISTS (
+              SELECT 1 FROM held h
+              WHERE h.partition_id = s.partition_id
+                AND h.lease_expires_at > now()
+                AND s.last_offset >= h.next_offset
+                AND s.first_offset < h.lease_end)
+        RETURNING s.last_offset - s.first_offset + 1 AS n
+    )
+    SELECT count(*), coalesce(sum(n), 0) INTO segments, messages FROM gone;
+
+    IF segments > 0 THEN
+        INSERT INTO queen.retention_totals AS t (name, value)
+        VALUES ('segments', segments), ('messages', messages)
+        ON CONFLICT (name) DO UPDATE SET value = t.value + excluded.value;
+    END IF;
+END
+$fn$;
+
+-- One batch of sidecar pruning: at most p_limit rows outside their queue's current window
+-- (all rows of a queue whose window is 0), or of a deleted partition. Returns the rows removed.
+CREATE OR REPLACE FUNCTION queen.prune_dedup_batch(p_limit integer, OUT removed bigint)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    WITH expired AS (
+        SELECT x.ctid
+        FROM queen.partitions p
+        JOIN queen.queues q ON q.id = p.queue_id
+        CROSS JOIN LATERAL (
+            SELECT d.ctid FROM queen.dedup d
+            WHERE d.partition_id = p.id
+              AND d.created_at < now() - make_interval(secs => q.dedup_window_seconds)
+            LIMIT p_limit) x
+        LIMIT p_limit
+    ),
+    orphaned AS (
+        SELECT x.ctid
+        FROM queen.dropped_partitions g
+        CROSS JOIN LATERAL (
+            SELECT d.ctid FROM queen.dedup d WHERE d.partition_id = g.id LIMIT p_limit) x
+        LIMIT p_limit
+    ),
+    gone AS (
+        DELETE FROM queen.dedup d
+        WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM expired UNION ALL SELECT ctid FROM orphaned))
+        RETURNING 1
+    )
+    SELECT count(*) INTO removed FROM gone;
+
+    -- A dropped partition with no sidecar row left is forgotten.
+    DELETE FROM queen.dropped_partitions g
+    WHERE NOT EXISTS (SELECT 1 FROM queen.dedup d WHERE d.partition_id = g.id);
+
+    IF removed > 0 THEN
+        INSERT INTO queen.retention_totals AS t (name, value)
+        VALUES ('sidecar_rows', removed)
+        ON CONFLICT (name) DO UPDATE SET value = t.value + excluded.value;
+    END IF;
+END
+$fn$;
+
+-- What one queue holds: partitions, segments, messages, sidecar rows, and its time settings.
+CREATE OR REPLACE FUNCTION queen.queue_holdings(p_queue text)
+RETURNS TABLE (queue_id bigint, namespace text, task text, dedup_window_seconds integer,
+               retention_s integer, completed_retention_s integer, partitions bigint,
+               segments bigint, messages bigint, sidecar_entries bigint)
+LANGUAGE sql STABLE AS $fn$
+    SELECT q.id, q.namespace, q.task, q.dedup_window_seconds, q.retention_s,
+           q.completed_retention_s,
+           (SELECT count(*) FROM queen.partitions p WHERE p.queue_id = q.id),
+           seg.segments,
+           seg.messages,
+           (SELECT coalesce(sum(d.n), 0)::bigint
+            FROM queen.partitions p
+            CROSS JOIN LATERAL (SELECT count(*) AS n FROM queen.dedup x
+                                WHERE x.partition_id = p.id) d
+            WHERE p.queue_id = q.id)
+    FROM queen.queues q
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS segments,
+               coalesce(sum(s.last_offset - s.first_offset + 1), 0)::bigint AS messages
+        FROM queen.partitions p JOIN queen.segments s ON s.partition_id = p.id
+        WHERE p.queue_id = q.id) seg
+    WHERE q.name = p_queue
+$fn$;
