@@ -14,6 +14,7 @@ stops the others and exits (with an error if that worker failed), so a process m
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -59,6 +60,23 @@ def check_auth(settings: Settings) -> AccessGate:
         return build_gate(settings)
     except AuthConfigError as exc:
         raise StartupError(str(exc)) from exc
+
+
+def tune_gc(gen0_threshold: int) -> None:
+    """Make Python's cyclic collector cheap for a long-running broker.
+
+    Every partition actor is a task with its channel, frames and cancel scopes: with thousands
+    of actors, the collector's default rhythm (a young collection every 700 allocations,
+    full ones often enough) spent a third of the process's time and added 0.5 s pauses
+    (measured with 10,000 partitions). Objects alive once the server is ready are frozen out of
+    collection, young collections come every ``gen0_threshold`` allocations and old ones rarely.
+    Applied by ``queen serve`` only: an application embedding the broker keeps its own policy.
+    """
+    if gen0_threshold <= 0:
+        return
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(gen0_threshold, 20, 100)
 
 
 def listen_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
@@ -228,4 +246,5 @@ def run(settings: Settings) -> None:
     if settings.workers > 1 and not os.environ.get("QUEEN_WORKER_ID"):
         trio.run(serve_workers, settings)
     else:
+        tune_gc(settings.gc_gen0_threshold)
         trio.run(serve, settings)

@@ -158,6 +158,12 @@ class Settings:
     shutdown_grace_s: float = _setting(
         10.0, "QUEEN_SHUTDOWN_GRACE_S", "on shutdown, in-flight pushes get this long to finish"
     )
+    gc_gen0_threshold: int = _setting(
+        50_000,
+        "QUEEN_GC_GEN0_THRESHOLD",
+        "queen serve: Python's collector runs its youngest generation after this many "
+        "allocations, and rarely the older ones (0 keeps Python's defaults)",
+    )
     log_level: str = _setting("info", "QUEEN_LOG_LEVEL", "logging level")
     jwt_enabled: bool = _setting(
         False, "JWT_ENABLED", "require a JWT on every non-public route (true or false)"
@@ -214,7 +220,7 @@ class Settings:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, int | float) and not isinstance(value, bool):
-                lowest = 0 if f.name in {"batch_linger_ms", "port"} else 1
+                lowest = 0 if f.name in {"batch_linger_ms", "port", "gc_gen0_threshold"} else 1
                 if f.name.endswith("_s") or f.name.endswith("_ms"):
                     lowest = 0
                 if value < lowest:

@@ -186,3 +186,20 @@ def test_switch_flags_take_true_or_false() -> None:
     assert _parser().parse_args(["serve", "--jwt-enabled", "false"]).jwt_enabled is False
     with pytest.raises(SystemExit):
         _parser().parse_args(["serve", "--jwt-enabled", "yes"])
+
+
+def test_gc_tuning_freezes_and_raises_the_young_threshold() -> None:
+    import gc
+
+    from queen.server import tune_gc
+
+    before = gc.get_threshold()
+    try:
+        tune_gc(0)
+        assert gc.get_threshold() == before  # 0: Python's defaults stay
+        tune_gc(40_000)
+        assert gc.get_threshold() == (40_000, 20, 100)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
