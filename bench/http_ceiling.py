@@ -31,7 +31,7 @@ from quart_trio import QuartTrio
 from queen.http.responses import error_response, json_response
 from queen.ids import mint_ids
 from queen.model import DEFAULT_PARTITION
-from queen.server import hypercorn_config, listen_socket
+from queen.server import hypercorn_config, listen_socket, tune_gc
 from queen.settings import Settings
 
 
@@ -103,6 +103,7 @@ async def serve(settings: Settings) -> None:
 def main() -> None:
     settings = Settings.from_env()
     logging.basicConfig(level=logging.WARNING)
+    tune_gc(settings.gc_gen0_threshold)  # the same process settings as queen serve
     trio.run(serve, settings)
 
 
