@@ -11,7 +11,8 @@ Embedding::
     trio.run(main)
 """
 
-from queen.broker import Broker, BrokerClosed, open_broker
+from queen.broker import Broker, BrokerClosed
+from queen.lifecycle import open_broker
 from queen.model import InvalidPush, PartitionKey, PushResultDict, Status
 from queen.settings import Settings
 

@@ -30,8 +30,9 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
 from queen.auth import AccessGate, AuthConfigError, build_gate
-from queen.broker import Broker, open_broker
+from queen.broker import Broker
 from queen.http.app import create_app
+from queen.lifecycle import open_broker
 from queen.settings import Settings, describe
 from queen.spool import files
 from queen.storage.database import open_database
