@@ -25,6 +25,7 @@ import trio
 
 from queen.actors.messages import PushRequest
 from queen.actors.partition import DirectRouter, PartitionActor, WriteRouter
+from queen.actors.resolver import PartitionResolver
 from queen.batcher import Batcher
 from queen.metrics import Metrics
 from queen.model import PartitionKey
@@ -49,6 +50,7 @@ class Supervisor:
         self._settings = settings
         self._metrics = metrics
         self._router = router or DirectRouter()
+        self._resolver = PartitionResolver(store.ensure_partitions)
         self._actors: dict[PartitionKey, PartitionActor] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -66,6 +68,7 @@ class Supervisor:
         """Host the actors until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self._resolver.run)
             task_status.started(self)
             await trio.sleep_forever()
 
@@ -92,7 +95,7 @@ class Supervisor:
         s = self._settings
         actor = PartitionActor(
             key,
-            resolve=self._store.ensure_partition,
+            resolve=self._resolver.resolve,
             writer=self._batcher,
             router=self._router,
             on_idle_stop=self._idle_stopped,

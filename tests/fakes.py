@@ -49,6 +49,7 @@ class MemoryStore:
     in_flight: dict[int, int] = field(default_factory=dict)
     max_in_flight: dict[int, int] = field(default_factory=dict)
     writes_started: int = 0
+    resolve_calls: int = 0
     activity: Signal = field(default_factory=Signal)  # fired when a write starts
 
     async def ensure_partition(self, key: PartitionKey) -> int:
@@ -63,6 +64,10 @@ class MemoryStore:
             self.names[pid] = key
             self.next_offset[pid] = 0
         return self.partitions[key]
+
+    async def ensure_partitions(self, keys: Sequence[PartitionKey]) -> list[int]:
+        self.resolve_calls += 1
+        return [await self.ensure_partition(k) for k in keys]
 
     async def ping(self) -> None:
         await trio.lowlevel.checkpoint()

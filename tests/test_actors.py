@@ -280,3 +280,19 @@ async def test_commit_listeners_see_every_committed_segment(
     results = await broker.push([item("a", "1"), item("a", "2"), item("b", "3")])
     assert [r["status"] for r in results] == ["queued"] * 3
     assert sorted(seen) == [("a", 2), ("b", 1)]
+
+
+async def test_partitions_becoming_active_together_are_resolved_in_one_call(
+    broker: Broker, store: MemoryStore
+) -> None:
+    gate = store.gate = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(broker.push, [item("first", "a")])
+        await trio.testing.wait_all_tasks_blocked()  # "first" resolved, its write held
+        calls_before = store.resolve_calls
+        for i in range(20):
+            nursery.start_soon(broker.push, [item(f"new-{i}", "x")])
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    assert store.resolve_calls - calls_before <= 2  # not one per partition
+    assert all(store.segments_of(f"new-{i}") for i in range(20))

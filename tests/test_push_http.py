@@ -12,7 +12,7 @@ import trio
 
 from queen.broker import Broker
 from queen.ids import NIL_UUID
-from queen.model import InvalidPush
+from queen.model import InvalidPush, PartitionKey
 from tests.conftest import Db
 
 PUSH = "/api/v1/push"
@@ -436,3 +436,21 @@ async def test_values_holding_the_column_separator_are_stored_exactly(
     frames = await db.frames(queue, "p")
     assert frames[0]["sub"] == sub
     assert orjson.loads(frames[0]["payload"]) == {"s": "a\u001fb"}
+
+
+async def test_many_new_partitions_are_created_in_one_round(
+    broker: Broker, queue: str, db: Db
+) -> None:
+    async with trio.open_nursery() as nursery:
+        for i in range(50):
+            nursery.start_soon(broker.push, [{"queue": queue, "partition": f"n{i}", "payload": i}])
+    names = await db.rows(
+        "SELECT p.name FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+        "WHERE q.name = %s",
+        queue,
+    )
+    assert sorted(n for (n,) in names) == sorted(f"n{i}" for i in range(50))
+    ids = await broker.store.ensure_partitions(  # type: ignore[attr-defined]
+        [PartitionKey(queue, "n3"), PartitionKey(queue, "brand-new"), PartitionKey(queue, "n3")]
+    )
+    assert ids[0] == ids[2] and len(set(ids)) == 2

@@ -76,6 +76,10 @@ class Store(Protocol):
         """Create the queue and partition if needed; return the partition id."""
         ...
 
+    async def ensure_partitions(self, keys: Sequence[PartitionKey]) -> list[int]:
+        """The same for many partitions at once (one round trip), ids in ``keys`` order."""
+        ...
+
     async def write_segments(self, writes: Sequence[SegmentWrite]) -> list[WriteResult]:
         """Store ``writes`` (distinct partitions) in one transaction; one result per write.
 

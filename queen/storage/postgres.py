@@ -34,6 +34,9 @@ _MIGRATION_LOCK = 0x5155_4545_4E00  # "QUEEN\0": one advisory lock id for schema
 _PUSH_SQL = b"SELECT statuses, originals FROM queen.push_segments($1, $2, $3, $4, $5, $6, $7, $8)"
 # The same call in psycopg's placeholder style, for tools that write through psycopg (bench/).
 PUSH_SQL_PSYCOPG = re.sub(r"\$\d", "%s", _PUSH_SQL.decode())
+_ENSURE_SQL = (
+    b"SELECT queen.ensure_partitions(string_to_array($1, chr(31)), string_to_array($2, chr(31)))"
+)
 _PUSH_ARRAYS_SQL = (
     "SELECT statuses, originals FROM queen.push_frames(%s::bigint[], %s::integer[], "
     "%s::uuid[], %s::text[], %s::text[], %s::text[], %s::uuid[], %s::integer[])"
@@ -76,6 +79,25 @@ class PgStore:
 
     async def set_state(self, key: str, value: Any) -> None:
         await system.set_state(self.pool, key, value)
+
+    async def ensure_partitions(self, keys: Sequence[PartitionKey]) -> list[int]:
+        """The ids of ``keys`` (created if missing), in one round trip."""
+        if not keys or any(SEP in k.queue or SEP in k.partition for k in keys):
+            return [await self.ensure_partition(k) for k in keys]
+        rows = await self.pool.query(
+            "queen_ensure_partitions",
+            _ENSURE_SQL,
+            [
+                SEP.join(k.queue for k in keys).encode(),
+                SEP.join(k.partition for k in keys).encode(),
+            ],
+        )
+        if not rows or rows[0][0] is None:
+            raise StoreError("ensure_partitions returned nothing")
+        ids = [int(v) for v in rows[0][0].decode().strip("{}").split(",")]
+        if len(ids) != len(keys):
+            raise StoreError("ensure_partitions returned a wrong number of ids")
+        return ids
 
     async def ensure_partition(self, key: PartitionKey) -> int:
         def call(conn: psycopg.Connection[Any]) -> int:

@@ -90,6 +90,42 @@ BEGIN
 END
 $fn$;
 
+-- Return the ids of many (queue, partition) pairs at once (in input order), creating what is
+-- missing. Queues and partitions are inserted in name order, so two of these calls running
+-- at once (even in two broker processes) wait for each other in one order and never
+-- deadlock; this call takes no lock a push transaction holds (those lock existing rows).
+CREATE OR REPLACE FUNCTION queen.ensure_partitions(p_queues text[], p_partitions text[])
+RETURNS bigint[]
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    INSERT INTO queen.queues (name)
+    SELECT DISTINCT u.q FROM unnest(p_queues) AS u (q)
+    WHERE NOT EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = u.q)
+    ORDER BY u.q
+    ON CONFLICT (name) DO NOTHING;
+
+    INSERT INTO queen.partitions (queue_id, name)
+    SELECT DISTINCT q.id, u.p
+    FROM unnest(p_queues, p_partitions) AS u (q, p)
+    JOIN queen.queues q ON q.name = u.q
+    WHERE NOT EXISTS (SELECT 1 FROM queen.partitions x WHERE x.queue_id = q.id AND x.name = u.p)
+    ORDER BY q.id, u.p
+    ON CONFLICT (queue_id, name) DO NOTHING;
+
+    SELECT array_agg(p.id ORDER BY u.ord) INTO v_ids
+    FROM unnest(p_queues, p_partitions) WITH ORDINALITY AS u (q, p, ord)
+    JOIN queen.queues q ON q.name = u.q
+    JOIN queen.partitions p ON p.queue_id = q.id AND p.name = u.p;
+    IF cardinality(v_ids) IS DISTINCT FROM cardinality(p_queues) THEN
+        RAISE EXCEPTION 'a queue was deleted while its partitions were being created'
+            USING ERRCODE = '40001';
+    END IF;
+    RETURN v_ids;
+END
+$fn$;
+
 -- Earlier signatures of the push functions.
 DROP FUNCTION IF EXISTS queen.push_segments(text, text, text, text, text, text, text);
 DROP FUNCTION IF EXISTS queen.push_frames(bigint[], uuid[], text[], text[], text[], uuid[],
