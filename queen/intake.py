@@ -8,7 +8,6 @@ bad item raises :class:`~queen.model.InvalidPush` and nothing of the body goes f
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,11 +16,9 @@ import orjson
 
 from queen.ids import mint_ids
 from queen.model import DEFAULT_PARTITION, InvalidPush, PartitionKey
+from queen.names import BAD_CHARS, CONTROL, name_problem
 
-MAX_NAME_CHARS = 255
 MAX_TRANSACTION_ID_CHARS = 1024
-_CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")  # control chars, lone surrogates
-_BAD_CHARS = "must not contain control characters or unpaired surrogates"
 # Every byte to b"0" if it is a digit, else b" ": a run of 19 digits then shows as b"0" * 19.
 _DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= c <= 0x39 else 0x20 for c in range(256))
 _LONG_DIGIT_RUN = b"0" * 19
@@ -59,15 +56,10 @@ def _check_name(value: Any, key: str, index: int) -> str:
     :class:`InvalidPush`."""
     if value is None:
         raise InvalidPush(f"items[{index}].{key} is required")
-    if type(value) is not str:
-        raise InvalidPush(f"items[{index}].{key} must be a string")
-    if not value:
-        raise InvalidPush(f"items[{index}].{key} must not be empty")
-    if len(value) > MAX_NAME_CHARS:
-        raise InvalidPush(f"items[{index}].{key} is longer than {MAX_NAME_CHARS} characters")
-    if _CONTROL.search(value):
-        raise InvalidPush(f"items[{index}].{key} {_BAD_CHARS}")
-    return value
+    problem = name_problem(value)
+    if problem is not None:
+        raise InvalidPush(f"items[{index}].{key} {problem}")
+    return value  # type: ignore[no-any-return]
 
 
 def _trace_id(item: dict[str, Any], index: int) -> str | None:
@@ -173,8 +165,8 @@ def prepare_push(
                     f"items[{index}].transactionId is longer than "
                     f"{MAX_TRANSACTION_ID_CHARS} characters"
                 )
-            if not plain_strings and _CONTROL.search(transaction_id):
-                raise InvalidPush(f"items[{index}].transactionId {_BAD_CHARS}")
+            if not plain_strings and CONTROL.search(transaction_id):
+                raise InvalidPush(f"items[{index}].transactionId {BAD_CHARS}")
         try:
             payload = dumps(item["payload"])
         except KeyError:

@@ -105,15 +105,14 @@ async def open_broker(
             await nursery.start(batcher.run)
             supervisor = Supervisor(opened, batcher, settings, metrics, router=router)
             await nursery.start(supervisor.run)
+            await supervisor.start_loop(db_health.run)
+            await supervisor.start_loop(maintenance.run)
             consume: ConsumeService | None = None
-            if isinstance(opened, PgStore):
+            retention: RetentionLoop | None = None
+            if isinstance(opened, PgStore):  # the consume side and retention need PostgreSQL
                 consume = ConsumeService(PgConsumeStore(opened.pool), settings, metrics)
                 batcher.add_commit_listener(consume.on_commit)
                 await nursery.start(consume.run)
-            await supervisor.start_loop(db_health.run)
-            await supervisor.start_loop(maintenance.run)
-            retention: RetentionLoop | None = None
-            if isinstance(opened, PgStore):
                 retention = RetentionLoop(
                     PgRetentionStore(opened.pool),
                     metrics,

@@ -40,8 +40,9 @@ from typing import Protocol
 
 import trio
 
-from queen.actors.messages import PushOutcome, PushRequest, concat
+from queen.actors.messages import PushOutcome, PushRequest
 from queen.actors.policy import coalesce_count, first_wins
+from queen.frames import concat
 from queen.model import PartitionKey, Status
 from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
 

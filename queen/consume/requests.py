@@ -6,7 +6,6 @@ so both refuse the same input with the same messages (:class:`InvalidRequest`, H
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,8 +14,9 @@ from typing import Any, Literal
 
 from queen.consume.errors import InvalidRequest
 from queen.consume.policy import QUEUE_MODE, Subscription, parse_timestamp, subscription_of
-from queen.intake import MAX_NAME_CHARS, PreparedPush, prepare_push
+from queen.intake import PreparedPush, prepare_push
 from queen.model import InvalidPush
+from queen.names import name_problem
 
 AckStatus = Literal["completed", "failed", "dlq", "retry"]
 
@@ -27,7 +27,6 @@ _STATUSES: dict[str, AckStatus] = {
     "dlq": "dlq",
     "retry": "retry",
 }
-_CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 _MAX_BIGINT = (1 << 63) - 1
 MAX_TIMEOUT_MS = 3_600_000
 MAX_PARTITIONS = 1000
@@ -41,13 +40,10 @@ def name(value: Any, what: str, *, required: bool = True) -> str | None:
         if required:
             raise InvalidRequest(f"{what} is required")
         return None
-    if type(value) is not str:
-        raise InvalidRequest(f"{what} must be a string")
-    if len(value) > MAX_NAME_CHARS:
-        raise InvalidRequest(f"{what} is longer than {MAX_NAME_CHARS} characters")
-    if _CONTROL.search(value):
-        raise InvalidRequest(f"{what} must not contain control characters")
-    return value
+    problem = name_problem(value)
+    if problem is not None:
+        raise InvalidRequest(f"{what} {problem}")
+    return value  # type: ignore[no-any-return]
 
 
 def group_of(value: Any) -> str:

@@ -34,8 +34,9 @@ from pathlib import Path
 
 import trio
 
-from queen.actors.messages import PushRequest, concat
+from queen.actors.messages import PushRequest
 from queen.broadcast import Signal
+from queen.frames import concat
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import time
 
-from queen.actors.messages import PushRequest, concat
+from queen.actors.messages import PushRequest
 from queen.actors.partition import Route
 from queen.broadcast import Signal
+from queen.frames import concat
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
 from queen.model import PartitionKey

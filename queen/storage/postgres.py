@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 
+from queen.frames import concat
 from queen.model import PartitionKey
 from queen.storage import system
 from queen.storage.base import SegmentWrite, StoreError, WriteResult
@@ -150,38 +151,20 @@ def _leaders(writes: Sequence[SegmentWrite]) -> list[int] | None:
     return leaders
 
 
-def _optional_column(writes: Sequence[SegmentWrite], name: str) -> list[str | None] | None:
-    columns = [getattr(w, name) for w in writes]
-    if all(c is None for c in columns):
-        return None
-    out: list[str | None] = []
-    for w, column in zip(writes, columns, strict=True):
-        out.extend(column if column is not None else [None] * len(w))
-    return out
-
-
 def _encode(writes: Sequence[SegmentWrite]) -> tuple[str | None, ...] | None:
     """The push_segments arguments, or None if a value holds the separator."""
-    mids: list[str] = []
-    txids: list[str] = []
-    payloads: list[bytes] = []
-    for w in writes:
-        mids.extend(w.message_ids)
-        txids.extend(w.transaction_ids)
-        payloads.extend(w.payloads)
-    subs = _optional_column(writes, "producer_subs")
-    traces = _optional_column(writes, "trace_ids")
-    leaders = _leaders(writes)
-    joined_txids = _join(txids)
+    frames = concat(writes)
+    subs, traces, leaders = frames.producer_subs, frames.trace_ids, _leaders(writes)
+    joined_txids = _join(frames.transaction_ids)
     joined_subs = _join([s or "" for s in subs]) if subs is not None else None
     if joined_txids is None or (subs is not None and joined_subs is None):
         return None
     return (
         SEP.join(str(w.partition_id) for w in writes),
         SEP.join(str(len(w)) for w in writes),
-        SEP.join(mids),
+        SEP.join(frames.message_ids),
         joined_txids,
-        b"\x1f".join(payloads).decode("utf-8"),
+        b"\x1f".join(frames.payloads).decode("utf-8"),
         joined_subs,
         SEP.join(t or "" for t in traces) if traces is not None else None,
         SEP.join(map(str, leaders)) if leaders is not None else None,
@@ -190,14 +173,15 @@ def _encode(writes: Sequence[SegmentWrite]) -> tuple[str | None, ...] | None:
 
 def _encode_arrays(writes: Sequence[SegmentWrite]) -> tuple[list[Any] | None, ...]:
     """Exact but slow encoding, for batches holding the separator inside a value."""
+    frames = concat(writes)
     return (
         [w.partition_id for w in writes],
         [len(w) for w in writes],
-        [m for w in writes for m in w.message_ids],
-        [t for w in writes for t in w.transaction_ids],
-        [p.decode("utf-8") for w in writes for p in w.payloads],
-        _optional_column(writes, "producer_subs"),
-        _optional_column(writes, "trace_ids"),
+        frames.message_ids,
+        frames.transaction_ids,
+        [p.decode("utf-8") for p in frames.payloads],
+        frames.producer_subs,
+        frames.trace_ids,
         _leaders(writes),
     )
 
