@@ -221,3 +221,32 @@ async def test_unwritable_spool_answers_failed(own_pg: EmbeddedPostgres, tmp_pat
         await broker.stop()
     assert any("spool write failed" in line for line in broker.log)
     assert all(f.stat().st_size == 0 for f in (tmp_path / "spool").glob("spool-*"))
+
+
+async def test_torn_spool_record_is_skipped_and_reported(
+    own_pg: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    from queen.model import PartitionKey
+    from queen.spool import files
+    from queen.spool.format import SpoolRecord, encode
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    ids = [f"0190c7e0-0000-7000-8000-{i:012x}" for i in range(5)]
+    records = [
+        SpoolRecord(PartitionKey("torn", "p"), 0, [ids[i]], [f"t{i}"], [b'{"i":%d}' % i])
+        for i in range(5)
+    ]
+    whole = b"".join(encode(r) for r in records[:4])
+    (spool / files.new_name()).write_bytes(whole + encode(records[4])[:-5])  # crash mid-write
+
+    broker = BrokerProcess(broker_env(own_pg, spool))
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery)
+        await broker.wait_spool_empty()
+        await broker.stop()
+    frames = await Db(own_pg.conninfo).frames("torn", "p")
+    assert [f["transaction_id"] for f in frames] == ["t0", "t1", "t2", "t3"]
+    assert [f["message_id"] for f in frames] == ids[:4]
+    assert any("damaged bytes" in line for line in broker.log)
+    assert spool_files(spool) == []
