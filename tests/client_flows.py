@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import uuid
 from datetime import UTC, datetime
@@ -254,14 +255,36 @@ async def long_poll(client: Queen, q: str) -> dict[str, Any]:
     return {"got": ids(got), "waited_s": waited, "empty": empty, "empty_waited_s": empty_waited}
 
 
+async def authenticated(client: Queen, q: str) -> dict[str, Any]:
+    """With a bearer token: the stored producerSub is the token's sub, whatever the body says."""
+    await client.queue(q).create()
+    pushed = await client.queue(q).push([{"data": {"n": 1}, "producerSub": "forged"}])
+    got = await client.queue(q).batch(10).wait(False).pop()
+    return {
+        "statuses": [r["status"] for r in pushed],
+        "subs": [m["producerSub"] for m in got],
+        "data": ids(got),
+    }
+
+
 FLOWS = {
     f.__name__: f
-    for f in (basics, consume_batches, consume_each_nack, groups, renewal, transaction, long_poll)
+    for f in (
+        basics,
+        consume_batches,
+        consume_each_nack,
+        groups,
+        renewal,
+        transaction,
+        long_poll,
+        authenticated,
+    )
 }
 
 
 async def main(flow: str, url: str, queue: str) -> None:
-    async with Queen(url) as client:
+    token = os.environ.get("FLOW_BEARER_TOKEN") or None
+    async with Queen(url, bearer_token=token) as client:
         result = await FLOWS[flow](client, queue)
     print("RESULT " + json.dumps(result), flush=True)
 

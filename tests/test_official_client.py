@@ -29,12 +29,18 @@ def client_python() -> Path:
 
 
 async def run_flow(
-    client_python: Path, settings: Settings, flow: str, queue: str, tmp_path: Path
+    client_python: Path,
+    settings: Settings,
+    flow: str,
+    queue: str,
+    tmp_path: Path,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     settings = settings.with_changes(host="127.0.0.1", port=0)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(serve, settings)
         env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+        env.update(extra_env or {})
         with trio.fail_after(90):
             done = await trio.run_process(
                 [str(client_python), "-I", str(FLOWS), flow, f"http://127.0.0.1:{port}", queue],
@@ -149,3 +155,21 @@ async def test_long_poll_wakes_on_push_and_times_out(flow: Any) -> None:
     assert r["got"] == ["arrived"]
     assert r["waited_s"] < 10
     assert r["empty"] == [] and 0.4 < r["empty_waited_s"] < 5
+
+
+async def test_with_a_bearer_token_producer_sub_is_the_tokens_sub(
+    client_python: Path, settings: Settings, queue: str, tmp_path: Path
+) -> None:
+    import jwt
+
+    secret = "a-test-secret-that-is-long-enough-for-hs256"
+    token = jwt.encode({"sub": "svc-client", "roles": ["read-write"]}, secret, algorithm="HS256")
+    result = await run_flow(
+        client_python,
+        settings.with_changes(jwt_enabled=True, jwt_secret=secret),
+        "authenticated",
+        queue,
+        tmp_path,
+        extra_env={"FLOW_BEARER_TOKEN": token},
+    )
+    assert result == {"statuses": ["queued"], "subs": ["svc-client"], "data": [{"n": 1}]}
