@@ -27,6 +27,7 @@ from bench.servers import (
     open_database,
     start_broker,
     start_http_ceiling,
+    vacuum,
 )
 from bench.wrk import WrkReport, run_wrk, wrk_version
 
@@ -116,6 +117,11 @@ class Run:
                     for number, step in enumerate(steps, 1):
                         self.log(f"[{number}/{len(steps)}] {self._announce(step)}")
                         self.log("      " + self._step(step, db, workdir))
+                        if not options.keep_data:
+                            # Every step starts from the same, empty database: what one step
+                            # stored (millions of sidecar rows) must not slow the next one.
+                            drop_queues(db, self.queue_prefix)
+                            vacuum(db)
                 finally:
                     if options.database_url is not None and not options.keep_data:
                         drop_queues(db, self.queue_prefix)

@@ -193,6 +193,12 @@ def start_http_ceiling(*, workers: int, workdir: Path, name: str) -> Server:
     return Server(f"HTTP ceiling ({name})", procs, port, workers, log_path)
 
 
+def vacuum(db: Database) -> None:
+    """Reclaim what a step's deleted rows left in the broker's tables."""
+    with db.connect() as conn:
+        conn.execute("VACUUM (ANALYZE) queen.dedup, queen.segments, queen.partitions")
+
+
 def drop_queues(db: Database, prefix: str) -> None:
     """Delete every queue named ``prefix*`` with its partitions, segments and sidecar rows."""
     pattern = prefix.replace("_", r"\_").replace("%", r"\%") + "%"
