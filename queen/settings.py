@@ -49,10 +49,10 @@ class Settings:
         64 * 1024 * 1024, "QUEEN_MAX_BODY_BYTES", "largest accepted request body (413 above)"
     )
     db_pool_size: int = _setting(
-        6, "QUEEN_DB_POOL_SIZE", "PostgreSQL connections held by one broker process"
+        10, "QUEEN_DB_POOL_SIZE", "PostgreSQL connections held by one broker process"
     )
     write_concurrency: int = _setting(
-        2, "QUEEN_WRITE_CONCURRENCY", "push transactions one broker process keeps in flight"
+        4, "QUEEN_WRITE_CONCURRENCY", "push transactions one broker process keeps in flight"
     )
     db_connect_timeout_s: float = _setting(
         3.0, "QUEEN_DB_CONNECT_TIMEOUT_S", "give up connecting to PostgreSQL after this long"
@@ -211,9 +211,10 @@ class Settings:
         for name, value in overrides.items():
             if value is not None:
                 values[name] = value
-        settings = cls(**values)
-        settings.validate()
-        return settings
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
         """Reject settings that cannot work, naming the variable."""
@@ -225,6 +226,11 @@ class Settings:
                     lowest = 0
                 if value < lowest:
                     raise ValueError(f"{f.metadata[_ENV]} must be >= {lowest}, got {value!r}")
+        if self.db_pool_size <= self.write_concurrency:
+            raise ValueError(
+                "QUEEN_DB_POOL_SIZE must be larger than QUEEN_WRITE_CONCURRENCY: push "
+                "transactions would take every connection and leave none for pops and acks"
+            )
         if self.database_url is not None and not self.database_url.strip():
             raise ValueError("DATABASE_URL is set but empty")
 

@@ -71,7 +71,8 @@ def settings(pg_url: str, tmp_path: Any) -> Settings:
     return Settings(
         database_url=pg_url,
         file_buffer_dir=str(tmp_path / "spool"),
-        db_pool_size=4,
+        db_pool_size=6,
+        write_concurrency=2,
         shutdown_grace_s=5,
     )
 

@@ -106,6 +106,8 @@ def test_settings_from_env_and_overrides() -> None:
         Settings.from_env({"QUEEN_MAX_BODY_BYTES": "lots"})
     with pytest.raises(ValueError, match="QUEEN_DB_POOL_SIZE"):
         Settings.from_env({"QUEEN_DB_POOL_SIZE": "0"})
+    with pytest.raises(ValueError, match="larger than QUEEN_WRITE_CONCURRENCY"):
+        Settings.from_env({"QUEEN_DB_POOL_SIZE": "4", "QUEEN_WRITE_CONCURRENCY": "4"})
 
 
 def test_settings_read_the_jwt_variables() -> None:
