@@ -13,9 +13,12 @@ locks the partitions of a transaction in id order, so concurrent transactions ne
 
 Failure containment: if a transaction fails with a database error that is not "database
 unreachable", each of its writes is retried alone, so one bad write fails only its own
-partition. The batcher owns its nursery; cancelling it cancels the waiting actors' replies with
-:class:`trio.Cancelled` semantics of their own scopes; a transaction already running in its
-worker thread finishes first.
+partition. After a commit, the commit listeners run (the consume side wakes waiting pops).
+
+The batcher owns its nursery, where the transactions run. Cancelling it (the last phase of
+shutdown, once accepted pushes had their grace period) stops the gathering loop and the
+transactions' waits; a transaction cancelled mid-way closes its connection, so the server rolls
+it back unless it had already committed, and its actors answer ``failed``.
 """
 
 from __future__ import annotations
