@@ -43,7 +43,6 @@ class DatabaseHealth:
         self._went_down = trio.Event()
         if not up:
             self._went_down.set()
-        self.outages = 0
 
     @property
     def up(self) -> bool:
@@ -53,7 +52,6 @@ class DatabaseHealth:
         """A database call failed because the database is unreachable."""
         if self._up:
             self._up = False
-            self.outages += 1
             log.warning("database unreachable (%s); pushes go to the spool", reason)
             self._went_down.set()
             self._changed.fire()

@@ -35,10 +35,6 @@ class PartitionBatch:
     payloads: list[bytes] = field(default_factory=list)
     trace_ids: list[str | None] | None = None
 
-    @property
-    def payload_bytes(self) -> int:
-        return sum(map(len, self.payloads))
-
     def __len__(self) -> int:
         return len(self.indexes)
 

@@ -148,14 +148,20 @@ async def expire_leases(db: Db, queue: str) -> int:
     return len(rows)
 
 
-async def age_messages(db: Db, queue: str, seconds: float) -> None:
-    """Make every stored message of ``queue`` older by ``seconds``."""
+async def age_messages(
+    db: Db, queue: str, seconds: float, *, first_offset_below: int | None = None
+) -> None:
+    """Make the stored messages of ``queue`` older by ``seconds`` (only the segments starting
+    below ``first_offset_below``, when given)."""
     await db.rows(
         """UPDATE queen.segments s SET created_at = s.created_at - make_interval(secs => %s)
            FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-           WHERE p.id = s.partition_id AND q.name = %s""",
+           WHERE p.id = s.partition_id AND q.name = %s
+             AND (%s::bigint IS NULL OR s.first_offset < %s::bigint)""",
         seconds,
         queue,
+        first_offset_below,
+        first_offset_below,
     )
 
 

@@ -14,6 +14,7 @@ import trio.lowlevel
 from queen.broker import Broker
 from queen.ids import NIL_UUID
 from tests.conftest import Db
+from tests.consuming import age_messages
 
 QUEUE_MODE = "__QUEUE_MODE__"
 
@@ -28,17 +29,6 @@ async def push(broker: Broker, queue: str, *txids: str, partition: str = "p") ->
             {"queue": queue, "partition": partition, "payload": {"tx": t}, "transactionId": t}
             for t in txids
         ]
-    )
-
-
-async def age_segments(db: Db, queue: str, seconds: int, *, first_offset_below: int) -> None:
-    await db.rows(
-        """UPDATE queen.segments s SET created_at = s.created_at - make_interval(secs => %s)
-           FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-           WHERE s.partition_id = p.id AND q.name = %s AND s.first_offset < %s""",
-        seconds,
-        queue,
-        first_offset_below,
     )
 
 
@@ -92,7 +82,7 @@ async def test_retention_removes_old_segments_and_keeps_newer_ones(
     await configure(broker, queue, retentionSeconds=60)
     old = await push(broker, queue, "old-1", "old-2")  # one segment, offsets 0-1
     await push(broker, queue, "new-1")  # offset 2
-    await age_segments(db, queue, 120, first_offset_below=2)
+    await age_messages(db, queue, 120, first_offset_below=2)
 
     outcome = await broker.run_retention_pass()
     assert outcome.ran and outcome.segments == 1 and outcome.messages == 2
@@ -116,7 +106,7 @@ async def test_retention_settings_take_effect_at_the_next_pass(
     broker: Broker, queue: str, db: Db
 ) -> None:
     await push(broker, queue, "a")
-    await age_segments(db, queue, 120, first_offset_below=1)
+    await age_messages(db, queue, 120, first_offset_below=1)
     assert (await broker.run_retention_pass()).segments == 0  # no retention configured
     await configure(broker, queue, retentionSeconds=60)
     assert (await broker.run_retention_pass()).segments == 1
@@ -127,7 +117,7 @@ async def test_completed_retention_waits_for_every_consumer_group(
 ) -> None:
     await configure(broker, queue, completedRetentionSeconds=60)
     await push(broker, queue, "a", "b")
-    await age_segments(db, queue, 120, first_offset_below=10)
+    await age_messages(db, queue, 120, first_offset_below=10)
 
     async def consume_all(group: str | None) -> None:
         popped = await broker.pop(queue, consumer_group=group, batch=10, wait=False)
@@ -161,7 +151,7 @@ async def test_retention_never_breaks_a_live_lease(broker: Broker, queue: str, d
     await configure(broker, queue, retentionSeconds=60)
     await push(broker, queue, "leased")
     await push(broker, queue, "free", partition="q")
-    await age_segments(db, queue, 120, first_offset_below=10)
+    await age_messages(db, queue, 120, first_offset_below=10)
     popped = await broker.pop(queue, partition="p", batch=10, wait=False)
     assert popped is not None and [m["transactionId"] for m in popped.messages] == ["leased"]
 

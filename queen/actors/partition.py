@@ -111,7 +111,6 @@ class PartitionActor:
     ) -> None:
         self.key = key
         self.partition_id: int | None = None
-        self.writes = 0
         self._resolve = resolve
         self._writer = writer
         self._router = router
@@ -253,7 +252,6 @@ class PartitionActor:
                     self.partition_id = await self._resolve(self.key)
                 result = await self._writer.write(_segment(self.key, self.partition_id, batch))
                 if not result.partition_missing:
-                    self.writes += 1
                     _deliver(batch, result)
                     return
                 # The partition row vanished (its queue was deleted): create it again, retry once.

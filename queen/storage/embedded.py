@@ -14,7 +14,6 @@ import hashlib
 import importlib.util
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -202,7 +201,3 @@ def _open_prefix(path: Path) -> None:
 
 def _quote(value: str) -> str:
     return "''" if value == "" else value
-
-
-def remove_data_dir(path: str | Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
