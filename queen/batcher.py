@@ -75,7 +75,10 @@ class Batcher:
         Raises :class:`StoreError` (or :class:`StoreUnavailable`) if its transaction failed.
         """
         reply: Reply[WriteResult] = Reply()
-        await self._send.send((segment, reply))
+        try:
+            self._send.send_nowait((segment, reply))
+        except trio.WouldBlock:
+            await self._send.send((segment, reply))
         return await reply.wait()
 
     async def run(

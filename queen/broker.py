@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from queen.actors.messages import PushOutcome, PushRequest
+from queen.actors.messages import PushOutcome, PushRequest, Reply, ReplyGroup
 from queen.batcher import Batcher
 from queen.broadcast import Signal
 from queen.consume import requests
@@ -219,6 +219,9 @@ class Broker:
         self.metrics.push_items += prepared.count
         self._enter()
         try:
+            # One request per partition, all answered through one group: the producer wakes
+            # once, when the last partition's write is settled.
+            group = ReplyGroup(len(prepared.batches))
             requests: list[PushRequest] = []
             for batch in prepared.batches:
                 request = PushRequest(
@@ -227,13 +230,14 @@ class Broker:
                     payloads=batch.payloads,
                     producer_subs=None if producer_sub is None else [producer_sub] * len(batch),
                     trace_ids=batch.trace_ids,
+                    reply=Reply(group),
                 )
                 await self.supervisor.submit(batch.key, request)
                 requests.append(request)
+            await group.wait()
             results: list[PushResultDict | None] = [None] * prepared.count
             for batch, request in zip(prepared.batches, requests, strict=True):
-                outcome = await request.reply.wait()
-                self._fill(results, batch, outcome)
+                self._fill(results, batch, request.reply.result())
             return results  # type: ignore[return-value]
         finally:
             self._leave()

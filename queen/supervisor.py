@@ -3,8 +3,11 @@
 - **Spawn on first use**: :meth:`Supervisor.submit` finds the partition's actor or starts one.
   The registry is only touched synchronously (no checkpoint between "look up" and "register"),
   so one process never runs two actors for one partition.
-- **Idle stop**: an actor unregisters itself when idle (see :mod:`queen.actors.partition`); a
-  producer that meets a closed inbox simply asks again and gets a fresh actor.
+- **Idle stop**: one reaper loop looks over the actors every quarter of
+  ``actor_idle_timeout_s`` and stops those parked on an empty inbox for that long (see
+  :meth:`queen.actors.partition.PartitionActor.stop_if_idle`); a producer that meets a closed
+  inbox simply asks again and gets a fresh actor. One timer for all actors, instead of one per
+  waiting actor, keeps ten thousand idle actors cheap.
 - **Crash containment** (strategy: *restart on demand*): an actor that raises is logged, its
   held requests are answered ``failed``, it is unregistered, and nothing else is touched: other
   partitions' actors, the batcher and the server go on. The next push to that partition starts
@@ -69,8 +72,19 @@ class Supervisor:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self._resolver.run)
+            nursery.start_soon(self._reap_idle)
             task_status.started(self)
             await trio.sleep_forever()
+
+    async def _reap_idle(self) -> None:
+        interval = self._settings.actor_idle_timeout_s / 4
+        while True:
+            await trio.sleep(interval)
+            self.reap_idle(trio.current_time())
+
+    def reap_idle(self, now: float) -> int:
+        """Stop every actor idle for ``actor_idle_timeout_s`` at ``now``; returns how many."""
+        return sum(actor.stop_if_idle(now) for actor in list(self._actors.values()))
 
     async def start_loop(self, loop: Callable[..., Awaitable[object]]) -> None:
         """Start a background loop (``async def run(*, task_status)``) in the actors' nursery;

@@ -9,9 +9,10 @@ import trio
 import trio.testing
 
 from queen import open_broker
+from queen.actors.messages import PushRequest
 from queen.broker import Broker
-from queen.ids import NIL_UUID
-from queen.model import PartitionKey
+from queen.ids import NIL_UUID, mint_ids
+from queen.model import PartitionKey, Status
 from queen.settings import Settings
 from tests.fakes import MemoryStore
 
@@ -159,6 +160,31 @@ async def test_push_racing_an_idle_stop_is_not_lost(
     await trio.sleep(IDLE_S)
     results = await broker.push([item("p", "b")])
     assert results[0]["status"] == "queued"
+    assert [t for s in store.segments_of("p") for t in s.transaction_ids] == ["a", "b"]
+
+
+async def test_reaper_spares_an_actor_just_handed_a_request(
+    broker: Broker, store: MemoryStore
+) -> None:
+    key = PartitionKey("q", "p")
+    await broker.push([item("p", "a")])
+    actor = broker.supervisor.actor(key)
+    assert actor is not None
+    await trio.testing.wait_all_tasks_blocked()  # parked on its empty inbox
+    later = trio.current_time() + IDLE_S
+    request = PushRequest(message_ids=mint_ids(1), transaction_ids=["b"], payloads=[b"2"])
+    await actor.submit(request)  # handed straight to the parked actor, which has not run yet
+    assert not actor.stop_if_idle(later)
+    assert (await request.reply.wait()).status is Status.QUEUED
+    assert broker.supervisor.actor(key) is actor
+    await trio.testing.wait_all_tasks_blocked()
+    now = trio.current_time()
+    assert not actor.stop_if_idle(now + IDLE_S / 2)  # parked, but not for long enough
+    assert broker.supervisor.reap_idle(now + IDLE_S) == 1
+    assert broker.supervisor.actor(key) is None
+    assert broker.metrics.actors_stopped_idle == 1
+    with pytest.raises(trio.BrokenResourceError):
+        await actor.submit(request)
     assert [t for s in store.segments_of("p") for t in s.transaction_ids] == ["a", "b"]
 
 

@@ -200,7 +200,7 @@ def test_gc_tuning_freezes_and_raises_the_young_threshold() -> None:
         tune_gc(0)
         assert gc.get_threshold() == before  # 0: Python's defaults stay
         tune_gc(40_000)
-        assert gc.get_threshold() == (40_000, 20, 100)
+        assert gc.get_threshold() == (40_000, 5, 400)
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()

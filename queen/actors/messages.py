@@ -12,35 +12,83 @@ from queen.model import Status
 T = TypeVar("T")
 
 
-class Reply(Generic[T]):
-    """A one-shot answer: set once by the task that did the work, awaited by the requester.
+class ReplyGroup:
+    """Wakes one waiter once every reply of a group is set.
 
-    If nobody awaits (the requester was cancelled), the answer is simply dropped.
+    A push body spread over several partitions sends one request per partition; the producer
+    then waits once for the group instead of once per request.
     """
 
-    __slots__ = ("_error", "_event", "_value")
+    __slots__ = ("_event", "_pending")
 
-    def __init__(self) -> None:
+    def __init__(self, size: int) -> None:
+        self._pending = size
         self._event = trio.Event()
+        if size <= 0:
+            self._event.set()
+
+    def _one_done(self) -> None:
+        self._pending -= 1
+        if self._pending == 0:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Return once every reply of the group is set."""
+        await self._event.wait()
+
+
+class Reply(Generic[T]):
+    """A one-shot answer: set once by the task that did the work, read by the requester.
+
+    The requester either awaits :meth:`wait`, or (when the reply belongs to a
+    :class:`ReplyGroup`) awaits the group and then reads :meth:`result`. If nobody awaits (the
+    requester was cancelled), the answer is simply dropped. The event behind :meth:`wait` is
+    made only if somebody waits before the answer is in.
+    """
+
+    __slots__ = ("_done", "_error", "_event", "_group", "_value")
+
+    def __init__(self, group: ReplyGroup | None = None) -> None:
+        self._done = False
         self._value: T | None = None
         self._error: BaseException | None = None
+        self._event: trio.Event | None = None
+        self._group = group
 
     @property
     def done(self) -> bool:
-        return self._event.is_set()
+        return self._done
 
     def set(self, value: T) -> None:
-        if not self._event.is_set():
+        if not self._done:
             self._value = value
-            self._event.set()
+            self._finish()
 
     def fail(self, error: BaseException) -> None:
-        if not self._event.is_set():
+        if not self._done:
             self._error = error
+            self._finish()
+
+    def _finish(self) -> None:
+        self._done = True
+        if self._event is not None:
             self._event.set()
+        if self._group is not None:
+            self._group._one_done()
 
     async def wait(self) -> T:
-        await self._event.wait()
+        if self._done:
+            await trio.lowlevel.checkpoint()
+        else:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
+        return self.result()
+
+    def result(self) -> T:
+        """The answer (or its error raised); only once :attr:`done`."""
+        if not self._done:
+            raise RuntimeError("reply read before it was set")
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]

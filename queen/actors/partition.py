@@ -22,12 +22,15 @@ the database and are served before any live request taken with them: a live requ
 the inbox arrived after everything this actor ever spooled, so the order of a partition is the
 order of its pushes, across outages too.
 
-Every request taken from the inbox gets exactly one answer, whatever happens. The actor stops
-when it has been idle for ``idle_timeout_s``: it unregisters itself and closes its inbox in the
-same step, with no checkpoint in between, so a producer either got its request into this inbox
-before that step (and the actor serves it) or finds the inbox closed and asks the supervisor
-for a fresh actor. When the surrounding nursery is cancelled the actor stops at once; requests
-it holds or still has in its inbox are answered ``failed``.
+Every request taken from the inbox gets exactly one answer, whatever happens. An idle actor
+waits on its inbox with no timer of its own (thousands of idle actors would otherwise keep
+thousands of deadlines and cancel scopes alive): the supervisor's reaper calls
+:meth:`PartitionActor.stop_if_idle`, which stops an actor that has waited, parked on an empty
+inbox, for ``idle_timeout_s``. It unregisters the actor and closes its inbox in one synchronous
+step, so a producer either got its request to this actor before that step (and the actor
+serves it) or finds the inbox closed and asks the supervisor for a fresh actor. When the
+surrounding nursery is cancelled the actor stops at once; requests it holds or still has in its
+inbox are answered ``failed``.
 """
 
 from __future__ import annotations
@@ -120,30 +123,47 @@ class PartitionActor:
         self._hold_s = hold_s
         self._send, self._inbox = trio.open_memory_channel[PushRequest](inbox_size)
         self._waiting: list[PushRequest] = []  # taken from the inbox, not yet answered
+        self._parked_since: float | None = None  # waiting on an empty inbox since then
         self._hold_until: float | None = None  # deadline of the current hold
         self._no_hold_until = float("-inf")  # after a hold timed out, spool without holding
 
     async def submit(self, request: PushRequest) -> None:
-        """Queue ``request``; blocks while the inbox is full.
+        """Queue ``request``; blocks only while the inbox is full (no checkpoint otherwise: the
+        caller goes on to wait for the answer).
 
         Raises :class:`trio.BrokenResourceError` if the actor has stopped: ask the supervisor
         for a new one.
         """
-        await self._send.send(request)
+        try:
+            self._send.send_nowait(request)
+        except trio.WouldBlock:
+            await self._send.send(request)
 
     async def run(self) -> None:
-        """Serve the inbox until idle. See the module docstring for the guarantees."""
+        """Serve the inbox until stopped. See the module docstring for the guarantees."""
         try:
             while True:
-                if not self._waiting:
-                    first = await self._next_or_stop()
-                    if first is None:
-                        return
-                    self._waiting.append(first)
+                if not self._waiting and not await self._wait_for_work():
+                    return
                 self._take_ready()
                 await self._serve_one_step()
         finally:
             self.abandon()
+
+    def stop_if_idle(self, now: float) -> bool:
+        """Stop the actor if it has been parked on an empty inbox for ``idle_timeout_s``.
+
+        Synchronous: between the check and the close no producer can run. A request already
+        handed to the parked actor (it has not run yet) counts as work: the actor then stays.
+        """
+        if self._parked_since is None or now - self._parked_since < self._idle_timeout_s:
+            return False
+        stats = self._inbox.statistics()
+        if stats.current_buffer_used or stats.tasks_waiting_receive != 1:
+            return False
+        self._on_idle_stop(self)
+        self._inbox.close()
+        return True
 
     def abandon(self) -> None:
         """Close the inbox and answer ``failed`` to every request still held.
@@ -160,17 +180,20 @@ class PartitionActor:
         for request in leftovers:
             request.reply.set(PushOutcome(Status.FAILED))
 
-    async def _next_or_stop(self) -> PushRequest | None:
-        with trio.move_on_after(self._idle_timeout_s):
-            return await self._inbox.receive()
-        # Idle. Stop, unless a request slipped in as the timer fired. No checkpoint from here
-        # to the close, so no producer can put a request in between.
+    async def _wait_for_work(self) -> bool:
+        """Park until a request comes (it goes to ``_waiting``); False once stopped as idle.
+
+        Nothing of the last request served stays referenced while parked: an idle actor
+        holds its inbox and little else.
+        """
+        self._parked_since = trio.current_time()
         try:
-            return self._inbox.receive_nowait()
-        except trio.WouldBlock:
-            self._on_idle_stop(self)
-            self._inbox.close()
-            return None
+            self._waiting.append(await self._inbox.receive())
+        except trio.ClosedResourceError:
+            return False  # stop_if_idle closed the inbox
+        finally:
+            self._parked_since = None
+        return True
 
     def _take_ready(self) -> None:
         """Move every request already waiting in the inbox to ``_waiting`` (no checkpoint)."""
