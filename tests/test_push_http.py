@@ -450,7 +450,21 @@ async def test_many_new_partitions_are_created_in_one_round(
         queue,
     )
     assert sorted(n for (n,) in names) == sorted(f"n{i}" for i in range(50))
-    ids = await broker.store.ensure_partitions(  # type: ignore[attr-defined]
-        [PartitionKey(queue, "n3"), PartitionKey(queue, "brand-new"), PartitionKey(queue, "n3")]
+    other = queue + "-b"
+    keys = [
+        PartitionKey(queue, "n3"),
+        PartitionKey(other, "n3"),
+        PartitionKey(queue, "brand-new"),
+        PartitionKey(queue, "n3"),
+    ]
+    ids = await broker.store.ensure_partitions(keys)  # type: ignore[attr-defined]
+    assert ids[0] == ids[3] and len(set(ids)) == 3
+    stored = dict(
+        await db.rows(
+            "SELECT q.name || '/' || p.name, p.id FROM queen.partitions p "
+            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name IN (%s, %s)",
+            queue,
+            other,
+        )
     )
-    assert ids[0] == ids[2] and len(set(ids)) == 2
+    assert ids == [stored[f"{k.queue}/{k.partition}"] for k in keys]
