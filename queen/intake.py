@@ -134,6 +134,10 @@ def prepare_push(
     """
     if type(items) is not list:
         raise InvalidPush("items array is required")
+    if not keep_trace_ids:
+        fast = _prepare_common(items, plain_strings)
+        if fast is not None:
+            return fast
     count = len(items)
     message_ids = mint_ids(count)
     batches: dict[tuple[str, str], PartitionBatch] = {}
@@ -185,6 +189,66 @@ def prepare_push(
                     batch.trace_ids = [None] * (len(batch.indexes) - 1)
                 batch.trace_ids.append(trace_id)
     return PreparedPush(count=count, batches=list(batches.values()))
+
+
+def _prepare_common(items: list[Any], plain_strings: bool) -> PreparedPush | None:
+    """:func:`prepare_push` for a body every item of which is valid, column by column (a
+    comprehension per field instead of a dozen statements per item: twice as fast on 100-item
+    bodies). Returns None at the first doubt; the item-by-item loop then finds the error and
+    words it."""
+    if not items:
+        return PreparedPush(count=0, batches=[])
+    dumps = orjson.dumps
+    try:
+        payloads = [dumps(item["payload"]) for item in items]
+        queues = [item.get("queue") for item in items]
+        partitions = [item.get("partition") for item in items]
+        transaction_ids = [item.get("transactionId") for item in items]
+        names = {*queues, *partitions}
+        distinct_transaction_ids = set(transaction_ids)
+    except (TypeError, KeyError, AttributeError, orjson.JSONEncodeError):
+        return None  # not an object, no payload, an unhashable field, a payload to re-encode
+    for name in names:
+        if name is not None and name_problem(name) is not None:
+            return None
+    if None in queues:
+        return None
+    for tx in distinct_transaction_ids:
+        if tx is not None and (
+            type(tx) is not str
+            or len(tx) > MAX_TRANSACTION_ID_CHARS
+            or (not plain_strings and CONTROL.search(tx))
+        ):
+            return None
+    count = len(items)
+    message_ids = mint_ids(count)
+    transaction_ids = [tx or mid for tx, mid in zip(transaction_ids, message_ids, strict=True)]
+    partitions = [DEFAULT_PARTITION if p is None else p for p in partitions]
+    keys = list(zip(queues, partitions, strict=True))
+    first = keys[0]
+    if keys.count(first) == count:  # the whole body goes to one partition
+        batch = PartitionBatch(
+            PartitionKey(*first), list(range(count)), message_ids, transaction_ids, payloads
+        )
+        return PreparedPush(count=count, batches=[batch])
+    positions: dict[tuple[str, str], list[int]] = {}
+    for index, key in enumerate(keys):
+        found = positions.get(key)
+        if found is None:
+            positions[key] = [index]
+        else:
+            found.append(index)
+    batches = [
+        PartitionBatch(
+            PartitionKey(*key),
+            indexes,
+            [message_ids[i] for i in indexes],
+            [transaction_ids[i] for i in indexes],
+            [payloads[i] for i in indexes],
+        )
+        for key, indexes in positions.items()
+    ]
+    return PreparedPush(count=count, batches=batches)
 
 
 def _encode_or_refuse(payload: Any, index: int) -> bytes:

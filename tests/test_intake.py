@@ -91,6 +91,43 @@ def test_invalid_items_are_refused(items: object, message: str) -> None:
         prepare_push(items)
 
 
+def _shape(prepared: object) -> list[tuple]:
+    """A prepared push without its freshly minted ids (a missing transactionId shows as None)."""
+    out = []
+    for b in prepared.batches:  # type: ignore[attr-defined]
+        txs = [None if t == m else t for t, m in zip(b.transaction_ids, b.message_ids, strict=True)]
+        out.append((b.key, b.indexes, txs, b.payloads, len(set(b.message_ids))))
+    return out
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [{"queue": "q", "payload": i, "transactionId": f"t{i}"} for i in range(5)],
+        [
+            {"queue": "q", "partition": f"p{i % 3}", "payload": {"n": i}, "transactionId": f"t{i}"}
+            for i in range(10)
+        ],
+        [
+            {"queue": "a", "partition": "x", "payload": None},
+            {"queue": "b", "partition": "x", "payload": [1], "transactionId": ""},
+            {"queue": "a", "payload": "s", "transactionId": "dup"},
+            {"queue": "a", "partition": "x", "payload": 2, "transactionId": "dup"},
+            {"queue": "a", "partition": "x", "payload": 10**30},  # re-encoded exactly
+        ],
+        [{"queue": "q", "payload": 1, "producerSub": "ignored", "extra": True}],
+        [],
+    ],
+)
+def test_column_path_matches_the_item_loop(items: list) -> None:
+    # keep_trace_ids takes the item-by-item loop; with no traceId the result must be the same
+    fast, loop = prepare_push(items), prepare_push(items, keep_trace_ids=True)
+    assert fast.count == loop.count == len(items)
+    assert _shape(fast) == _shape(loop)
+    for batch in fast.batches:
+        assert len(batch.message_ids) == len(batch.indexes)
+
+
 def test_first_wins_policy() -> None:
     assert first_wins(["a", "b", "a", "a", "c", "b"]) == [0, 1, 0, 0, 4, 1]
     assert first_wins([]) == []
