@@ -12,12 +12,13 @@ Doc = Mapping[str, Any]
 
 METHOD = """\
 - **Scenarios**: a fresh `queen serve` (1 or 2 processes) per scenario on one database for
-  the whole run, emptied (the step's queues deleted, the tables vacuumed) after every step, so
-  no step is measured against the millions of rows an earlier one stored; wrk (1 thread,
-  `push.lua`) sends ~100-byte JSON payloads with unique
-  transactionIds (a new prefix for every wrk run, so warm-up and measurement never collide).
-  Warm-up first, then the measured window. msg/s = 2xx responses x items/request ÷ duration.
-  S5 sends every request twice: half of its items answer `duplicate`.
+  the whole run, emptied after every step (the step's queues deleted, the tables vacuumed, a
+  checkpoint taken), so no step is measured against the millions of rows an earlier one
+  stored or the pages it left to flush; wrk (1 thread, `push.lua`) sends ~100-byte JSON
+  payloads with unique transactionIds (a new prefix for every wrk run, so warm-up and
+  measurement never collide). Warm-up first, then the measured window.
+  msg/s = 2xx responses x items/request ÷ duration. S5 sends every request twice: half of
+  its items answer `duplicate`.
 - **Latency**: wrk's own percentiles (`--latency`), per request.
 - **req/tx, part/tx**: deltas over the window of the broker's counters
   `queen_push_requests_committed_total` (partition requests: a push to k partitions counts
