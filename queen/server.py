@@ -72,7 +72,7 @@ def tune_gc(gen0_threshold: int) -> None:
     partitions). Objects alive once the server is ready are frozen out of collection and young
     collections come every ``gen0_threshold`` allocations. Middle collections come every 5
     young ones: they then carry fewer survivors each (with 20, the first one after 10,000
-    actors had started paused the process for 0.45 s; with 5, under 0.1 s). Full collections
+    actors had started paused the process for 0.45 s; with 5, 0.13 s at most). Full collections
     stay as rare as before (every 2,000 young ones). Applied by ``queen serve`` only: an
     application embedding the broker keeps its own policy.
     """
