@@ -159,7 +159,7 @@ class Settings:
         10.0, "QUEEN_SHUTDOWN_GRACE_S", "on shutdown, in-flight pushes get this long to finish"
     )
     gc_gen0_threshold: int = _setting(
-        50_000,
+        10_000,
         "QUEEN_GC_GEN0_THRESHOLD",
         "queen serve: Python's collector runs its youngest generation after this many "
         "allocations, and rarely the older ones (0 keeps Python's defaults)",
