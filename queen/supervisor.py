@@ -77,7 +77,9 @@ class Supervisor:
             await trio.sleep_forever()
 
     async def _reap_idle(self) -> None:
-        interval = self._settings.actor_idle_timeout_s / 4
+        # A quarter of the timeout (an actor stops between 1 and 1.25 timeouts idle), never
+        # a busy loop, even with a timeout of 0.
+        interval = max(self._settings.actor_idle_timeout_s / 4, 0.01)
         while True:
             await trio.sleep(interval)
             self.reap_idle(trio.current_time())
