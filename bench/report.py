@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench.pg_ceiling import VARIANTS
-from bench.targets import evaluate
+from bench.targets import TARGETS, evaluate
 
 Doc = Mapping[str, Any]
 
@@ -247,6 +247,67 @@ def target_rows(doc: Doc) -> list[list[str]]:
 TARGET_HEADERS = ["scenario", "target", "measured", "result", "HTTP ceiling's own"]
 
 
+def _per_msg(seconds: Any, messages: float) -> float | None:
+    return float(seconds) / messages if isinstance(seconds, int | float) and messages else None
+
+
+def budget_rows(doc: Doc) -> list[list[str]]:
+    """For every throughput target: the msg/s it asks for and the CPU that would take at the
+    CPU per message this run measured. One broker process cannot use more than one core, and
+    broker, database and load generator together cannot use more than the machine has."""
+    scenarios = doc.get("scenarios", {})
+    ceilings = doc.get("http_ceilings", {})
+    cores = (doc.get("machine") or {}).get("cores")
+    rows = []
+    for target in TARGETS:
+        record = scenarios.get(target.scenario) or {}
+        if target.what == "msg/s ÷ HTTP ceiling":
+            ceiling = (ceilings.get(record.get("http_ceiling", "")) or {}).get("msg_per_s")
+            needed = target.limit * ceiling if isinstance(ceiling, int | float) else None
+        elif target.what == "msg/s":
+            needed = target.limit
+        else:
+            continue
+        rate, seconds = record.get("msg_per_s"), record.get("seconds")
+        if not needed or not isinstance(rate, int | float) or not isinstance(seconds, int | float):
+            continue
+        messages = rate * seconds
+        broker = _per_msg(record.get("server_cpu_s"), messages)
+        parts = [broker, _per_msg(record.get("db_cpu_s"), messages)]
+        parts.append(_per_msg(record.get("wrk_cpu_s"), messages))
+        if broker is None or None in parts:
+            continue
+        per_process = needed * broker / max(1, int(record.get("workers") or 1))
+        machine = needed * sum(p for p in parts if p is not None)
+        beyond = []
+        if per_process > 1:
+            beyond.append("one process (1 core)")
+        if isinstance(cores, int) and machine > cores:
+            beyond.append(f"the machine ({cores} cores)")
+        verdict = "beyond " + " and ".join(beyond) if beyond else "within reach"
+        rows.append(
+            [
+                target.scenario,
+                target.describe(),
+                _n(needed),
+                _n(per_process, ".2f"),
+                _n(machine, ".2f"),
+                verdict,
+            ]
+        )
+    return rows
+
+
+BUDGET_HEADERS = [
+    "scenario",
+    "target",
+    "needs msg/s",
+    "cores per broker process",
+    "cores in all (broker + DB + wrk)",
+    "at this run's CPU per message",
+]
+
+
 def other_load(doc: Doc) -> float | None:
     """Mean CPU (cores) that processes outside the benchmark used during the wrk windows."""
     values = [
@@ -286,6 +347,10 @@ def terminal(doc: Doc) -> str:
         parts += ["", "Broker msg/s as a fraction of each ceiling"]
         parts += [table(headers, rows, markdown=False, left=2)]
     parts += ["", "Targets", table(TARGET_HEADERS, target_rows(doc), markdown=False, left=2)]
+    budget = budget_rows(doc)
+    if budget:
+        parts += ["", "What the throughput targets would take, at this run's CPU per message"]
+        parts += [table(BUDGET_HEADERS, budget, markdown=False, left=2)]
     warning = busy_warning(doc)
     if warning:
         parts += ["", warning]
@@ -346,6 +411,11 @@ def markdown(doc: Doc, *, command: str) -> str:
         "## Targets",
         "",
         table(TARGET_HEADERS, target_rows(doc), markdown=True, left=2),
+        "",
+        "What the throughput targets would take, at the CPU per message measured in this run",
+        "(a broker process runs Python on one core at most):",
+        "",
+        table(BUDGET_HEADERS, budget_rows(doc), markdown=True, left=2),
         "",
         "## Ceilings measured in the same run",
         "",

@@ -223,6 +223,33 @@ def test_plan_runs_each_ceiling_once_beside_its_first_scenario() -> None:
     assert [(s.kind, s.name) for s in bare] == [("broker", "S4")]
 
 
+def test_cpu_budget_of_the_throughput_targets() -> None:
+    doc: dict[str, Any] = {
+        "machine": {"cores": 2},
+        "http_ceilings": {"H3": {"msg_per_s": 150_000.0}},
+        "scenarios": {
+            # 1 ms of broker CPU per 100 messages: 90,000 msg/s would need 0.9 cores
+            "S3": {
+                "http_ceiling": "H3",
+                "msg_per_s": 50_000.0,
+                "seconds": 10.0,
+                "workers": 1,
+                "server_cpu_s": 5.0,
+                "db_cpu_s": 6.0,
+                "wrk_cpu_s": 0.5,
+            }
+        },
+    }
+    rows = {row[1]: row for row in report.budget_rows(doc)}
+    ratio = rows["msg/s ÷ HTTP ceiling ≥ 0.6"]
+    assert ratio[2:] == ["90,000", "0.90", "2.07", "beyond the machine (2 cores)"]
+    assert rows["msg/s ≥ 60000"][2:] == ["60,000", "0.60", "1.38", "within reach"]
+    doc["scenarios"]["S3"]["server_cpu_s"] = 6.0  # now 1.08 cores for one process
+    verdict = {row[1]: row for row in report.budget_rows(doc)}["msg/s ÷ HTTP ceiling ≥ 0.6"][5]
+    assert verdict == "beyond one process (1 core) and the machine (2 cores)"
+    assert report.budget_rows({"scenarios": {}}) == []
+
+
 def test_report_renders_a_partial_run() -> None:
     doc = {
         "run_id": "r1",
