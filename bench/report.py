@@ -273,12 +273,12 @@ def budget_rows(doc: Doc) -> list[list[str]]:
             continue
         messages = rate * seconds
         broker = _per_msg(record.get("server_cpu_s"), messages)
-        parts = [broker, _per_msg(record.get("db_cpu_s"), messages)]
-        parts.append(_per_msg(record.get("wrk_cpu_s"), messages))
-        if broker is None or None in parts:
+        db = _per_msg(record.get("db_cpu_s"), messages)
+        load = _per_msg(record.get("wrk_cpu_s"), messages)
+        if broker is None or db is None or load is None:
             continue
         per_process = needed * broker / max(1, int(record.get("workers") or 1))
-        machine = needed * sum(p for p in parts if p is not None)
+        machine = needed * (broker + db + load)
         beyond = []
         if per_process > 1:
             beyond.append("one process (1 core)")

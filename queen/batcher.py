@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from queen.actors.messages import Reply
+from queen.actors.messages import Reply, hand_over
 from queen.actors.policy import batch_is_full
 from queen.metrics import Metrics
 from queen.storage.base import SegmentWrite, Store, StoreError, StoreUnavailable, WriteResult
@@ -75,10 +75,7 @@ class Batcher:
         Raises :class:`StoreError` (or :class:`StoreUnavailable`) if its transaction failed.
         """
         reply: Reply[WriteResult] = Reply()
-        try:
-            self._send.send_nowait((segment, reply))
-        except trio.WouldBlock:
-            await self._send.send((segment, reply))
+        await hand_over(self._send, (segment, reply))
         return await reply.wait()
 
     async def run(

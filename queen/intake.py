@@ -58,6 +58,18 @@ def _check_name(value: Any, key: str, index: int) -> str:
     return value  # type: ignore[no-any-return]
 
 
+def _transaction_id_problem(value: object, plain_strings: bool) -> str | None:
+    """Why a present ``transactionId`` is refused (a phrase to follow the field's name), or
+    None. ``plain_strings``: see :func:`prepare_push`."""
+    if type(value) is not str:
+        return "must be a string"
+    if len(value) > MAX_TRANSACTION_ID_CHARS:
+        return f"is longer than {MAX_TRANSACTION_ID_CHARS} characters"
+    if not plain_strings and CONTROL.search(value):
+        return BAD_CHARS
+    return None
+
+
 def _trace_id(item: dict[str, Any], index: int) -> str | None:
     value = item.get("traceId")
     if value is None:
@@ -158,15 +170,9 @@ def prepare_push(
             names.add(partition)
         transaction_id = item.get("transactionId")
         if transaction_id is not None:
-            if type(transaction_id) is not str:
-                raise InvalidPush(f"items[{index}].transactionId must be a string")
-            if len(transaction_id) > MAX_TRANSACTION_ID_CHARS:
-                raise InvalidPush(
-                    f"items[{index}].transactionId is longer than "
-                    f"{MAX_TRANSACTION_ID_CHARS} characters"
-                )
-            if not plain_strings and CONTROL.search(transaction_id):
-                raise InvalidPush(f"items[{index}].transactionId {BAD_CHARS}")
+            problem = _transaction_id_problem(transaction_id, plain_strings)
+            if problem is not None:
+                raise InvalidPush(f"items[{index}].transactionId {problem}")
         try:
             payload = dumps(item["payload"])
         except KeyError:
@@ -214,25 +220,14 @@ def _prepare_common(items: list[Any], plain_strings: bool) -> PreparedPush | Non
     if None in queues:
         return None
     for tx in distinct_transaction_ids:
-        if tx is not None and (
-            type(tx) is not str
-            or len(tx) > MAX_TRANSACTION_ID_CHARS
-            or (not plain_strings and CONTROL.search(tx))
-        ):
+        if tx is not None and _transaction_id_problem(tx, plain_strings) is not None:
             return None
     count = len(items)
     message_ids = mint_ids(count)
     transaction_ids = [tx or mid for tx, mid in zip(transaction_ids, message_ids, strict=True)]
     partitions = [DEFAULT_PARTITION if p is None else p for p in partitions]
-    keys = list(zip(queues, partitions, strict=True))
-    first = keys[0]
-    if keys.count(first) == count:  # the whole body goes to one partition
-        batch = PartitionBatch(
-            PartitionKey(*first), list(range(count)), message_ids, transaction_ids, payloads
-        )
-        return PreparedPush(count=count, batches=[batch])
     positions: dict[tuple[str, str], list[int]] = {}
-    for index, key in enumerate(keys):
+    for index, key in enumerate(zip(queues, partitions, strict=True)):
         found = positions.get(key)
         if found is None:
             positions[key] = [index]

@@ -77,8 +77,8 @@ def tune_gc(gen0_threshold: int) -> None:
     young ones: they then carry fewer survivors each (with 20, the first one after 10,000
     actors had started paused the process for 0.45 s). With 10,000 actors busy, young pauses
     measured 14 ms at most and middle ones 27 ms. Full collections are rare (every 2,000
-    young ones). Applied by ``queen serve`` only: an
-    application embedding the broker keeps its own policy.
+    young ones). Applied by ``queen serve`` only: an application embedding the broker keeps
+    its own policy.
     """
     if gen0_threshold <= 0:
         return

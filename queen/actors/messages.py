@@ -12,6 +12,16 @@ from queen.model import Status
 T = TypeVar("T")
 
 
+async def hand_over(channel: trio.MemorySendChannel[T], value: T) -> None:
+    """Send ``value`` on ``channel`` with no checkpoint unless the channel is full (then wait
+    for room). Callers go on to wait for an answer, and that wait is their checkpoint; sparing
+    one here lets every partition of a push body reach its actor before any actor runs."""
+    try:
+        channel.send_nowait(value)
+    except trio.WouldBlock:
+        await channel.send(value)
+
+
 class ReplyGroup:
     """Wakes one waiter once every reply of a group is set.
 
@@ -55,10 +65,6 @@ class Reply(Generic[T]):
         self._event: trio.Event | None = None
         self._group = group
 
-    @property
-    def done(self) -> bool:
-        return self._done
-
     def set(self, value: T) -> None:
         if not self._done:
             self._value = value
@@ -86,7 +92,7 @@ class Reply(Generic[T]):
         return self.result()
 
     def result(self) -> T:
-        """The answer (or its error raised); only once :attr:`done`."""
+        """The answer (or its error raised); only once it is set."""
         if not self._done:
             raise RuntimeError("reply read before it was set")
         if self._error is not None:

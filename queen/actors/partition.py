@@ -43,7 +43,7 @@ from typing import Protocol
 
 import trio
 
-from queen.actors.messages import PushOutcome, PushRequest
+from queen.actors.messages import PushOutcome, PushRequest, hand_over
 from queen.actors.policy import coalesce_count, first_wins
 from queen.frames import concat
 from queen.model import PartitionKey, Status
@@ -134,10 +134,7 @@ class PartitionActor:
         Raises :class:`trio.BrokenResourceError` if the actor has stopped: ask the supervisor
         for a new one.
         """
-        try:
-            self._send.send_nowait(request)
-        except trio.WouldBlock:
-            await self._send.send(request)
+        await hand_over(self._send, request)
 
     async def run(self) -> None:
         """Serve the inbox until stopped. See the module docstring for the guarantees."""

@@ -164,9 +164,9 @@ LANGUAGE plpgsql
 -- that turn quadratic on large batches (100 ms instead of 11 ms for 1,000 duplicates) and, on a
 -- young sidecar, a sequential scan testing every row against every probed hash (60 ms instead
 -- of 1). Every table here is reached by key, and hash or merge joins suit every batch size.
--- The batch's partitions are read by key (``id = ANY``, into a materialised CTE) and their
--- queues by scalar look-ups, never through a join the planner may turn into a scan of the
--- whole table: with statistics taken while the table was nearly empty, a merge join with
+-- The batch's partitions are read by key (``id = ANY``, once per statement) and their queues
+-- by scalar look-ups, never through a join the planner may turn into a scan of the whole
+-- table: with statistics taken while the table was nearly empty, a merge join with
 -- queen.queues read all 10,000 partitions for every batch (3 ms a statement instead of 0.1).
 SET enable_nestloop = off
 SET enable_seqscan = off
@@ -283,8 +283,9 @@ $fn$;
 -- body order. p_leaders is NULL when no write holds the same transactionId twice, else the
 -- first-wins positions (see queen.store_frames_general).
 --
--- 1. Lock the partitions in id order. A fixed order rules out deadlocks between concurrent
---    batches of one broker and between broker processes.
+-- 1. Lock the partitions in id order, reading once what the rest needs of them: next_offset
+--    (read under the lock, so the newest) and their queue's dedup window. A fixed order rules
+--    out deadlocks between concurrent batches of one broker and between broker processes.
 -- 2. Probe the sidecar (a new statement, so a snapshot newer than the locks) for every frame of
 --    the partitions with a dedup window.
 -- 3. Nothing found and no repeated transactionId (the common case): store every write as one
@@ -300,19 +301,23 @@ SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_candidates boolean;
+    v_ids        bigint[];   -- the batch's partitions that exist, locked,
+    v_next       bigint[];   -- their next_offset
+    v_win        integer[];  -- and their queue's dedup window
 BEGIN
-    PERFORM 1 FROM queen.partitions WHERE id = ANY (p_wpids) ORDER BY id FOR UPDATE;
+    SELECT array_agg(l.id), array_agg(l.next_offset), array_agg(l.win)
+    INTO v_ids, v_next, v_win
+    FROM (SELECT p.id, p.next_offset,
+                 (SELECT q.dedup_window_seconds FROM queen.queues q WHERE q.id = p.queue_id)
+          FROM queen.partitions p WHERE p.id = ANY (p_wpids)
+          ORDER BY p.id FOR UPDATE OF p) AS l (id, next_offset, win);
 
     IF p_leaders IS NULL THEN
         WITH w AS (
             SELECT u.pid, u.cnt, (sum(u.cnt) OVER (ORDER BY u.o) - u.cnt)::integer AS lo
             FROM unnest(p_wpids, p_wcounts) WITH ORDINALITY AS u (pid, cnt, o)
         ),
-        part AS MATERIALIZED (   -- the batch's partitions, each read by key
-            SELECT p.id, (SELECT q.dedup_window_seconds FROM queen.queues q
-                          WHERE q.id = p.queue_id) AS win
-            FROM queen.partitions p WHERE p.id = ANY (p_wpids)
-        ),
+        part AS (SELECT * FROM unnest(v_ids, v_win) AS k (id, win)),
         d AS (
             SELECT w.*, now() - make_interval(secs => part.win) AS since
             FROM w JOIN part ON part.id = w.pid
@@ -335,11 +340,7 @@ BEGIN
                 SELECT u.pid, u.cnt, u.o, (sum(u.cnt) OVER (ORDER BY u.o) - u.cnt)::integer AS lo
                 FROM unnest(p_wpids, p_wcounts) WITH ORDINALITY AS u (pid, cnt, o)
             ),
-            part AS MATERIALIZED (   -- the batch's partitions, each read by key
-                SELECT x.id, x.next_offset, (SELECT q.dedup_window_seconds FROM queen.queues q
-                                             WHERE q.id = x.queue_id) AS win
-                FROM queen.partitions x WHERE x.id = ANY (p_wpids)
-            ),
+            part AS (SELECT * FROM unnest(v_ids, v_next, v_win) AS k (id, next_offset, win)),
             p AS (
                 SELECT w.*, part.next_offset, part.win
                 FROM w JOIN part ON part.id = w.pid
@@ -365,11 +366,10 @@ BEGIN
             UPDATE queen.partitions part SET next_offset = part.next_offset + p.cnt
             FROM p WHERE part.id = p.pid AND part.id = ANY (p_wpids);
 
-            SELECT string_agg(repeat(CASE WHEN p.id IS NULL THEN '2' ELSE '0' END, u.cnt), ''
-                              ORDER BY u.o)
+            SELECT string_agg(repeat(CASE WHEN u.pid = ANY (v_ids) THEN '0' ELSE '2' END, u.cnt),
+                              '' ORDER BY u.o)
             INTO statuses
-            FROM unnest(p_wpids, p_wcounts) WITH ORDINALITY AS u (pid, cnt, o)
-            LEFT JOIN queen.partitions p ON p.id = u.pid AND p.id = ANY (p_wpids);
+            FROM unnest(p_wpids, p_wcounts) WITH ORDINALITY AS u (pid, cnt, o);
             originals := NULL;
             RETURN;
         END IF;
