@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from queen import open_broker
-from queen.actors.messages import PushRequest
+from queen.actors.messages import PushRequest, hand_over
 from queen.broker import Broker
 from queen.ids import NIL_UUID, mint_ids
 from queen.model import PartitionKey, Status
@@ -43,13 +43,69 @@ async def broker(store: MemoryStore, tmp_path) -> AsyncIterator[Broker]:
         yield b
 
 
-async def test_one_write_in_flight_per_partition(broker: Broker, store: MemoryStore) -> None:
+@pytest.fixture
+async def wide_broker(store: MemoryStore, tmp_path) -> AsyncIterator[Broker]:
+    """A broker whose batcher runs several transactions at once, so only the partition actor
+    keeps a partition to one write in flight."""
+    settings = Settings(
+        database_url="memory://",
+        file_buffer_dir=str(tmp_path),
+        actor_idle_timeout_s=IDLE_S,
+        write_concurrency=4,
+    )
+    async with open_broker(settings, store=store, spool=False) as b:
+        yield b
+
+
+async def test_one_write_in_flight_per_partition(wide_broker: Broker, store: MemoryStore) -> None:
+    gate = store.gate = trio.Event()
     async with trio.open_nursery() as nursery:
-        for i in range(50):
-            nursery.start_soon(broker.push, [item("p1", f"t{i}"), item("p2", f"t{i}")])
-    assert store.max_in_flight and set(store.max_in_flight.values()) == {1}
+        nursery.start_soon(wide_broker.push, [item("p1", "first")])
+        await trio.testing.wait_all_tasks_blocked()  # p1's first write is held at the gate
+        for i in range(20):
+            nursery.start_soon(wide_broker.push, [item("p1", f"t{i}"), item("p2", f"t{i}")])
+        await trio.testing.wait_all_tasks_blocked()
+        # The batcher had room for more transactions and used it (p2 is written beside p1),
+        # yet p1 never had a second write in flight.
+        assert store.writes_started >= 2
+        assert sum(store.in_flight.values()) >= 2
+        assert all(n <= 1 for n in store.max_in_flight.values())
+        gate.set()
+    assert set(store.max_in_flight.values()) == {1}
     total = sum(len(s.message_ids) for s in store.segments)
-    assert total == 100
+    assert total == 41
+    stored_p1 = [t for s in store.segments_of("p1") for t in s.transaction_ids]
+    assert stored_p1[0] == "first"
+    assert sorted(stored_p1[1:]) == sorted(f"t{i}" for i in range(20))
+
+
+async def test_hand_offs_to_actors_take_no_checkpoint(broker: Broker) -> None:
+    """Queuing a request with an actor (new or running) never yields to another task, so all
+    partitions of a body are queued before any actor runs, and the registry is never seen
+    between look-up and registration."""
+    supervisor = broker.supervisor
+    requests = [
+        PushRequest(message_ids=mint_ids(1), transaction_ids=[f"t{i}"], payloads=[b"1"])
+        for i in range(6)
+    ]
+    with trio.testing.assert_no_checkpoints():
+        for i, request in enumerate(requests):
+            await supervisor.submit(PartitionKey("q", f"p{i % 3}"), request)
+    assert supervisor.active_partitions == 3
+    for request in requests:
+        assert (await request.reply.wait()).status is Status.QUEUED
+
+
+async def test_hand_over_waits_only_when_the_channel_is_full() -> None:
+    send, receive = trio.open_memory_channel[int](1)
+    async with send, receive:
+        with trio.testing.assert_no_checkpoints():
+            await hand_over(send, 1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hand_over, send, 2)  # full: it must wait for room
+            await trio.testing.wait_all_tasks_blocked()
+            assert receive.receive_nowait() == 1
+        assert receive.receive_nowait() == 2
 
 
 async def test_requests_arriving_during_a_write_are_coalesced(
@@ -322,3 +378,37 @@ async def test_partitions_becoming_active_together_are_resolved_in_one_call(
         gate.set()
     assert store.resolve_calls - calls_before <= 2  # not one per partition
     assert all(store.segments_of(f"new-{i}") for i in range(20))
+
+
+@pytest.mark.parametrize("reaper_first", [True, False])
+async def test_reaper_and_a_producer_meet_in_either_order(
+    broker: Broker, store: MemoryStore, reaper_first: bool
+) -> None:
+    key = PartitionKey("q", "p")
+    await broker.push([item("p", "a")])
+    await trio.testing.wait_all_tasks_blocked()  # the actor is parked on its empty inbox
+    first = broker.supervisor.actor(key)
+    assert first is not None
+    idle_deadline = trio.current_time() + IDLE_S
+    request = PushRequest(message_ids=mint_ids(1), transaction_ids=["b"], payloads=[b"2"])
+    sequencer = trio.testing.Sequencer()
+    reaped: list[int] = []
+
+    async def reaper() -> None:
+        async with sequencer(0 if reaper_first else 1):
+            reaped.append(broker.supervisor.reap_idle(idle_deadline))
+
+    async def producer() -> None:
+        async with sequencer(1 if reaper_first else 0):
+            await broker.supervisor.submit(key, request)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reaper)
+        nursery.start_soon(producer)
+    assert (await request.reply.wait()).status is Status.QUEUED
+    serving = broker.supervisor.actor(key)
+    if reaper_first:  # stopped while idle; the producer started a fresh actor
+        assert reaped == [1] and serving is not None and serving is not first
+    else:  # handed a request before the reaper looked: spared
+        assert reaped == [0] and serving is first
+    assert [t for s in store.segments_of("p") for t in s.transaction_ids] == ["a", "b"]

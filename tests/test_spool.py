@@ -101,25 +101,42 @@ async def test_outage_spools_then_replays_in_push_order(broker: Broker, store: M
 
 
 async def test_push_holds_until_its_partition_is_replayed(
-    broker: Broker, store: MemoryStore
+    tmp_path: Path, store: MemoryStore
 ) -> None:
-    store.unavailable = True
-    assert (await broker.push([item("p", "b")]))[0]["status"] == "buffered"
-    gate = store.gate = trio.Event()  # the replay's write will wait here
-    store.unavailable = False
-    await until(lambda: any(store.in_flight.values()), broker)
-    async with trio.open_nursery() as nursery:
-        results: list[Any] = []
+    async with open_broker(fast(tmp_path, spool_hold_s=60), store=store) as broker:
+        store.unavailable = True
+        assert (await broker.push([item("p", "b")]))[0]["status"] == "buffered"
+        directory = Path(broker.settings.file_buffer_dir)
+        lock = os.open(directory / files.REPLAY_LOCK, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the replay cannot start yet
+            store.unavailable = False
+            await until(lambda: broker.db_health.up, broker)
+            async with trio.open_nursery() as nursery:
+                results: list[Any] = []
 
-        async def push() -> None:
-            results.extend(await broker.push([item("p", "d")]))
+                async def push() -> None:
+                    results.extend(await broker.push([item("p", "d")]))
 
-        nursery.start_soon(push)
-        await trio.testing.wait_all_tasks_blocked(cushion=0.01)
-        assert results == []  # held behind the replay, not spooled, not written
-        gate.set()
-    assert results[0]["status"] == "queued"
-    assert stored(store, "p") == ["b", "d"]
+                nursery.start_soon(push)
+                key = PartitionKey("q", "p")
+
+                def decided() -> bool:
+                    actor = broker.supervisor.actor(key)
+                    held = actor is not None and actor.holding
+                    return held or store.writes_started > 0 or bool(results)
+
+                await until(decided, broker)
+                # The database is up and the partition's actor is free, yet the push is held
+                # behind the backlog: not written, not spooled.
+                assert results == []
+                assert store.writes_started == 0
+                assert broker.spool is not None and broker.spool.index.total == 1
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        finally:
+            os.close(lock)
+        assert results[0]["status"] == "queued"
+        assert stored(store, "p") == ["b", "d"]
 
 
 async def test_hold_gives_up_and_spools_when_replay_cannot_run(

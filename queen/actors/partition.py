@@ -127,6 +127,11 @@ class PartitionActor:
         self._hold_until: float | None = None  # deadline of the current hold
         self._no_hold_until = float("-inf")  # after a hold timed out, spool without holding
 
+    @property
+    def holding(self) -> bool:
+        """Whether live requests are held behind the partition's spooled backlog now."""
+        return self._hold_until is not None
+
     async def submit(self, request: PushRequest) -> None:
         """Queue ``request``; blocks only while the inbox is full (no checkpoint otherwise: the
         caller goes on to wait for the answer).
