@@ -25,6 +25,7 @@ from queen.consume.errors import ConsumeUnavailable
 from queen.consume.options import parse_options
 from queen.consume.results import PopResult
 from queen.consume.service import ConsumeService
+from queen.encryption import QueueEncryption
 from queen.health import DatabaseHealth
 from queen.intake import PartitionBatch, PreparedPush, prepare_push
 from queen.maintenance import MaintenanceSwitch
@@ -64,6 +65,7 @@ class Broker:
         database: str,
         db_health: DatabaseHealth,
         maintenance: MaintenanceSwitch,
+        encryption: QueueEncryption | None = None,
         spool: SpoolParts | None,
         changed: Signal,
         consume: ConsumeService | None = None,
@@ -79,6 +81,7 @@ class Broker:
         self.database = database
         self.db_health = db_health
         self.maintenance = maintenance
+        self.encryption = encryption or QueueEncryption(None, None, refresh_s=1.0)
         self.spool = spool
         self._changed = changed
         self._closing = False
@@ -303,6 +306,7 @@ class Broker:
             "version": _version(),
             "activePartitions": self.supervisor.active_partitions,
             "maintenanceMode": self.maintenance.enabled,
+            "encryption": self.encryption.describe(),
         }
         if self.spool is not None:
             body["spool"] = self.spool.describe()

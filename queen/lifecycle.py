@@ -4,10 +4,10 @@
 ``open_broker`` opens the database (an embedded PostgreSQL when no URL is set), migrates the
 schema, starts the spool writer, the batcher, the supervisor and the consume service in a
 nursery of its own, then the supervisor's background loops (database health probe,
-maintenance switch refresh, retention, spool replay), and yields the :class:`Broker`. On exit
-it shuts down in two phases: new pushes are refused at once and waiting pops answer
-"nothing", pushes already accepted get ``shutdown_grace_s`` to finish, then everything left
-is cancelled.
+maintenance switch and encrypted-queue refresh, retention, spool replay), and yields the
+:class:`Broker`. On exit it shuts down in two phases: new pushes are refused at once and
+waiting pops answer "nothing", pushes already accepted get ``shutdown_grace_s`` to finish,
+then everything left is cancelled.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from queen.actors.partition import WriteRouter
 from queen.batcher import Batcher
 from queen.broadcast import Signal
 from queen.broker import Broker, SpoolParts
+from queen.cipher import PayloadCipher, parse_key
 from queen.consume.service import ConsumeService
+from queen.encryption import QueueEncryption
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
@@ -75,6 +77,14 @@ async def open_broker(
         )
         if ready:
             await maintenance.load()
+        encryption = QueueEncryption(
+            PayloadCipher(parse_key(settings.encryption_key)) if settings.encryption_key else None,
+            opened.encrypted_queues if isinstance(opened, PgStore) else None,
+            refresh_s=settings.system_state_cache_ms / 1000,
+        )
+        if ready:
+            await encryption.load()
+        encryption.log_state()
         batcher = Batcher(
             opened,
             metrics,
@@ -103,14 +113,19 @@ async def open_broker(
             if parts is not None:
                 await nursery.start(parts.writer.run)
             await nursery.start(batcher.run)
-            supervisor = Supervisor(opened, batcher, settings, metrics, router=router)
+            supervisor = Supervisor(
+                opened, batcher, settings, metrics, router=router, encryption=encryption
+            )
             await nursery.start(supervisor.run)
             await supervisor.start_loop(db_health.run)
             await supervisor.start_loop(maintenance.run)
+            await supervisor.start_loop(encryption.run)
             consume: ConsumeService | None = None
             retention: RetentionLoop | None = None
             if isinstance(opened, PgStore):  # the consume side and retention need PostgreSQL
-                consume = ConsumeService(PgConsumeStore(opened.pool), settings, metrics)
+                consume = ConsumeService(
+                    PgConsumeStore(opened.pool), settings, metrics, encryption=encryption
+                )
                 batcher.add_commit_listener(consume.on_commit)
                 await nursery.start(consume.run)
                 retention = RetentionLoop(
@@ -144,6 +159,7 @@ async def open_broker(
                 database=database,
                 db_health=db_health,
                 maintenance=maintenance,
+                encryption=encryption,
                 spool=parts,
                 changed=changed,
                 consume=consume,

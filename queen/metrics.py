@@ -42,6 +42,7 @@ class Metrics:
     pop_requests: int = 0  # pops answered (HTTP or embedded)
     pop_empty: int = 0  # of which nothing to deliver (204)
     pop_messages: int = 0  # messages delivered
+    pop_undecryptable: int = 0  # messages withheld: encrypted, and the key cannot open them
     acks: int = 0  # acknowledgments judged by ack and ack/batch
     acks_refused: int = 0  # of which refused (stale lease, unknown message)
     acks_dlq: int = 0  # of which moved a message to the dead letter queue

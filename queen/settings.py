@@ -13,12 +13,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from queen.cipher import parse_key
+
 _ENV = "env"
 _HELP = "help"
 
 
-def _setting(default: Any, env: str, help: str) -> Any:
-    return field(default=default, metadata={_ENV: env, _HELP: help})
+def _setting(default: Any, env: str, help: str, *, secret: bool = False) -> Any:
+    return field(default=default, repr=not secret, metadata={_ENV: env, _HELP: help})
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +142,8 @@ class Settings:
     system_state_cache_ms: float = _setting(
         1000.0,
         "QUEEN_SYSTEM_STATE_CACHE_MS",
-        "admin switches (pop maintenance) are re-read from the database after this long",
+        "admin switches (pop maintenance) and the list of encrypted queues are re-read from "
+        "the database after this long",
     )
     retention_interval_s: float = _setting(
         10.0,
@@ -163,6 +166,13 @@ class Settings:
         "QUEEN_GC_GEN0_THRESHOLD",
         "queen serve: Python's collector runs its youngest generation after this many "
         "allocations, and rarely the older ones (0 keeps Python's defaults)",
+    )
+    encryption_key: str | None = _setting(
+        None,
+        "QUEEN_ENCRYPTION_KEY",
+        "AES-256-GCM key (64 hex characters) for queues configured with encryptionEnabled; "
+        "without it those queues are stored in plaintext",
+        secret=True,
     )
     log_level: str = _setting("info", "QUEEN_LOG_LEVEL", "logging level")
     jwt_enabled: bool = _setting(
@@ -233,6 +243,8 @@ class Settings:
             )
         if self.database_url is not None and not self.database_url.strip():
             raise ValueError("DATABASE_URL is set but empty")
+        if self.encryption_key is not None:
+            parse_key(self.encryption_key)
 
     def with_changes(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

@@ -30,6 +30,7 @@ from queen.actors.messages import PushRequest
 from queen.actors.partition import DirectRouter, PartitionActor, WriteRouter
 from queen.actors.resolver import PartitionResolver
 from queen.batcher import Batcher
+from queen.encryption import QueueEncryption
 from queen.metrics import Metrics
 from queen.model import PartitionKey
 from queen.settings import Settings
@@ -47,12 +48,14 @@ class Supervisor:
         metrics: Metrics,
         *,
         router: WriteRouter | None = None,
+        encryption: QueueEncryption | None = None,
     ) -> None:
         self._store = store
         self._batcher = batcher
         self._settings = settings
         self._metrics = metrics
         self._router = router or DirectRouter()
+        self._encryption = encryption
         self._resolver = PartitionResolver(store.ensure_partitions)
         self._actors: dict[PartitionKey, PartitionActor] = {}
         self._nursery: trio.Nursery | None = None
@@ -119,6 +122,7 @@ class Supervisor:
             idle_timeout_s=s.actor_idle_timeout_s,
             segment_max_items=s.segment_max_items,
             hold_s=s.spool_hold_s,
+            encryption=self._encryption,
         )
         self._actors[key] = actor
         self._metrics.actors_started += 1

@@ -267,6 +267,32 @@ async def authenticated(client: Queen, q: str) -> dict[str, Any]:
     }
 
 
+async def encrypted(client: Queen, q: str) -> dict[str, Any]:
+    """An encrypted queue: push, pop, ack, a transaction push, a nack to the DLQ."""
+    out_queue = f"{q}-out"
+    created = await client.queue(q).config({"encryption_enabled": True, "retry_limit": 0}).create()
+    await client.queue(out_queue).config({"encryption_enabled": True}).create()
+    await client.queue(q).push([{"data": {"secret": "s-1"}}, {"data": {"secret": "s-2"}}])
+    first, second = await client.queue(q).batch(2).wait(False).pop()
+    await (
+        client.transaction()
+        .ack(first)
+        .queue(out_queue)
+        .push([{"data": {"secret": "moved"}}])
+        .commit()
+    )
+    [moved] = await client.queue(out_queue).wait(False).pop()
+    await client.ack(moved, True)
+    await client.ack(second, False, {"error": "poison"})
+    dlq = await client.queue(q).dlq().limit(10).get()
+    return {
+        "created": created["options"]["encryptionEnabled"],
+        "popped": ids([first, second]),
+        "moved": moved["data"],
+        "dlq": [m["data"] for m in dlq["messages"]],
+    }
+
+
 FLOWS = {
     f.__name__: f
     for f in (
@@ -278,6 +304,7 @@ FLOWS = {
         transaction,
         long_poll,
         authenticated,
+        encrypted,
     )
 }
 

@@ -109,7 +109,7 @@ async def test_queue_options_apply_to_queues_made_by_a_push(api: Api, queue: str
         ({"queue": "q", "namespace": 3}, "namespace must be a string"),
         ({"queue": "q", "options": {"leaseTime": "long"}}, "options.leaseTime must be an integer"),
         ({"queue": "q", "options": {"retentionEnabled": "yes"}}, "must be a boolean"),
-        ({"queue": "q", "options": {"encryptionEnabled": True}}, "encryption"),
+        ({"queue": "q", "options": {"encryptionEnabled": "on"}}, "must be a boolean"),
         ({"queue": "q", "options": []}, "options must be an object"),
     ],
 )

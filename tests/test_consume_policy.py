@@ -84,7 +84,7 @@ def test_options_take_given_values_and_ignore_unknown_keys() -> None:
         ({"ttl": True}, "options.ttl must be an integer"),
         ({"maxSize": 2**40}, "options.maxSize must be between"),
         ({"deadLetterQueue": 1}, "options.deadLetterQueue must be a boolean"),
-        ({"encryptionEnabled": True}, "encryption is not supported"),
+        ({"encryptionEnabled": 1}, "options.encryptionEnabled must be a boolean"),
     ],
 )
 def test_bad_options_are_refused_with_their_name(options: object, message: str) -> None:

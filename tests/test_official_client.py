@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import trio
 
+from queen.cipher import PREFIX
 from queen.server import serve
 from queen.settings import Settings
 from tests.client_env import ensure_client_python
@@ -173,3 +174,28 @@ async def test_with_a_bearer_token_producer_sub_is_the_tokens_sub(
         extra_env={"FLOW_BEARER_TOKEN": token},
     )
     assert result == {"statuses": ["queued"], "subs": ["svc-client"], "data": [{"n": 1}]}
+
+
+async def test_an_encrypted_queue_reads_back_plaintext_everywhere(
+    client_python: Path, settings: Settings, queue: str, tmp_path: Path, db: Db
+) -> None:
+    keyed = settings.with_changes(encryption_key="3a" * 32)
+    r = await run_flow(client_python, keyed, "encrypted", queue, tmp_path)
+    assert r["created"] is True
+    assert r["popped"] == [{"secret": "s-1"}, {"secret": "s-2"}]
+    assert r["moved"] == {"secret": "moved"}
+    assert r["dlq"] == [{"secret": "s-2"}]
+    stored = await db.rows(
+        """SELECT u.p FROM queen.segments s JOIN queen.partitions p ON p.id = s.partition_id
+           JOIN queen.queues q ON q.id = p.queue_id, unnest(s.payloads) AS u (p)
+           WHERE q.name IN (%s, %s)""",
+        queue,
+        f"{queue}-out",
+    )
+    stored += await db.rows(
+        "SELECT payload FROM queen.dlq WHERE queue_id IN "
+        "(SELECT id FROM queen.queues WHERE name = %s)",
+        queue,
+    )
+    assert len(stored) == 4
+    assert all(p.startswith(PREFIX) and "secret" not in p for (p,) in stored)

@@ -12,6 +12,9 @@ It owns its partition's write path in this process:
 - the **first-wins rule inside a write** (:func:`queen.actors.policy.first_wins`); the probe of
   stored history and the offset counter are read and advanced under the partition's row lock by
   that write's transaction;
+- **encryption**: the payloads of live requests for an encrypted queue are sealed
+  (:class:`queen.encryption.QueueEncryption`) as they are taken for a write, before the
+  database or the spool sees them;
 - the **route** of its live pushes, asked of a :class:`WriteRouter` before every write:
   straight to the database; to the spool (database down, maintenance mode); or *hold*
   (the partition still has spooled frames waiting for replay: live pushes wait, up to
@@ -45,6 +48,7 @@ import trio
 
 from queen.actors.messages import PushOutcome, PushRequest, hand_over
 from queen.actors.policy import coalesce_count, first_wins
+from queen.encryption import QueueEncryption
 from queen.frames import concat
 from queen.model import PartitionKey, Status
 from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
@@ -111,8 +115,10 @@ class PartitionActor:
         idle_timeout_s: float,
         segment_max_items: int,
         hold_s: float = 2.0,
+        encryption: QueueEncryption | None = None,
     ) -> None:
         self.key = key
+        self._encryption = encryption
         self.partition_id: int | None = None
         self._resolve = resolve
         self._writer = writer
@@ -217,6 +223,8 @@ class PartitionActor:
             await self._hold()
             return
         batch = self._take(self._waiting)
+        if self._encryption is not None:
+            self._encryption.seal(self.key.queue, batch)
         if route is Route.SPOOL:
             await self._spool(batch)
         else:

@@ -16,7 +16,8 @@ missing. What each option does in this broker:
   ``completedRetentionSeconds``, ``retentionEnabled``, ``maxWaitTimeSeconds``: stored and
   reported; retention and eviction are not enforced by this broker yet, and a message that
   exhausts its retries always goes to the dead letter queue.
-- ``encryptionEnabled``: not supported; ``true`` is refused.
+- ``encryptionEnabled``: payloads pushed from then on are stored encrypted (AES-256-GCM) when
+  ``QUEEN_ENCRYPTION_KEY`` is set, in plaintext otherwise (see :mod:`queen.encryption`).
 """
 
 from __future__ import annotations
@@ -90,12 +91,7 @@ def parse_options(raw: Any) -> QueueOptions:
             values[name] = value
         else:
             values[name] = _integer(key, value, lowest)
-    options = QueueOptions(**values)
-    if options.encryption_enabled:
-        raise InvalidRequest(
-            "options.encryptionEnabled: message encryption is not supported by this broker"
-        )
-    return options
+    return QueueOptions(**values)
 
 
 def _integer(key: str, value: Any, lowest: int) -> int:

@@ -12,6 +12,12 @@ waiting:
   commit listener), by transactions and lease-releasing acks here, and by the push listener
   (NOTIFY from every other broker process). A pop whose client disconnects is cancelled by
   the HTTP server; cancellation only ever interrupts the wait, never a database call.
+- **Encryption.** Payloads pushed by a transaction to an encrypted queue are sealed before the
+  database call; every payload a pop or a dead letter page reads is opened
+  (:class:`queen.encryption.QueueEncryption`). A pop that reads a payload it cannot decrypt
+  (no key, another key) withholds that partition's messages and releases its lease, so they
+  stay stored for a broker with the right key; the other partitions are delivered. If nothing
+  is left, the pop fails with :class:`queen.cipher.PayloadUnreadable`.
 - **Shutdown.** :meth:`stop_waiting` makes every waiting pop answer "nothing" at once, so
   a server can finish its requests promptly; new pops answer "nothing" from then on.
 
@@ -21,6 +27,7 @@ cancelled with the broker's nursery.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -28,13 +35,15 @@ from typing import Any
 import psycopg
 import trio
 
+from queen.cipher import PREFIX, PayloadUnreadable
 from queen.consume.listener import PushListener
 from queen.consume.options import QueueOptions, options_to_wire
 from queen.consume.policy import iso_of_uuid7, iso_utc, pop_sizing
 from queen.consume.requests import AckItem, DlqQuery, PopRequest, TransactionRequest
-from queen.consume.results import PopResult
+from queen.consume.results import Delivered, PopResult
 from queen.consume.switches import POP_MAINTENANCE, Switches
 from queen.consume.wakeups import Wakeups
+from queen.encryption import QueueEncryption
 from queen.ids import mint_id
 from queen.intake import decode_json
 from queen.metrics import Metrics
@@ -48,8 +57,16 @@ _MIN_RECHECK_S = 0.01
 
 
 class ConsumeService:
-    def __init__(self, store: PgConsumeStore, settings: Settings, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: PgConsumeStore,
+        settings: Settings,
+        metrics: Metrics,
+        *,
+        encryption: QueueEncryption | None = None,
+    ) -> None:
         self.store = store
+        self.encryption = encryption or QueueEncryption(None, None, refresh_s=1.0)
         self.settings = settings
         self.metrics = metrics
         self.wakeups = Wakeups()
@@ -89,7 +106,8 @@ class ConsumeService:
         self, queue: str, namespace: str, task: str, options: QueueOptions
     ) -> dict[str, Any]:
         queue_id, partition_id = await self.store.configure(queue, namespace, task, options)
-        return {
+        self.encryption.configured(queue, options.encryption_enabled)
+        answer = {
             "configured": True,
             "queueId": str(queue_id),
             "partitionId": str(partition_id),
@@ -98,9 +116,16 @@ class ConsumeService:
             "task": task,
             "options": options_to_wire(options),
         }
+        if options.encryption_enabled and self.encryption.cipher is None:
+            answer["warning"] = (
+                "encryptionEnabled is set but QUEEN_ENCRYPTION_KEY is not set: payloads of "
+                "this queue are stored in plaintext"
+            )
+        return answer
 
     async def delete_queue(self, queue: str) -> dict[str, Any]:
         existed = await self.store.delete_queue(queue)
+        self.encryption.deleted(queue)
         return {"deleted": True, "queue": queue, "existed": existed}
 
     # --- pop ---------------------------------------------------------------------------------
@@ -125,6 +150,7 @@ class ConsumeService:
             lease_id = "" if request.auto_ack else mint_id()
             delivered, expires_at = await self.store.pop(request, sizing, lease_id or None)
             if delivered:
+                delivered = await self._opened(request, delivered, lease_id)
                 self.metrics.pop_messages += len(delivered)
                 result.delivered = delivered
                 result.lease_id = lease_id
@@ -136,6 +162,73 @@ class ConsumeService:
             await self.wakeups.wait(ticket, min(deadline, now + self._recheck_s))
         self.metrics.pop_empty += 1
         return result
+
+    async def _opened(
+        self, request: PopRequest, delivered: list[Delivered], lease_id: str
+    ) -> list[Delivered]:
+        """``delivered`` with every payload decrypted. A partition with a payload that cannot
+        be decrypted is withheld and its lease released (with autoAck its cursor has already
+        moved: the messages are logged); if nothing is left, :class:`PayloadUnreadable`."""
+        if not any(d.payload.startswith(PREFIX) for d in delivered):
+            return delivered
+        out: list[Delivered] = []
+        bad: dict[int, tuple[Delivered, str]] = {}
+        for d in delivered:
+            if d.partition_id in bad:
+                continue
+            try:
+                plain = self.encryption.open(d.payload, d.message_id)
+            except PayloadUnreadable as exc:
+                bad[d.partition_id] = (d, str(exc))
+                continue
+            out.append(d if plain is d.payload else dataclasses.replace(d, payload=plain))
+        if not bad:
+            return out
+        out = [d for d in out if d.partition_id not in bad]
+        withheld = [d for d in delivered if d.partition_id in bad]
+        self.metrics.pop_undecryptable += len(withheld)
+        if lease_id:
+            releases = [
+                AckItem(
+                    transaction_id=first.transaction_id,
+                    partition_id=first.partition_id,
+                    status="retry",
+                    consumer_group=request.consumer_group,
+                    lease_id=lease_id,
+                )
+                for first, _ in bad.values()
+            ]
+            await self.store.ack(releases)
+        first, reason = next(iter(bad.values()))
+        where = f"queue {first.queue!r} partition {first.partition!r}"
+        if lease_id:
+            log.error(
+                "pop withheld %d message(s) of %s that cannot be decrypted: %s",
+                len(withheld),
+                where,
+                reason,
+            )
+            message = (
+                f"cannot decrypt messages of {where}: {reason}; they stay stored and are "
+                "delivered by a broker with the right key"
+            )
+        else:
+            log.error(
+                "autoAck pop of group %r moved past %d message(s) of %s that cannot be "
+                "decrypted (%s); their ids: %s",
+                request.consumer_group,
+                len(withheld),
+                where,
+                reason,
+                ", ".join(d.message_id for d in withheld),
+            )
+            message = (
+                f"cannot decrypt messages of {where}: {reason}; with autoAck the group has "
+                "moved past them (they stay stored)"
+            )
+        if not out:
+            raise PayloadUnreadable(message)
+        return out
 
     # --- acks and leases ---------------------------------------------------------------------
 
@@ -173,6 +266,9 @@ class ConsumeService:
         self, request: TransactionRequest, producer_sub: str | None = None
     ) -> dict[str, Any]:
         """Apply acks and pushes atomically; the answer is contract §6's dict."""
+        for push in request.pushes:
+            for batch in push.prepared.batches:
+                self.encryption.seal(batch.key.queue, [batch])
         outcome = await self.store.transact(request, producer_sub)
         self.metrics.transactions += 1
         self.metrics.transactions_failed += not outcome.ok
@@ -220,8 +316,14 @@ class ConsumeService:
 
     async def dlq(self, query: DlqQuery) -> dict[str, Any]:
         total, entries = await self.store.dlq_page(query)
-        messages = [
-            {
+        messages = []
+        for e in entries:
+            error: str | None = None
+            try:
+                data = decode_json(self.encryption.open(e.payload, e.message_id).encode())
+            except PayloadUnreadable as exc:
+                data, error = None, str(exc)
+            message = {
                 "id": e.message_id,
                 "transactionId": e.transaction_id,
                 "partitionId": str(e.partition_id),
@@ -230,15 +332,16 @@ class ConsumeService:
                 "consumerGroup": e.consumer_group,
                 "errorMessage": e.error_message,
                 "retryCount": e.retry_count,
-                "data": decode_json(e.payload.encode()),
+                "data": data,
                 "producerSub": e.producer_sub,
                 "traceId": e.trace_id,
                 "createdAt": iso_of_uuid7(e.message_id),
                 "failedAt": iso_utc(e.failed_at),
                 "offset": e.offset,
             }
-            for e in entries
-        ]
+            if error is not None:
+                message["decryptionError"] = error
+            messages.append(message)
         return {
             "messages": messages,
             "total": total,

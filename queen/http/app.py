@@ -16,6 +16,7 @@ from werkzeug.exceptions import HTTPException
 
 from queen.auth import AccessGate, build_gate
 from queen.broker import Broker, BrokerClosed
+from queen.cipher import PayloadUnreadable
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.http import access, admin, consume, health, maintenance, push, resources
 from queen.http.responses import error_response
@@ -61,6 +62,12 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     @app.errorhandler(ConsumeUnavailable)
     async def no_consume(exc: ConsumeUnavailable) -> Response:
         return error_response(501, str(exc))
+
+    @app.errorhandler(PayloadUnreadable)
+    async def unreadable(exc: PayloadUnreadable) -> Response:
+        # The broker's key does not open what is stored: a server-side condition, retryable
+        # once the key is right. The messages stay stored.
+        return error_response(503, str(exc), code="decryption_failed")
 
     @app.errorhandler(StoreUnavailable)
     async def database_down(exc: StoreUnavailable) -> Response:

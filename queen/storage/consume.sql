@@ -27,6 +27,8 @@ ALTER TABLE queen.queues
     ADD COLUMN IF NOT EXISTS max_wait_time_s       integer NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS encryption_enabled    boolean NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS updated_at            timestamptz NOT NULL DEFAULT now();
+-- The few queues that are encrypted, read by every broker process every few seconds.
+CREATE INDEX IF NOT EXISTS queues_encrypted ON queen.queues (name) WHERE encryption_enabled;
 
 -- One row per (partition, consumer group): where the group stands in that partition.
 --   next_offset        every offset below it is done (acked or moved to the DLQ)

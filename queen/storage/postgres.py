@@ -81,6 +81,15 @@ class PgStore:
     async def set_state(self, key: str, value: Any) -> None:
         await system.set_state(self.pool, key, value)
 
+    async def encrypted_queues(self) -> set[str]:
+        """The names of the queues configured with ``encryptionEnabled``."""
+
+        def call(conn: psycopg.Connection[Any]) -> set[str]:
+            rows = conn.execute("SELECT name FROM queen.queues WHERE encryption_enabled").fetchall()
+            return {str(r[0]) for r in rows}
+
+        return await self.pool.run(call)
+
     async def ensure_partitions(self, keys: Sequence[PartitionKey]) -> list[int]:
         """The ids of ``keys`` (created if missing), in one round trip."""
         if not keys or any(SEP in k.queue or SEP in k.partition for k in keys):
