@@ -19,8 +19,10 @@ from queen import open_broker
 from queen.broker import Broker
 from queen.cipher import PREFIX, PayloadCipher, PayloadUnreadable, open_payload, parse_key
 from queen.cli import main as cli_main
+from queen.encryption import QueueEncryption
 from queen.http.app import create_app
-from queen.intake import encode_payload
+from queen.intake import PartitionBatch, encode_payload
+from queen.model import PartitionKey
 from queen.settings import Settings
 from tests.conftest import Db
 from tests.consuming import Api
@@ -93,6 +95,30 @@ def test_queen_serve_exits_2_on_a_bad_key(
 
 def test_the_key_never_shows_in_the_settings_repr() -> None:
     assert KEY_A not in repr(Settings(encryption_key=KEY_A))
+
+
+async def test_until_the_queue_list_is_read_every_queue_is_sealed() -> None:
+    # The database was unreachable at start-up: pushes spooled then must not be plaintext.
+    async def load() -> set[str]:
+        return {"secret-q"}
+
+    encryption = QueueEncryption(PayloadCipher(parse_key(KEY_A)), load, refresh_s=1.0)
+    assert encryption.seals("secret-q") and encryption.seals("other")
+    await encryption.load()
+    assert encryption.seals("secret-q") and not encryption.seals("other")
+
+    batch = PartitionBatch(PartitionKey("other", "p"), [0], [str(uuid.uuid4())], ["t"], [b"1"])
+    original = batch.payloads
+    encryption.seal("other", [batch])
+    assert batch.payloads is original
+    encryption.seal("secret-q", [batch])
+    assert batch.payloads is not original and original == [b"1"]
+    assert encryption.open(batch.payloads[0].decode(), batch.message_ids[0]) == "1"
+
+    keyless = QueueEncryption(None, load, refresh_s=1.0)
+    await keyless.load()
+    assert not keyless.seals("secret-q")
+    assert keyless.describe()["plaintextQueues"] == ["secret-q"]
 
 
 # --- through HTTP ------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from queen.ids import mint_id
 from queen.intake import decode_json
 from queen.metrics import Metrics
 from queen.settings import Settings
-from queen.storage.base import SegmentWrite, WriteResult
+from queen.storage.base import SegmentWrite, StoreError, WriteResult
 from queen.storage.consume import AckOutcome, PgConsumeStore, TransactOutcome
 
 log = logging.getLogger("queen.consume")
@@ -198,7 +198,10 @@ class ConsumeService:
                 )
                 for first, _ in bad.values()
             ]
-            await self.store.ack(releases)
+            try:
+                await self.store.ack(releases)
+            except StoreError as exc:  # the lease then simply expires
+                log.warning("could not release the lease of undecryptable messages: %s", exc)
         first, reason = next(iter(bad.values()))
         where = f"queue {first.queue!r} partition {first.partition!r}"
         if lease_id:
