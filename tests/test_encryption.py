@@ -268,6 +268,44 @@ async def test_a_wrong_key_is_a_clear_503_and_other_partitions_are_still_deliver
         assert [m["data"] for m in got] == [{"n": 1}, {"n": 2}]
 
 
+async def test_an_auto_ack_pop_keeps_what_it_cannot_decrypt_in_the_dlq(
+    settings: Settings, queue: str
+) -> None:
+    async with http(settings, KEY_A) as (api, _):
+        await api.configure(queue, encryptionEnabled=True)
+        await api.push(queue, "p", {"n": 1})
+        await api.configure(queue, encryptionEnabled=False)
+        await api.push(queue, "p", {"n": 2})
+    async with http(settings, KEY_B) as (api, _):
+        got = await api.messages(queue, batch=10, autoAck="true")
+        assert [m["data"] for m in got] == [{"n": 2}]
+        status, page = await api.get(f"/api/v1/dlq?queue={queue}")
+        assert status == 200
+        [entry] = page["messages"]
+        assert entry["data"] is None and "encrypted with key" in entry["decryptionError"]
+        assert "not delivered" in entry["errorMessage"]
+    async with http(settings, KEY_A) as (api, _):
+        status, page = await api.get(f"/api/v1/dlq?queue={queue}")
+        assert status == 200
+        assert [m["data"] for m in page["messages"]] == [{"n": 1}]
+        assert await api.messages(queue, batch=10, autoAck="true") == []
+
+
+async def test_a_configure_in_another_process_reaches_this_one_at_its_refresh(
+    settings: Settings, db: Db, queue: str
+) -> None:
+    slow = settings.with_changes(system_state_cache_ms=600_000)  # no refresh during the test
+    async with http(slow, KEY_A) as (api, broker), http(slow, KEY_A) as (other, _):
+        await api.push(queue, "p", "before")
+        await other.configure(queue, encryptionEnabled=True)
+        assert not broker.encryption.seals(queue)  # not refreshed yet
+        await broker.encryption.load()  # what the refresh loop does every few seconds
+        await api.push(queue, "p", "after")
+        stored = await stored_payloads(db, queue)
+        assert [s.startswith(PREFIX) for s in stored] == [False, True]
+        assert [m["data"] for m in await api.messages(queue, batch=5)] == ["before", "after"]
+
+
 async def test_without_a_key_the_queue_works_in_plaintext_and_health_says_so(
     settings: Settings, db: Db, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -16,8 +16,9 @@ waiting:
   database call; every payload a pop or a dead letter page reads is opened
   (:class:`queen.encryption.QueueEncryption`). A pop that reads a payload it cannot decrypt
   (no key, another key) withholds that partition's messages and releases its lease, so they
-  stay stored for a broker with the right key; the other partitions are delivered. If nothing
-  is left, the pop fails with :class:`queen.cipher.PayloadUnreadable`.
+  stay stored for a broker with the right key (with autoAck, whose cursor has already moved,
+  they are copied to the group's dead letter queue); the other partitions are delivered. If
+  nothing is left, the pop fails with :class:`queen.cipher.PayloadUnreadable`.
 - **Shutdown.** :meth:`stop_waiting` makes every waiting pop answer "nothing" at once, so
   a server can finish its requests promptly; new pops answer "nothing" from then on.
 
@@ -166,48 +167,37 @@ class ConsumeService:
     async def _opened(
         self, request: PopRequest, delivered: list[Delivered], lease_id: str
     ) -> list[Delivered]:
-        """``delivered`` with every payload decrypted. A partition with a payload that cannot
-        be decrypted is withheld and its lease released (with autoAck its cursor has already
-        moved: the messages are logged); if nothing is left, :class:`PayloadUnreadable`."""
+        """``delivered`` with every payload decrypted.
+
+        A message this broker cannot decrypt is not handed over. Under a lease, its whole
+        partition is withheld and that partition's lease released, so the batch stays whole
+        and in order for a broker with the right key. With autoAck the group's cursor has
+        already moved: the message is copied to the group's dead letter queue instead, and
+        the rest is delivered. If nothing is left, :class:`PayloadUnreadable`.
+        """
         if not any(d.payload.startswith(PREFIX) for d in delivered):
             return delivered
         out: list[Delivered] = []
-        bad: dict[int, tuple[Delivered, str]] = {}
+        bad: list[tuple[Delivered, str]] = []
         for d in delivered:
-            if d.partition_id in bad:
-                continue
             try:
                 plain = self.encryption.open(d.payload, d.message_id)
             except PayloadUnreadable as exc:
-                bad[d.partition_id] = (d, str(exc))
+                bad.append((d, str(exc)))
                 continue
             out.append(d if plain is d.payload else dataclasses.replace(d, payload=plain))
         if not bad:
             return out
-        out = [d for d in out if d.partition_id not in bad]
-        withheld = [d for d in delivered if d.partition_id in bad]
-        self.metrics.pop_undecryptable += len(withheld)
-        if lease_id:
-            releases = [
-                AckItem(
-                    transaction_id=first.transaction_id,
-                    partition_id=first.partition_id,
-                    status="retry",
-                    consumer_group=request.consumer_group,
-                    lease_id=lease_id,
-                )
-                for first, _ in bad.values()
-            ]
-            try:
-                await self.store.ack(releases)
-            except StoreError as exc:  # the lease then simply expires
-                log.warning("could not release the lease of undecryptable messages: %s", exc)
-        first, reason = next(iter(bad.values()))
+        first, reason = bad[0]
         where = f"queue {first.queue!r} partition {first.partition!r}"
         if lease_id:
+            withheld = {d.partition_id: d for d, _ in reversed(bad)}  # first bad one each
+            out = [d for d in out if d.partition_id not in withheld]
+            count = sum(d.partition_id in withheld for d in delivered)
+            await self._release(request, lease_id, list(withheld.values()))
             log.error(
                 "pop withheld %d message(s) of %s that cannot be decrypted: %s",
-                len(withheld),
+                count,
                 where,
                 reason,
             )
@@ -216,22 +206,50 @@ class ConsumeService:
                 "delivered by a broker with the right key"
             )
         else:
+            count = len(bad)
+            unread = [d for d, _ in bad]
+            kept = 0
+            try:
+                kept = await self.store.keep_in_dlq(
+                    request.consumer_group, unread, f"not delivered: {reason}"
+                )
+            except StoreError as exc:
+                log.warning("could not keep undecryptable messages in the DLQ: %s", exc)
             log.error(
                 "autoAck pop of group %r moved past %d message(s) of %s that cannot be "
-                "decrypted (%s); their ids: %s",
+                "decrypted (%s); %d kept in its dead letter queue; ids: %s",
                 request.consumer_group,
-                len(withheld),
+                count,
                 where,
                 reason,
-                ", ".join(d.message_id for d in withheld),
+                kept,
+                ", ".join(d.message_id for d in unread),
             )
             message = (
                 f"cannot decrypt messages of {where}: {reason}; with autoAck the group has "
-                "moved past them (they stay stored)"
+                "moved past them: they are kept in its dead letter queue"
             )
+        self.metrics.pop_undecryptable += count
         if not out:
             raise PayloadUnreadable(message)
         return out
+
+    async def _release(self, request: PopRequest, lease_id: str, firsts: list[Delivered]) -> None:
+        """Release the lease of the partitions of ``firsts`` (one message of each)."""
+        releases = [
+            AckItem(
+                transaction_id=d.transaction_id,
+                partition_id=d.partition_id,
+                status="retry",
+                consumer_group=request.consumer_group,
+                lease_id=lease_id,
+            )
+            for d in firsts
+        ]
+        try:
+            await self.store.ack(releases)
+        except StoreError as exc:  # the lease then simply expires
+            log.warning("could not release the lease of undecryptable messages: %s", exc)
 
     # --- acks and leases ---------------------------------------------------------------------
 

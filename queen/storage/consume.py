@@ -63,6 +63,15 @@ _DLQ_SQL = (
     " %s::integer, %s::integer)"
 )
 
+_KEEP_IN_DLQ_SQL = (
+    "INSERT INTO queen.dlq (queue_id, partition_id, consumer_group, msg_offset, message_id,"
+    " transaction_id, payload, producer_sub, trace_id, error_message, retry_count)"
+    " SELECT p.queue_id, u.pid, %s::text, u.off, u.mid, u.tx, u.pl, u.sub, u.tr, %s::text, u.rc"
+    " FROM unnest(%s::bigint[], %s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::text[],"
+    " %s::uuid[], %s::integer[]) AS u (pid, off, mid, tx, pl, sub, tr, rc)"
+    " JOIN queen.partitions p ON p.id = u.pid"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class AckOutcome:
@@ -241,6 +250,28 @@ class PgConsumeStore:
         rows = await self.pool.run(call)
         total = int(rows[0][0]) if rows else 0
         return total, [DlqEntry(*row[1:]) for row in rows if row[1] is not None]
+
+    async def keep_in_dlq(self, group: str, messages: Sequence[Delivered], error: str) -> int:
+        """Copy delivered messages, as stored, to ``group``'s dead letter queue with ``error``
+        (messages an autoAck pop moved past but could not hand over); how many were copied."""
+        params = (
+            group,
+            error,
+            [m.partition_id for m in messages],
+            [m.offset for m in messages],
+            [m.message_id for m in messages],
+            [m.transaction_id for m in messages],
+            [m.payload for m in messages],
+            [m.producer_sub for m in messages],
+            [m.trace_id for m in messages],
+            [m.retry_count for m in messages],
+        )
+
+        def call(conn: psycopg.Connection[Any]) -> int:
+            cur = conn.execute(_KEEP_IN_DLQ_SQL, params)
+            return cur.rowcount
+
+        return await self.pool.run(call)
 
     async def delete_consumer_group(self, group: str, metadata: bool) -> int:
         def call(conn: psycopg.Connection[Any]) -> int:
