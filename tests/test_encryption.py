@@ -347,7 +347,15 @@ async def test_switching_encryption_off_and_on_keeps_mixed_history_readable(
         assert [m["data"] for m in got] == ["sealed-1", "plain-2", "sealed-3"]
 
 
-async def test_health_names_the_key_but_never_shows_it(settings: Settings) -> None:
+async def test_health_and_the_log_name_the_key_but_never_show_it(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("INFO", logger="queen.encryption"):
+        async with http(settings, KEY_A):
+            pass
+    key_id = PayloadCipher(parse_key(KEY_A)).key_id
+    assert any(f"AES-256-GCM with key {key_id}" in r.getMessage() for r in caplog.records)
+    assert all(KEY_A not in r.getMessage() for r in caplog.records)
     async with http(settings, KEY_A) as (api, _):
         status, health = await api.get("/health")
         assert status == 200
