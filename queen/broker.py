@@ -9,15 +9,24 @@ maintenance switch reached through it. :func:`queen.lifecycle.open_broker` build
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from queen.actors.messages import PushOutcome, PushRequest, Reply, ReplyGroup
+from queen.actors.messages import (
+    ActorStopped,
+    Fence,
+    PushOutcome,
+    PushRequest,
+    Reply,
+    ReplyGroup,
+    Route,
+)
 from queen.batcher import Batcher
 from queen.broadcast import Signal
 from queen.consume import requests
@@ -30,7 +39,7 @@ from queen.health import DatabaseHealth
 from queen.intake import PartitionBatch, PreparedPush, prepare_push
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
-from queen.model import PushResultDict, Status
+from queen.model import PartitionKey, PushResultDict, Status
 from queen.retention import RetentionLoop
 from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolWriter
@@ -44,6 +53,12 @@ log = logging.getLogger("queen.broker")
 
 class BrokerClosed(RuntimeError):
     """The broker is shutting down and accepts no new work."""
+
+
+class PartitionsBusy(RuntimeError):
+    """A transaction's pushes cannot be written now: the database is away, maintenance mode is
+    on, or spooled frames of one of its partitions wait for replay. Nothing was applied; the
+    caller may retry (HTTP 503)."""
 
 
 class Broker:
@@ -198,7 +213,54 @@ class Broker:
         request = requests.transaction_request(
             {"operations": operations, "requiredLeases": required_leases or []}
         )
-        return await self.consume.transaction(request, producer_sub)
+        return await self.transact(request, producer_sub)
+
+    async def transact(
+        self, request: requests.TransactionRequest, producer_sub: str | None = None
+    ) -> dict[str, Any]:
+        """Apply a validated transaction while the actors of its pushed partitions stand
+        still, so those partitions keep one writer in this process and their spooled backlog
+        keeps its place. Raises :class:`PartitionsBusy` when a partition cannot be written to
+        the database now (nothing is applied then)."""
+        if self._closing:
+            raise BrokerClosed("broker is shutting down")
+        consume = self.consume
+        keys = sorted({batch.key for push in request.pushes for batch in push.prepared.batches})
+        self._enter()
+        try:
+            async with self._fenced(keys):
+                return await consume.transaction(request, producer_sub)
+        finally:
+            self._leave()
+
+    @contextlib.asynccontextmanager
+    async def _fenced(self, keys: list[PartitionKey]) -> AsyncIterator[None]:
+        """Fence the actors of ``keys`` one after another, in key order (every transaction
+        takes them in the same order, so two never wait for each other); release them all on
+        the way out, whatever happened."""
+        fences: list[Fence] = []
+        try:
+            for key in keys:
+                fence = Fence()
+                fences.append(fence)
+                await self.supervisor.submit(key, fence)
+                try:
+                    route = await fence.granted.wait()
+                except ActorStopped as exc:
+                    raise BrokerClosed(str(exc)) from exc
+                if route is not Route.DATABASE:
+                    self.metrics.transactions_refused += 1
+                    why = {
+                        Route.SPOOL: "the database is unavailable or in maintenance mode",
+                        Route.HOLD: "spooled messages of a partition are waiting for replay",
+                    }[route]
+                    raise PartitionsBusy(
+                        f"{why} ({key.queue}/{key.partition}); nothing was applied, retry later"
+                    )
+            yield
+        finally:
+            for fence in fences:
+                fence.released.set()
 
     async def push(
         self, items: Sequence[dict[str, Any]] | list[Any], producer_sub: str | None = None

@@ -48,6 +48,7 @@ class Metrics:
     acks_dlq: int = 0  # of which moved a message to the dead letter queue
     transactions: int = 0
     transactions_failed: int = 0  # rolled back
+    transactions_refused: int = 0  # a pushed partition could not be written now (503)
 
     def snapshot(self) -> dict[str, int]:
         return dataclasses.asdict(self)

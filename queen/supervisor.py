@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from queen.actors.messages import PushRequest
+from queen.actors.messages import Fence, PushRequest
 from queen.actors.partition import DirectRouter, PartitionActor, WriteRouter
 from queen.actors.resolver import PartitionResolver
 from queen.batcher import Batcher
@@ -98,7 +98,7 @@ class Supervisor:
             raise RuntimeError("supervisor is not running")
         await self._nursery.start(loop)
 
-    async def submit(self, key: PartitionKey, request: PushRequest) -> None:
+    async def submit(self, key: PartitionKey, request: PushRequest | Fence) -> None:
         """Put ``request`` in the inbox of ``key``'s actor, starting the actor if needed."""
         while True:
             actor = self._actors.get(key) or self._spawn(key)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from queen.broker import Broker
+from queen.model import PartitionKey
+from queen.spool import files
+from queen.storage.base import SegmentWrite
 from tests.conftest import Db
 from tests.consuming import Api, data_of
 
@@ -224,3 +232,92 @@ async def test_embedding_api_transaction(broker: Broker, queue: str) -> None:
     assert [(m["data"], m["traceId"], m["producerSub"]) for m in out.messages] == [
         ("out", TRACE, "svc")
     ]
+
+
+async def _eventually(condition: Any, timeout_s: float = 10.0) -> None:
+    """Wait (bounded) until ``condition()`` holds; each look is a short real-time step,
+    since the database works in other threads and processes."""
+    with trio.fail_after(timeout_s):
+        while not condition():  # noqa: ASYNC110 (no event to wait on across threads)
+            await trio.sleep(0.01)
+
+
+def _tx_push(queue: str, partition: str, tx: str) -> list[dict[str, Any]]:
+    items = [{"queue": queue, "partition": partition, "payload": tx, "transactionId": tx}]
+    return [{"type": "push", "items": items}]
+
+
+async def test_transaction_push_waits_for_the_partition_actors_write(
+    broker: Broker, queue: str, db: Db
+) -> None:
+    """A transaction pushing to a partition takes its turn behind the partition actor's write
+    in flight: the partition keeps one writer, and offsets follow arrival order."""
+    first = [{"queue": queue, "partition": "p", "payload": 0, "transactionId": "warm"}]
+    await broker.push(first)
+    actor = broker.supervisor.actor(PartitionKey(queue, "p"))
+    assert actor is not None
+    gate = trio.Event()
+    real = broker.store.write_segments
+
+    async def held(writes: list[SegmentWrite]) -> Any:
+        await gate.wait()
+        return await real(writes)
+
+    broker.store.write_segments = held  # type: ignore[method-assign]
+    done: dict[str, Any] = {}
+    async with trio.open_nursery() as nursery:
+
+        async def live() -> None:
+            item = {"queue": queue, "partition": "p", "payload": 1, "transactionId": "live"}
+            done["live"] = await broker.push([item])
+
+        async def transaction() -> None:
+            done["tx"] = await broker.transaction(_tx_push(queue, "p", "tx"))
+
+        nursery.start_soon(live)
+        await trio.testing.wait_all_tasks_blocked()  # the live write waits at the gate
+        nursery.start_soon(transaction)
+        # Either the transaction queued behind the actor's write, or (a second writer) it
+        # went ahead and committed.
+        await _eventually(lambda: actor.pending > 0 or "tx" in done)
+        gate.set()
+    assert done["tx"]["success"] is True and done["live"][0]["status"] == "queued"
+    frames = await db.frames(queue, "p")
+    assert [(f["offset"], f["transaction_id"]) for f in frames] == [
+        (0, "warm"),
+        (1, "live"),
+        (2, "tx"),
+    ]
+
+
+async def test_transaction_push_keeps_its_place_behind_spooled_messages(
+    broker: Broker, api: Api, queue: str, db: Db
+) -> None:
+    """While a partition has spooled messages, a transaction pushing to it is refused (503,
+    nothing applied) instead of overtaking them; once they are replayed it goes through."""
+    await broker.set_maintenance(True)
+    [spooled] = await broker.push(
+        [{"queue": queue, "partition": "p", "payload": 0, "transactionId": "spooled"}]
+    )
+    assert spooled["status"] == "buffered"
+    status, body = await api.post("/api/v1/transaction", {"operations": _tx_push(queue, "p", "a")})
+    assert status == 503 and "maintenance" in body["error"]
+    lock = os.open(
+        Path(broker.settings.file_buffer_dir) / files.REPLAY_LOCK, os.O_RDWR | os.O_CREAT
+    )
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the replay cannot run yet
+        await broker.set_maintenance(False)
+        status, body = await api.post(
+            "/api/v1/transaction", {"operations": _tx_push(queue, "p", "b")}
+        )
+        assert status == 503 and "replay" in body["error"]
+        assert await db.frames(queue, "p") == []
+        assert broker.metrics.transactions_refused == 2
+    finally:
+        os.close(lock)
+    assert broker.spool is not None
+    await _eventually(lambda: broker.spool is not None and broker.spool.index.total == 0)
+    status, body = await api.post("/api/v1/transaction", {"operations": _tx_push(queue, "p", "c")})
+    assert status == 200 and body["success"] is True
+    assert [f["transaction_id"] for f in await db.frames(queue, "p")] == ["spooled", "c"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -10,6 +11,14 @@ import trio
 from queen.model import Status
 
 T = TypeVar("T")
+
+
+class Route(enum.Enum):
+    """Where a partition's live pushes go now (asked of the router before every write)."""
+
+    DATABASE = "database"
+    SPOOL = "spool"
+    HOLD = "hold"
 
 
 async def hand_over(channel: trio.MemorySendChannel[T], value: T) -> None:
@@ -131,3 +140,25 @@ class PushRequest:
 
     def __len__(self) -> int:
         return len(self.message_ids)
+
+
+class ActorStopped(Exception):
+    """The partition's actor stopped before it could answer (the broker is shutting down)."""
+
+
+@dataclass(slots=True, eq=False)
+class Fence:
+    """Asks a partition's actor to stand still while another writer of this process (an
+    ack-and-push transaction) writes the partition, so that the partition keeps one writer.
+
+    The actor takes the fence in inbox order: every request queued before it is answered
+    first. It then answers :attr:`granted` with the route a live push would take now. Only on
+    :attr:`Route.DATABASE` does it stand still, until :attr:`released` is set; any other route
+    means "not now" (the database is away, maintenance mode, or spooled frames of the partition
+    wait for replay) and the actor goes on at once. The requester sets :attr:`released` when it
+    is done, whatever happened (also when it gave up before the grant: the actor then skips the
+    fence).
+    """
+
+    granted: Reply[Route] = field(default_factory=Reply)
+    released: trio.Event = field(default_factory=trio.Event)

@@ -39,14 +39,20 @@ inbox are answered ``failed``.
 from __future__ import annotations
 
 import bisect
-import enum
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
 
-from queen.actors.messages import PushOutcome, PushRequest, hand_over
+from queen.actors.messages import (
+    ActorStopped,
+    Fence,
+    PushOutcome,
+    PushRequest,
+    Route,
+    hand_over,
+)
 from queen.actors.policy import coalesce_count, first_wins
 from queen.encryption import QueueEncryption
 from queen.frames import concat
@@ -56,10 +62,9 @@ from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, Write
 log = logging.getLogger("queen.actors")
 
 
-class Route(enum.Enum):
-    DATABASE = "database"
-    SPOOL = "spool"
-    HOLD = "hold"
+__all__ = ["PartitionActor", "Route", "WriteRouter"]
+
+Work = PushRequest | Fence
 
 
 class SegmentWriter(Protocol):
@@ -127,18 +132,24 @@ class PartitionActor:
         self._idle_timeout_s = idle_timeout_s
         self._segment_max_items = segment_max_items
         self._hold_s = hold_s
-        self._send, self._inbox = trio.open_memory_channel[PushRequest](inbox_size)
-        self._waiting: list[PushRequest] = []  # taken from the inbox, not yet answered
+        self._send, self._inbox = trio.open_memory_channel[Work](inbox_size)
+        self._waiting: list[Work] = []  # taken from the inbox, not yet answered
         self._parked_since: float | None = None  # waiting on an empty inbox since then
         self._hold_until: float | None = None  # deadline of the current hold
         self._no_hold_until = float("-inf")  # after a hold timed out, spool without holding
+
+    @property
+    def pending(self) -> int:
+        """Requests and fences queued or taken and not yet answered (for tests and
+        introspection)."""
+        return len(self._waiting) + self._inbox.statistics().current_buffer_used
 
     @property
     def holding(self) -> bool:
         """Whether live requests are held behind the partition's spooled backlog now."""
         return self._hold_until is not None
 
-    async def submit(self, request: PushRequest) -> None:
+    async def submit(self, request: Work) -> None:
         """Queue ``request``; blocks only while the inbox is full (no checkpoint otherwise: the
         caller goes on to wait for the answer).
 
@@ -186,7 +197,10 @@ class PartitionActor:
                 break
         self._inbox.close()
         for request in leftovers:
-            request.reply.set(PushOutcome(Status.FAILED))
+            if isinstance(request, Fence):
+                request.granted.fail(ActorStopped(f"partition {self.key} is stopping"))
+            else:
+                request.reply.set(PushOutcome(Status.FAILED))
 
     async def _wait_for_work(self) -> bool:
         """Park until a request comes (it goes to ``_waiting``); False once stopped as idle.
@@ -212,17 +226,28 @@ class PartitionActor:
                 return
 
     async def _serve_one_step(self) -> None:
-        """Do one write (or one hold) for the requests waiting, oldest replay frames first."""
-        replays = [r for r in self._waiting if r.replay]
+        """Do one write (or one hold, or one fence) for the requests waiting, oldest replay
+        frames first; live requests are served in arrival order around fences."""
+        replays = [r for r in self._waiting if isinstance(r, PushRequest) and r.replay]
         if replays:
             batch = self._take(replays)
             await self._write(batch)
+            return
+        head = self._waiting[0]
+        if isinstance(head, Fence):
+            del self._waiting[0]
+            await self._stand_still(head)
             return
         route = self._route()
         if route is Route.HOLD:
             await self._hold()
             return
-        batch = self._take(self._waiting)
+        live: list[PushRequest] = []
+        for request in self._waiting:
+            if isinstance(request, Fence):
+                break  # what arrived after a fence waits for it
+            live.append(request)
+        batch = self._take(live)
         if self._encryption is not None:
             self._encryption.seal(self.key.queue, batch)
         if route is Route.SPOOL:
@@ -230,7 +255,18 @@ class PartitionActor:
         else:
             await self._write(batch)
 
+    async def _stand_still(self, fence: Fence) -> None:
+        """Answer ``fence``; on the database route, write nothing until it is released."""
+        if fence.released.is_set():
+            return  # its requester gave up before the grant
+        route = self._router.route(self.key)
+        fence.granted.set(route)
+        if route is Route.DATABASE:
+            await fence.released.wait()
+
     def _take(self, candidates: list[PushRequest]) -> list[PushRequest]:
+        """Take the first of ``candidates`` (in order) that fit in one segment out of
+        ``_waiting``."""
         count = coalesce_count([len(r) for r in candidates], self._segment_max_items)
         batch = candidates[:count]
         taken = set(map(id, batch))

@@ -15,7 +15,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from queen.auth import AccessGate, build_gate
-from queen.broker import Broker, BrokerClosed
+from queen.broker import Broker, BrokerClosed, PartitionsBusy
 from queen.cipher import PayloadUnreadable
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.http import access, admin, consume, health, maintenance, push, resources
@@ -54,6 +54,12 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     @app.errorhandler(BrokerClosed)
     async def closing(exc: BrokerClosed) -> Response:
         return error_response(503, str(exc))
+
+    @app.errorhandler(PartitionsBusy)
+    async def busy(exc: PartitionsBusy) -> Response:
+        response = error_response(503, str(exc))
+        response.headers["Retry-After"] = "1"
+        return response
 
     @app.errorhandler(InvalidRequest)
     async def invalid(exc: InvalidRequest) -> Response:

@@ -77,4 +77,4 @@ async def extend_lease(lease: str) -> Response:
 @blueprint.post("/api/v1/transaction")
 async def transaction() -> Response:
     tx = requests.transaction_request(await json_body())
-    return json_response(await _broker().consume.transaction(tx, producer_sub=producer_sub()))
+    return json_response(await _broker().transact(tx, producer_sub=producer_sub()))
