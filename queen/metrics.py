@@ -39,6 +39,8 @@ class Metrics:
     retention_segments_removed: int = 0
     retention_messages_removed: int = 0
     dedup_rows_pruned: int = 0  # sidecar rows outside their window, removed
+    eviction_segments_removed: int = 0  # segments removed past maxWaitTimeSeconds
+    eviction_messages_removed: int = 0
     pop_requests: int = 0  # pops answered (HTTP or embedded)
     pop_empty: int = 0  # of which nothing to deliver (204)
     pop_messages: int = 0  # messages delivered

@@ -2,17 +2,19 @@
 
 Run by the supervisor. Every ``interval_s`` it runs one pass: bounded batches of
 ``queen.retention_batch`` (whole segments past their queue's ``retentionSeconds``, or past
-``completedRetentionSeconds`` once every consumer group is past them), then of
+``completedRetentionSeconds`` once every consumer group is past them; only for queues with
+``retentionEnabled``), then of ``queen.evict_batch`` (whole segments older than their queue's
+``maxWaitTimeSeconds`` that some consumer group has not consumed), then of
 ``queen.prune_dedup_batch`` (sidecar rows outside their queue's current dedup window, and rows
 of deleted partitions). Each batch is one short transaction, so no long lock is held and pushes
 never wait for it (it takes no partition row lock at all); a pass stops after
 ``max_batches`` batches of each kind and goes on at the next interval. Only one broker process
 runs a pass at a time: the others find the advisory lock taken and skip theirs.
 
-Why nothing still needed is removed: retention removes only segments older than their queue's
-time, and never one holding a message under a live lease (see the SQL); pruning removes only
-sidecar rows older than their queue's *current* window, and the probe looks no further back
-than that window anyway, so a pruned row could never have matched.
+Why nothing still needed is removed: retention and eviction remove only segments older than
+their queue's time, and never one holding a message under a live lease (see the SQL); pruning
+removes only sidecar rows older than their queue's *current* window, and the probe looks no
+further back than that window anyway, so a pruned row could never have matched.
 
 The loop owns nothing but its timer; a failed pass (database away) is logged and retried at the
 next interval. Cancelling ``run`` stops it between batches at the latest.
@@ -56,6 +58,14 @@ class RetentionLoop:
         m.retention_segments_removed += outcome.segments
         m.retention_messages_removed += outcome.messages
         m.dedup_rows_pruned += outcome.sidecar_rows
+        m.eviction_segments_removed += outcome.evicted_segments
+        m.eviction_messages_removed += outcome.evicted_messages
+        if outcome.evicted_segments:
+            log.info(
+                "eviction removed %d segments (%d messages) that waited past maxWaitTimeSeconds",
+                outcome.evicted_segments,
+                outcome.evicted_messages,
+            )
         if outcome.segments or outcome.sidecar_rows:
             log.info(
                 "retention removed %d segments (%d messages), pruned %d sidecar rows",

@@ -79,7 +79,7 @@ async def test_window_zero_stores_every_repeat_and_changes_apply_at_once(
 async def test_retention_removes_old_segments_and_keeps_newer_ones(
     broker: Broker, queue: str, db: Db
 ) -> None:
-    await configure(broker, queue, retentionSeconds=60)
+    await configure(broker, queue, retentionEnabled=True, retentionSeconds=60)
     old = await push(broker, queue, "old-1", "old-2")  # one segment, offsets 0-1
     await push(broker, queue, "new-1")  # offset 2
     await age_messages(db, queue, 120, first_offset_below=2)
@@ -108,14 +108,14 @@ async def test_retention_settings_take_effect_at_the_next_pass(
     await push(broker, queue, "a")
     await age_messages(db, queue, 120, first_offset_below=1)
     assert (await broker.run_retention_pass()).segments == 0  # no retention configured
-    await configure(broker, queue, retentionSeconds=60)
+    await configure(broker, queue, retentionEnabled=True, retentionSeconds=60)
     assert (await broker.run_retention_pass()).segments == 1
 
 
 async def test_completed_retention_waits_for_every_consumer_group(
     broker: Broker, queue: str, db: Db
 ) -> None:
-    await configure(broker, queue, completedRetentionSeconds=60)
+    await configure(broker, queue, retentionEnabled=True, completedRetentionSeconds=60)
     await push(broker, queue, "a", "b")
     await age_messages(db, queue, 120, first_offset_below=10)
 
@@ -148,7 +148,7 @@ async def test_completed_retention_waits_for_every_consumer_group(
 
 
 async def test_retention_never_breaks_a_live_lease(broker: Broker, queue: str, db: Db) -> None:
-    await configure(broker, queue, retentionSeconds=60)
+    await configure(broker, queue, retentionEnabled=True, retentionSeconds=60)
     await push(broker, queue, "leased")
     await push(broker, queue, "free", partition="q")
     await age_messages(db, queue, 120, first_offset_below=10)
@@ -232,7 +232,9 @@ async def test_one_pass_at_a_time_across_processes(broker: Broker, pg_url: str) 
 async def test_retention_during_live_traffic_loses_nothing_in_its_time(
     broker: Broker, queue: str, db: Db
 ) -> None:
-    await configure(broker, queue, retentionSeconds=3600, completedRetentionSeconds=3600)
+    await configure(
+        broker, queue, retentionEnabled=True, retentionSeconds=3600, completedRetentionSeconds=3600
+    )
     total = 300
     received: list[str] = []
     done = trio.Event()

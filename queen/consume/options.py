@@ -12,10 +12,14 @@ missing. What each option does in this broker:
   burst is consumed as one batch.
 - ``priority``: when one pop spans several queues (namespace/task pop), higher goes first.
 - ``dedupWindowSeconds``: push deduplication window (0 turns dedup off).
-- ``maxSize``, ``ttl``, ``deadLetterQueue``, ``dlqAfterMaxRetries``, ``retentionSeconds``,
-  ``completedRetentionSeconds``, ``retentionEnabled``, ``maxWaitTimeSeconds``: stored and
-  reported; retention and eviction are not enforced by this broker yet, and a message that
-  exhausts its retries always goes to the dead letter queue.
+- ``retentionEnabled`` (default false) with ``retentionSeconds`` and
+  ``completedRetentionSeconds``: removal of old messages by the retention pass; without
+  ``retentionEnabled`` both times are stored and remove nothing.
+- ``maxWaitTimeSeconds`` (0 = off): messages some consumer group has not consumed that long
+  after they were stored are evicted (removed) by the retention pass, whatever
+  ``retentionEnabled`` says.
+- ``maxSize``, ``ttl``, ``deadLetterQueue``, ``dlqAfterMaxRetries``: stored and reported; a
+  message that exhausts its retries always goes to the dead letter queue.
 - ``encryptionEnabled``: payloads pushed from then on are stored encrypted (AES-256-GCM) when
   ``QUEEN_ENCRYPTION_KEY`` is set, in plaintext otherwise (see :mod:`queen.encryption`).
 """

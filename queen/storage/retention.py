@@ -1,4 +1,5 @@
-"""Retention and sidecar pruning on PostgreSQL: one pass = bounded batches, one process."""
+"""Retention, eviction and sidecar pruning on PostgreSQL: one pass = bounded batches, one
+process."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ class PassOutcome:
     segments: int = 0
     messages: int = 0
     sidecar_rows: int = 0
+    evicted_segments: int = 0
+    evicted_messages: int = 0
     batches: int = 0
 
 
@@ -53,7 +56,9 @@ def _pass(conn: psycopg.Connection[Any], batch_limit: int, max_batches: int) -> 
                 break
             outcome.segments += int(seg[0])
             outcome.messages += int(seg[1])
-        while outcome.batches < 2 * max_batches:  # sidecar rows outside their window
+        _evict(conn, outcome, batch_limit, max_batches)
+        pruning_ends = outcome.batches + max_batches
+        while outcome.batches < pruning_ends:  # sidecar rows outside their window
             pruned = conn.execute(
                 "SELECT removed FROM queen.prune_dedup_batch(%s)", (batch_limit,)
             ).fetchone()
@@ -64,6 +69,22 @@ def _pass(conn: psycopg.Connection[Any], batch_limit: int, max_batches: int) -> 
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (_RETENTION_LOCK,))
     return outcome
+
+
+def _evict(
+    conn: psycopg.Connection[Any], outcome: PassOutcome, batch_limit: int, max_batches: int
+) -> None:
+    """Segments that waited longer than their queue's maxWaitTimeSeconds (queen.evict_batch),
+    at most ``max_batches`` batches."""
+    for _ in range(max_batches):
+        row = conn.execute(
+            "SELECT segments, messages FROM queen.evict_batch(%s)", (batch_limit,)
+        ).fetchone()
+        outcome.batches += 1
+        if not row or not row[0]:
+            break
+        outcome.evicted_segments += int(row[0])
+        outcome.evicted_messages += int(row[1])
 
 
 class PgRetentionStore:

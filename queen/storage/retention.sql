@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS queen.retention_totals (
     value bigint NOT NULL DEFAULT 0
 );
 
--- One batch of segment retention: at most p_limit segments, each removed whole.
+-- One batch of segment retention: at most p_limit segments, each removed whole. Only queues
+-- with retention_enabled take part; without it both times are kept but remove nothing.
 --
 -- A segment goes when its queue has retention_s > 0 and it is older than that (whatever was
 -- consumed), or when its queue has completed_retention_s > 0, it is older than that, and every
@@ -62,11 +63,13 @@ BEGIN
     WITH groups AS (   -- the consumer groups of each queue with completed retention
         SELECT DISTINCT c.queue_id, c.consumer_group
         FROM queen.cursors c
-        JOIN queen.queues q ON q.id = c.queue_id AND q.completed_retention_s > 0
+        JOIN queen.queues q
+          ON q.id = c.queue_id AND q.retention_enabled AND q.completed_retention_s > 0
         UNION
         SELECT g.queue_id, g.consumer_group
         FROM queen.consumer_groups g
-        JOIN queen.queues q ON q.id = g.queue_id AND q.completed_retention_s > 0
+        JOIN queen.queues q
+          ON q.id = g.queue_id AND q.retention_enabled AND q.completed_retention_s > 0
     ),
     done_below AS (    -- per partition: every group's cursor is at or past this offset
         SELECT p.id AS partition_id, min(coalesce(c.next_offset, 0)) AS done_below
@@ -92,7 +95,7 @@ BEGIN
                     AND s.created_at < now() - make_interval(secs => q.retention_s))
                    OR s.last_offset < d.done_below)
             LIMIT p_limit) x
-        WHERE q.retention_s > 0 OR q.completed_retention_s > 0
+        WHERE q.retention_enabled AND (q.retention_s > 0 OR q.completed_retention_s > 0)
         LIMIT p_limit
     ),
     held AS MATERIALIZED (
@@ -119,6 +122,118 @@ BEGIN
     IF segments > 0 THEN
         INSERT INTO queen.retention_totals AS t (name, value)
         VALUES ('segments', segments), ('messages', messages)
+        ON CONFLICT (name) DO UPDATE SET value = t.value + excluded.value;
+    END IF;
+END
+$fn$;
+
+-- One batch of eviction (maxWaitTimeSeconds): at most p_limit segments, each removed whole.
+--
+-- A segment of a queue with max_wait_time_s > 0 is evicted when it is older than that and at
+-- least one consumer group of the queue has not consumed it, or the queue has no consumer
+-- group at all: whatever waited too long for a consumer is gone, for every group. A segment
+-- every group has moved past stays (retention decides about it). A group's position in a
+-- partition is its cursor; a group without a cursor there yet starts where its first pop would
+-- (the first segment stored at or after its subscription, or the beginning). Eviction does
+-- not depend on retention_enabled. Evicted messages are removed, not copied to the dead letter
+-- queue. Live leases are respected exactly as in queen.retention_batch.
+--
+-- Per partition, only segments between the slowest group's position and the first segment
+-- younger than the wait are read (both by index), so history every group has consumed and a
+-- fresh backlog cost nothing.
+CREATE OR REPLACE FUNCTION queen.evict_batch(
+    p_limit integer, OUT segments bigint, OUT messages bigint)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    WITH waiting AS (   -- partitions of queues with a wait, holding messages
+        SELECT p.id AS partition_id, p.queue_id, p.next_offset,
+               now() - make_interval(secs => q.max_wait_time_s) AS cutoff
+        FROM queen.queues q
+        JOIN queen.partitions p ON p.queue_id = q.id
+        WHERE q.max_wait_time_s > 0 AND p.next_offset > 0
+    ),
+    groups AS (         -- the consumer groups of each queue concerned
+        SELECT DISTINCT c.queue_id, c.consumer_group
+        FROM queen.cursors c
+        WHERE c.queue_id IN (SELECT DISTINCT w.queue_id FROM waiting w)
+        UNION
+        SELECT g.queue_id, g.consumer_group
+        FROM queen.consumer_groups g
+        WHERE g.queue_id IN (SELECT DISTINCT w.queue_id FROM waiting w)
+    ),
+    slowest AS (        -- per partition: every group is at or past this offset
+        SELECT w.partition_id, w.cutoff,
+               coalesce(min(coalesce(
+                   c.next_offset,
+                   CASE WHEN cg.subscribed_at IS NULL THEN 0
+                        ELSE coalesce((SELECT s.first_offset FROM queen.segments s
+                                       WHERE s.partition_id = w.partition_id
+                                         AND s.created_at >= cg.subscribed_at
+                                       ORDER BY s.created_at LIMIT 1),
+                                      w.next_offset)
+                   END)), 0) AS done_below,
+               w.next_offset
+        FROM waiting w
+        LEFT JOIN groups g ON g.queue_id = w.queue_id
+        LEFT JOIN queen.cursors c
+               ON c.partition_id = w.partition_id AND c.consumer_group = g.consumer_group
+        LEFT JOIN queen.consumer_groups cg
+               ON cg.queue_id = w.queue_id AND cg.consumer_group = g.consumer_group
+        GROUP BY w.partition_id, w.cutoff, w.next_offset
+    ),
+    candidates AS (
+        SELECT x.partition_id, x.first_offset
+        FROM slowest d
+        CROSS JOIN LATERAL (
+            SELECT coalesce((SELECT max(s.first_offset) FROM queen.segments s
+                             WHERE s.partition_id = d.partition_id
+                               AND s.first_offset <= d.done_below), 0) AS low,
+                   coalesce((SELECT s.first_offset FROM queen.segments s
+                             WHERE s.partition_id = d.partition_id AND s.created_at >= d.cutoff
+                             ORDER BY s.created_at LIMIT 1), d.next_offset) AS high
+        ) b
+        CROSS JOIN LATERAL (
+            SELECT s.partition_id, s.first_offset
+            FROM queen.segments s
+            WHERE s.partition_id = d.partition_id
+              AND s.first_offset >= b.low AND s.first_offset < b.high
+              AND s.last_offset >= d.done_below
+              AND s.created_at < d.cutoff
+              AND NOT EXISTS (   -- leased now: skipped before the limit, checked again below
+                  SELECT 1 FROM queen.cursors h
+                  WHERE h.partition_id = s.partition_id
+                    AND h.lease_expires_at > now()
+                    AND s.last_offset >= h.next_offset
+                    AND s.first_offset < h.lease_end)
+            ORDER BY s.first_offset
+            LIMIT p_limit) x
+        WHERE d.done_below < d.next_offset
+        LIMIT p_limit
+    ),
+    held AS MATERIALIZED (
+        SELECT c.partition_id, c.next_offset, c.lease_end, c.lease_expires_at
+        FROM queen.cursors c
+        WHERE c.partition_id IN (SELECT DISTINCT partition_id FROM candidates)
+        ORDER BY c.partition_id, c.consumer_group
+        FOR SHARE
+    ),
+    gone AS (
+        DELETE FROM queen.segments s
+        USING candidates v
+        WHERE s.partition_id = v.partition_id AND s.first_offset = v.first_offset
+          AND NOT EXISTS (
+              SELECT 1 FROM held h
+              WHERE h.partition_id = s.partition_id
+                AND h.lease_expires_at > now()
+                AND s.last_offset >= h.next_offset
+                AND s.first_offset < h.lease_end)
+        RETURNING s.last_offset - s.first_offset + 1 AS n
+    )
+    SELECT count(*), coalesce(sum(n), 0) INTO segments, messages FROM gone;
+
+    IF segments > 0 THEN
+        INSERT INTO queen.retention_totals AS t (name, value)
+        VALUES ('evicted_segments', segments), ('evicted_messages', messages)
         ON CONFLICT (name) DO UPDATE SET value = t.value + excluded.value;
     END IF;
 END
