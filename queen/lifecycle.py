@@ -36,7 +36,7 @@ from queen.storage.base import StateStore, Store, StoreUnavailable
 from queen.storage.consume import PgConsumeStore
 from queen.storage.database import open_database
 from queen.storage.pool import ConnectionPool
-from queen.storage.postgres import PgStore
+from queen.storage.postgres import ForeignSchemaError, PgStore
 from queen.storage.retention import PgRetentionStore
 from queen.supervisor import Supervisor
 
@@ -58,9 +58,18 @@ async def open_broker(
         metrics = Metrics()
         changed = Signal()
 
+        foreign_reported = False
+
         async def migrate_on_return() -> None:
+            nonlocal foreign_reported
             if isinstance(opened, PgStore) and not opened.migrated:
-                await opened.migrate()
+                try:
+                    await opened.migrate()
+                except ForeignSchemaError as exc:  # the database stays "down": pushes spool
+                    if not foreign_reported:
+                        foreign_reported = True
+                        log.error("cannot use the database: %s", exc)
+                    raise
 
         db_health = DatabaseHealth(
             opened.ping,

@@ -35,12 +35,23 @@ class Settings:
     database_url: str | None = _setting(
         None,
         "DATABASE_URL",
-        "PostgreSQL connection URL; when unset an embedded PostgreSQL is started",
+        "PostgreSQL connection URL; when unset, PG_HOST and the other PG_ settings, else an "
+        "embedded PostgreSQL",
     )
+    pg_host: str | None = _setting(
+        None,
+        "PG_HOST",
+        "PostgreSQL host (or Unix socket directory) used when DATABASE_URL is unset; with "
+        "neither set an embedded PostgreSQL is started",
+    )
+    pg_port: int = _setting(5432, "PG_PORT", "PostgreSQL port (with PG_HOST)")
+    pg_user: str = _setting("postgres", "PG_USER", "PostgreSQL user (with PG_HOST)")
+    pg_password: str = _setting("postgres", "PG_PASSWORD", "PostgreSQL password (with PG_HOST)")
+    pg_db: str = _setting("postgres", "PG_DB", "PostgreSQL database name (with PG_HOST)")
     pg_data_dir: str = _setting(
         ".queen/pgdata",
         "QUEEN_PG_DATA_DIR",
-        "data directory of the embedded PostgreSQL (used only without DATABASE_URL)",
+        "data directory of the embedded PostgreSQL (used only without DATABASE_URL and PG_HOST)",
     )
     file_buffer_dir: str = _setting(
         "/var/lib/queen/buffers",
@@ -245,6 +256,8 @@ class Settings:
             raise ValueError("DATABASE_URL is set but empty")
         if self.encryption_key is not None:
             parse_key(self.encryption_key)
+        if self.pg_host is not None and not self.pg_host.strip():
+            raise ValueError("PG_HOST is set but empty")
 
     def with_changes(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

@@ -53,10 +53,42 @@ def schema_sql() -> str:
     return "\n".join(files.joinpath(name).read_text("utf-8") for name in SCHEMA_FILES)
 
 
+# Tables of the original Queen broker, which also keeps its tables in a schema named "queen".
+# None of them is ever one of ours: finding one means the database belongs to that broker.
+FOREIGN_TABLES = ("messages", "partition_consumers")
+
+
+class ForeignSchemaError(StoreError):
+    """The database holds another broker's "queen" schema; migrating would damage it."""
+
+
+def check_foreign_schema(conn: psycopg.Connection[Any]) -> None:
+    """Raise :class:`ForeignSchemaError` if schema "queen" holds the original broker's tables."""
+    rows = conn.execute(
+        """SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = 'queen' AND c.relname = ANY(%s) ORDER BY c.relname""",
+        (list(FOREIGN_TABLES),),
+    ).fetchall()
+    if rows:
+        found = ", ".join(f"queen.{name}" for (name,) in rows)
+        db = conn.info.dbname
+        raise ForeignSchemaError(
+            f'database "{db}" holds the schema of the original Queen broker (found {found}); '
+            'this broker keeps its own tables in a schema named "queen" and cannot share it. '
+            "Point DATABASE_URL (or PG_DB) at another database, or rename that schema "
+            "(ALTER SCHEMA queen RENAME TO ...) if the original broker no longer uses it. "
+            "Nothing was changed."
+        )
+
+
 def migrate_sync(conn: psycopg.Connection[Any]) -> None:
-    """Create or update the schema; safe to run from several processes at once."""
+    """Create or update the schema; safe to run from several processes at once.
+
+    Raises :class:`ForeignSchemaError`, changing nothing, when the database holds the original
+    broker's schema."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        check_foreign_schema(conn)
         conn.execute(schema_sql().encode())
 
 
