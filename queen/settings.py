@@ -54,9 +54,11 @@ class Settings:
         "data directory of the embedded PostgreSQL (used only without DATABASE_URL and PG_HOST)",
     )
     file_buffer_dir: str = _setting(
-        "/var/lib/queen/buffers",
+        ".queen/buffers",
         "FILE_BUFFER_DIR",
-        "spool directory: pushes that cannot reach PostgreSQL are kept here",
+        "spool directory: pushes that cannot reach PostgreSQL are kept here (relative to the "
+        "working directory, like QUEEN_PG_DATA_DIR; production: a directory on durable storage "
+        "such as /var/lib/queen/buffers)",
     )
     max_body_bytes: int = _setting(
         64 * 1024 * 1024, "QUEEN_MAX_BODY_BYTES", "largest accepted request body (413 above)"
