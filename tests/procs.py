@@ -20,9 +20,20 @@ _LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 class BrokerProcess:
     """One `queen serve` child process on 127.0.0.1 and an ephemeral port."""
 
-    def __init__(self, env: dict[str, str], *, preexec: Callable[[], None] | None = None):
-        self.env = {**os.environ, **env, "QUEEN_HOST": "127.0.0.1", "QUEEN_PORT": "0"}
+    def __init__(
+        self,
+        env: dict[str, str],
+        *,
+        preexec: Callable[[], None] | None = None,
+        argv: list[str] | None = None,
+        cwd: Path | None = None,
+        inherit_env: bool = True,
+    ):
+        base = dict(os.environ) if inherit_env else {}
+        self.env = {**base, **env, "QUEEN_HOST": "127.0.0.1", "QUEEN_PORT": "0"}
         self.preexec = preexec
+        self.argv = argv or [sys.executable, "-m", "queen.cli", "serve"]
+        self.cwd = cwd
         self.proc: trio.Process | None = None
         self.port = 0
         self.log: list[str] = []
@@ -34,8 +45,9 @@ class BrokerProcess:
 
     async def start(self, nursery: trio.Nursery) -> None:
         self.proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "queen.cli", "serve"],
+            self.argv,
             env=self.env,
+            cwd=self.cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
