@@ -293,9 +293,36 @@ async def encrypted(client: Queen, q: str) -> dict[str, Any]:
     }
 
 
+async def retention_setup(client: Queen, q: str) -> dict[str, Any]:
+    """Queues configured with retention times but retention off, and with a max wait time."""
+    keep = await (
+        client.queue(f"{q}-keep")
+        .config(
+            {"retention_enabled": False, "retention_seconds": 3, "completed_retention_seconds": 3}
+        )
+        .create()
+    )
+    wait = await client.queue(f"{q}-wait").config({"max_wait_time_seconds": 10}).create()
+    for name in (f"{q}-keep", f"{q}-wait"):
+        await client.queue(name).push([{"data": {"n": 1}}, {"data": {"n": 2}}])
+    return {
+        "keep": {k: keep["options"][k] for k in ("retentionEnabled", "retentionSeconds")},
+        "wait": wait["options"]["maxWaitTimeSeconds"],
+    }
+
+
+async def retention_check(client: Queen, q: str) -> dict[str, Any]:
+    """After the messages aged and a retention pass ran: what each queue still delivers."""
+    keep = await client.queue(f"{q}-keep").batch(10).wait(False).pop()
+    wait = await client.queue(f"{q}-wait").batch(10).wait(False).pop()
+    return {"keep": ids(keep), "wait": ids(wait)}
+
+
 FLOWS = {
     f.__name__: f
     for f in (
+        retention_setup,
+        retention_check,
         basics,
         consume_batches,
         consume_each_nack,

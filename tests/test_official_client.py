@@ -16,10 +16,12 @@ import pytest
 import trio
 
 from queen.cipher import PREFIX
+from queen import open_broker
 from queen.server import serve
 from queen.settings import Settings
 from tests.client_env import ensure_client_python
 from tests.conftest import Db
+from tests.consuming import age_messages
 
 FLOWS = Path(__file__).with_name("client_flows.py")
 
@@ -199,3 +201,15 @@ async def test_an_encrypted_queue_reads_back_plaintext_everywhere(
     )
     assert len(stored) == 4
     assert all(p.startswith(PREFIX) and "secret" not in p for (p,) in stored)
+async def test_retention_enabled_and_max_wait_time_with_the_client(
+    client_python: Path, settings: Settings, queue: str, tmp_path: Path, db: Db
+) -> None:
+    r = await run_flow(client_python, settings, "retention_setup", queue, tmp_path)
+    assert r == {"keep": {"retentionEnabled": False, "retentionSeconds": 3}, "wait": 10}
+    for name in (f"{queue}-keep", f"{queue}-wait"):
+        await age_messages(db, name, 60)
+    async with open_broker(settings) as broker:  # the periodic pass, run once now
+        outcome = await broker.run_retention_pass()
+    assert outcome.evicted_messages >= 2
+    r = await run_flow(client_python, settings, "retention_check", queue, tmp_path)
+    assert r == {"keep": [{"n": 1}, {"n": 2}], "wait": []}
