@@ -161,7 +161,8 @@ class Settings:
     retention_interval_s: float = _setting(
         10.0,
         "QUEEN_RETENTION_INTERVAL_S",
-        "how often expired segments are removed and the dedup sidecar pruned",
+        "how often expired segments are removed, messages past maxWaitTimeSeconds evicted "
+        "and the dedup sidecar pruned",
     )
     retention_batch_limit: int = _setting(
         1000,
