@@ -417,8 +417,10 @@ class Broker:
             "sidecarEntries": held.sidecar_entries,
             "options": {
                 "dedupWindowSeconds": held.dedup_window_seconds,
+                "retentionEnabled": held.retention_enabled,
                 "retentionSeconds": held.retention_seconds,
                 "completedRetentionSeconds": held.completed_retention_seconds,
+                "maxWaitTimeSeconds": held.max_wait_time_seconds,
             },
         }
 

@@ -34,6 +34,10 @@ async def test_retention_times_remove_nothing_without_retention_enabled(
     api: Api, broker: Broker, queue: str, db: Db
 ) -> None:
     await api.configure(queue, retentionEnabled=False, retentionSeconds=3)
+    status, held = await api.get(f"/api/v1/resources/queues/{queue}")
+    assert status == 200
+    assert held["options"]["retentionEnabled"] is False
+    assert held["options"]["retentionSeconds"] == 3
     await push(api, queue, "a", "b")
     await age_messages(db, queue, 60)
     assert (await broker.run_retention_pass()).segments == 0
@@ -63,6 +67,8 @@ async def test_messages_nobody_consumed_in_time_are_evicted_and_counted(
     api: Api, broker: Broker, queue: str, db: Db
 ) -> None:
     await api.configure(queue, maxWaitTimeSeconds=10)  # no retentionEnabled needed
+    status, held = await api.get(f"/api/v1/resources/queues/{queue}")
+    assert (status, held["options"]["maxWaitTimeSeconds"]) == (200, 10)
     await push(api, queue, "old-1", "old-2")
     await push(api, queue, "fresh")
     await age_messages(db, queue, 11, first_offset_below=2)

@@ -38,6 +38,8 @@ class QueueHoldings:
     segments: int
     messages: int
     sidecar_entries: int
+    retention_enabled: bool = False
+    max_wait_time_seconds: int = 0
 
 
 def _pass(conn: psycopg.Connection[Any], batch_limit: int, max_batches: int) -> PassOutcome:
@@ -98,7 +100,13 @@ class PgRetentionStore:
     async def holdings(self, queue: str) -> QueueHoldings | None:
         def call(conn: psycopg.Connection[Any]) -> QueueHoldings | None:
             row = conn.execute("SELECT * FROM queen.queue_holdings(%s)", (queue,)).fetchone()
-            return None if row is None else QueueHoldings(*(v for v in row))
+            if row is None:
+                return None
+            flags = conn.execute(
+                "SELECT retention_enabled, max_wait_time_s FROM queen.queues WHERE id = %s",
+                (row[0],),
+            ).fetchone()
+            return QueueHoldings(*row, *(flags or ()))
 
         return await self.pool.run(call)
 
