@@ -2,6 +2,8 @@
 
 Queues are configured, fed, popped and acked through the routes; time is moved by ageing rows
 in SQL, and the periodic pass is run at once (``broker.run_retention_pass``), never waited for.
+A pass works on every queue of the database (other tests' queues too), so each test judges
+what its own queue still holds; counts are checked as "at least".
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ async def test_retention_times_remove_nothing_without_retention_enabled(
     assert held["options"]["retentionSeconds"] == 3
     await push(api, queue, "a", "b")
     await age_messages(db, queue, 60)
-    assert (await broker.run_retention_pass()).segments == 0
+    await broker.run_retention_pass()
     assert await stored(db, queue) == ["a", "b"]
     assert data_of(await api.messages(queue, batch=10)) == [{"tx": "a"}, {"tx": "b"}]
 
@@ -51,7 +53,7 @@ async def test_retention_times_remove_nothing_without_retention_enabled(
     (message,) = await api.messages(other, batch=10)
     assert (await api.ack(message))["success"]
     await age_messages(db, other, 60)
-    assert (await broker.run_retention_pass()).segments == 0
+    await broker.run_retention_pass()
     assert await stored(db, other) == ["x"]
 
     # Turning it on applies both at the next pass (once the pop's lease is over).
@@ -59,7 +61,7 @@ async def test_retention_times_remove_nothing_without_retention_enabled(
     await api.configure(queue, retentionEnabled=True, retentionSeconds=3)
     await api.configure(other, retentionEnabled=True, completedRetentionSeconds=3)
     outcome = await broker.run_retention_pass()
-    assert (outcome.segments, outcome.messages) == (2, 3)
+    assert outcome.segments >= 2 and outcome.messages >= 3
     assert await stored(db, queue) == [] and await stored(db, other) == []
 
 
@@ -75,14 +77,12 @@ async def test_messages_nobody_consumed_in_time_are_evicted_and_counted(
     before = await metric(api, "eviction_messages_removed_total")
 
     outcome = await broker.run_retention_pass()
-    assert (outcome.evicted_segments, outcome.evicted_messages) == (1, 2)
-    assert outcome.segments == 0  # retention itself removed nothing
+    assert outcome.evicted_segments >= 1 and outcome.evicted_messages >= 2
     assert await stored(db, queue) == ["fresh"]
     assert data_of(await api.messages(queue, batch=10)) == [{"tx": "fresh"}]
-    assert await metric(api, "eviction_messages_removed_total") == before + 2
+    assert await metric(api, "eviction_messages_removed_total") >= before + 2
     total = "SELECT value FROM queen.retention_totals WHERE name = 'evicted_messages'"
     assert await db.value(total) >= 2  # shared by every broker process
-    assert (await broker.run_retention_pass()).evicted_segments == 0
 
 
 async def test_a_queue_without_max_wait_keeps_old_unconsumed_messages(
@@ -91,7 +91,7 @@ async def test_a_queue_without_max_wait_keeps_old_unconsumed_messages(
     await api.configure(queue, maxWaitTimeSeconds=0)
     await push(api, queue, "a")
     await age_messages(db, queue, 86_400)
-    assert (await broker.run_retention_pass()).evicted_segments == 0
+    await broker.run_retention_pass()
     assert await stored(db, queue) == ["a"]
 
 
@@ -110,9 +110,8 @@ async def test_eviction_with_several_consumer_groups(
     assert (await api.ack(popped[0], group="fast"))["success"]
     await age_messages(db, queue, 11)
 
-    outcome = await broker.run_retention_pass()
+    await broker.run_retention_pass()
     # "one" waited too long for "slow": evicted; "both" was consumed by every group: kept.
-    assert (outcome.evicted_segments, outcome.evicted_messages) == (1, 1)
     assert await stored(db, queue) == ["both"]
     assert await api.messages(queue, batch=10, consumerGroup="slow") == []
     await push(api, queue, "next")
@@ -132,8 +131,7 @@ async def test_a_group_that_never_popped_counts_as_not_consumed(
     await api.push(queue, "elsewhere", {"tx": "e"})
     assert len(await api.messages(queue, "elsewhere", batch=10, consumerGroup="late")) == 1
     await age_messages(db, queue, 11)
-    outcome = await broker.run_retention_pass()
-    assert outcome.evicted_segments >= 1
+    await broker.run_retention_pass()
     assert await stored(db, queue) == []
 
 
@@ -148,11 +146,11 @@ async def test_eviction_never_breaks_a_live_lease(
     await api.push(queue, "other", {"tx": "o"})
     assert len(await api.messages(queue, "other", batch=10, consumerGroup="audit")) == 1
 
-    assert (await broker.run_retention_pass()).evicted_segments == 0
+    await broker.run_retention_pass()
     assert await stored(db, queue) == ["held"]
     assert (await api.ack(leased, group="worker"))["success"]
 
-    assert (await broker.run_retention_pass()).evicted_segments == 1  # now it may go
+    await broker.run_retention_pass()  # now it may go
     assert await stored(db, queue) == []
     assert await api.messages(queue, batch=10, consumerGroup="audit") == []
 
@@ -165,7 +163,8 @@ async def test_an_expired_lease_does_not_protect_a_message(
     await age_messages(db, queue, 11)
     (leased,) = await api.messages(queue, batch=10)
     assert await expire_leases(db, queue) == 1
-    assert (await broker.run_retention_pass()).evicted_segments == 1
+    await broker.run_retention_pass()
+    assert await stored(db, queue) == []
     answer = await api.ack(leased)
     assert answer["success"] is False  # the lease had expired: nothing to acknowledge
     assert await api.messages(queue, batch=10) == []
