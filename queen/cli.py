@@ -69,10 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from queen.server import StartupError, run
+    from queen.storage.postgres import ForeignSchemaError
 
     try:
         run(settings)
-    except StartupError as exc:
+    except (StartupError, ForeignSchemaError) as exc:
         print(f"queen: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -36,7 +36,6 @@ from queen.lifecycle import open_broker
 from queen.settings import Settings, describe
 from queen.spool import files
 from queen.storage.database import open_database
-from queen.storage.postgres import ForeignSchemaError
 
 log = logging.getLogger("queen.server")
 
@@ -117,52 +116,38 @@ async def serve(
     """Run one broker process until SIGINT/SIGTERM; ``task_status`` gets the bound port."""
     gate = check_auth(settings)
     spool = check_spool_dir(settings)
-    try:
-        async with open_broker(settings) as broker:
-            await _serve_broker(settings, broker, gate, spool, task_status)
-    except ForeignSchemaError as exc:
-        raise StartupError(str(exc)) from exc
-
-
-async def _serve_broker(
-    settings: Settings,
-    broker: Broker,
-    gate: AccessGate,
-    spool: Path,
-    task_status: trio.TaskStatus[int],
-) -> None:
-    """Serve HTTP over ``broker`` until SIGINT/SIGTERM."""
-    await gate.warm_up()
-    app = create_app(broker, gate=gate)
-    config = hypercorn_config(settings)
-    sock = listen_socket(settings.host, settings.port)
-    port = sock.getsockname()[1]
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_stop_on_signal, stop)
-        await nursery.start(
-            partial(
-                worker_serve,
-                wrap_app(app, config.wsgi_max_body_size, None),
-                config,
-                sockets=Sockets([], [sock], []),
-                shutdown_trigger=partial(_shutdown_trigger, stop, broker),
+    async with open_broker(settings) as broker:
+        await gate.warm_up()
+        app = create_app(broker, gate=gate)
+        config = hypercorn_config(settings)
+        sock = listen_socket(settings.host, settings.port)
+        port = sock.getsockname()[1]
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal, stop)
+            await nursery.start(
+                partial(
+                    worker_serve,
+                    wrap_app(app, config.wsgi_max_body_size, None),
+                    config,
+                    sockets=Sockets([], [sock], []),
+                    shutdown_trigger=partial(_shutdown_trigger, stop, broker),
+                )
             )
-        )
-        worker = os.environ.get("QUEEN_WORKER_ID", "0")
-        log.info(
-            "queen listening on http://%s:%d (worker %s); database: %s; spool: %s",
-            settings.host,
-            port,
-            worker,
-            broker.database,
-            spool,
-        )
-        log.info("authentication: %s", gate.describe())
-        task_status.started(port)
-        await stop.wait()
-        log.info("shutting down: finishing requests in flight")
-    nursery.cancel_scope.cancel()
+            worker = os.environ.get("QUEEN_WORKER_ID", "0")
+            log.info(
+                "queen listening on http://%s:%d (worker %s); database: %s; spool: %s",
+                settings.host,
+                port,
+                worker,
+                broker.database,
+                spool,
+            )
+            log.info("authentication: %s", gate.describe())
+            task_status.started(port)
+            await stop.wait()
+            log.info("shutting down: finishing requests in flight")
+        nursery.cancel_scope.cancel()
 
 
 async def _shutdown_trigger(stop: trio.Event, broker: Broker) -> None:
