@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import trio
 
-from queen.cipher import PREFIX
 from queen import open_broker
+from queen.cipher import PREFIX
 from queen.server import serve
 from queen.settings import Settings
 from tests.client_env import ensure_client_python
@@ -201,6 +201,8 @@ async def test_an_encrypted_queue_reads_back_plaintext_everywhere(
     )
     assert len(stored) == 4
     assert all(p.startswith(PREFIX) and "secret" not in p for (p,) in stored)
+
+
 async def test_retention_enabled_and_max_wait_time_with_the_client(
     client_python: Path, settings: Settings, queue: str, tmp_path: Path, db: Db
 ) -> None:
