@@ -161,10 +161,12 @@ class Broker:
         auto_ack: bool = False,
         subscription_mode: str | None = None,
         subscription_from: str | None = None,
+        autopilot: bool = False,
     ) -> PopResult:
         """Pop from ``queue`` (one ``partition``, or any), or from every queue matching
-        ``namespace``/``task``. ``consumer_group`` None is queue mode. The result is empty
-        when nothing was deliverable (by ``timeout_ms`` with ``wait``)."""
+        ``namespace``/``task``. ``consumer_group`` None is queue mode. Without ``batch`` a pop
+        delivers one message, or with ``autopilot`` as many as the broker chooses. The result
+        is empty when nothing was deliverable (by ``timeout_ms`` with ``wait``)."""
         args = {
             "namespace": namespace,
             "task": task,
@@ -176,6 +178,7 @@ class Broker:
             "autoAck": auto_ack,
             "subscriptionMode": subscription_mode,
             "subscriptionFrom": subscription_from,
+            "autopilot": autopilot,
         }
         request = requests.pop_request(
             args, queue=queue, partition=partition, max_batch=self.settings.pop_max_batch

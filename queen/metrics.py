@@ -38,6 +38,7 @@ class Metrics:
     retention_passes: int = 0  # retention passes this process ran
     retention_segments_removed: int = 0
     retention_messages_removed: int = 0
+    retention_traces_removed: int = 0  # traces whose messages were gone
     dedup_rows_pruned: int = 0  # sidecar rows outside their window, removed
     eviction_segments_removed: int = 0  # segments removed past maxWaitTimeSeconds
     eviction_messages_removed: int = 0

@@ -6,10 +6,12 @@ Run by the supervisor. Every ``interval_s`` it runs one pass: bounded batches of
 ``retentionEnabled``), then of ``queen.evict_batch`` (whole segments older than their queue's
 ``maxWaitTimeSeconds`` that some consumer group has not consumed), then of
 ``queen.prune_dedup_batch`` (sidecar rows outside their queue's current dedup window, and rows
-of deleted partitions). Each batch is one short transaction, so no long lock is held and pushes
-never wait for it (it takes no partition row lock at all); a pass stops after
-``max_batches`` batches of each kind and goes on at the next interval. Only one broker process
-runs a pass at a time: the others find the advisory lock taken and skip theirs.
+of deleted partitions), then of ``queen.trace_retention_batch`` (traces whose message is
+gone: their partition holds no segment stored before them). Each batch is one short
+transaction, so no long lock is held and pushes never wait for it (it takes no partition row
+lock at all); a pass stops after ``max_batches`` batches of each kind and goes on at the next
+interval. Only one broker process runs a pass at a time: the others find the advisory lock
+taken and skip theirs.
 
 Why nothing still needed is removed: retention and eviction remove only segments older than
 their queue's time, and never one holding a message under a live lease (see the SQL); pruning
@@ -58,6 +60,7 @@ class RetentionLoop:
         m.retention_segments_removed += outcome.segments
         m.retention_messages_removed += outcome.messages
         m.dedup_rows_pruned += outcome.sidecar_rows
+        m.retention_traces_removed += outcome.traces
         m.eviction_segments_removed += outcome.evicted_segments
         m.eviction_messages_removed += outcome.evicted_messages
         if outcome.evicted_segments:
@@ -73,6 +76,8 @@ class RetentionLoop:
                 outcome.messages,
                 outcome.sidecar_rows,
             )
+        if outcome.traces:
+            log.info("retention removed %d traces of removed messages", outcome.traces)
         return outcome
 
     async def run(

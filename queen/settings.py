@@ -136,7 +136,14 @@ class Settings:
         2.0, "QUEEN_DB_PROBE_MAX_S", "longest pause between probes of an unreachable database"
     )
     pop_default_batch: int = _setting(
-        100, "QUEEN_POP_DEFAULT_BATCH", "messages one pop delivers when the client sets no batch"
+        1,
+        "QUEEN_POP_DEFAULT_BATCH",
+        "messages a pop delivers when the client sets no batch and no autopilot",
+    )
+    pop_autopilot_batch: int = _setting(
+        100,
+        "QUEEN_POP_AUTOPILOT_BATCH",
+        "messages a pop delivers when the client sets no batch and asks for autopilot",
     )
     pop_max_batch: int = _setting(
         10_000, "QUEEN_POP_MAX_BATCH", "largest batch a pop may ask for (400 above)"

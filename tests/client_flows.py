@@ -318,6 +318,93 @@ async def retention_check(client: Queen, q: str) -> dict[str, Any]:
     return {"keep": ids(keep), "wait": ids(wait)}
 
 
+async def consume_admin(client: Queen, q: str) -> dict[str, Any]:
+    """subscription_mode("from_beginning"), pops without a batch, seek, deleting a group on
+    one queue, and traces recorded from a consume() handler and read back."""
+    out: dict[str, Any] = {}
+    await client.queue(q).push([{"data": f"m{n}", "transactionId": f"tx-{n}"} for n in range(3)])
+    got = (
+        await client.queue(q)
+        .group(f"fb-{q}")
+        .subscription_mode("from_beginning")
+        .batch(10)
+        .wait(False)
+        .pop()
+    )
+    out["from_beginning_pop"] = ids(got)
+    seen: list[Any] = []
+
+    async def collect(message: dict[str, Any]) -> None:
+        seen.append(message["data"])
+
+    await asyncio.wait_for(
+        client.queue(q)
+        .group(f"fbc-{q}")
+        .subscription_mode("from_beginning")
+        .batch(1)
+        .limit(3)
+        .consume(collect),
+        30,
+    )
+    out["from_beginning_consume"] = seen
+
+    single = await client.queue(q).autopilot(False).wait(False).pop()
+    out["autopilot_off_pop"] = ids(single)
+    await client.ack(single, True)
+    out["autopilot_pop"] = ids(await client.queue(q).wait(False).pop())
+
+    group = f"seek-{q}"
+    read = await client.queue(q).group(group).batch(10).wait(False).pop()
+    await client.ack(read, True, {"group": group})
+    back = await client.admin.seek_consumer_group(group, q, {"timestamp": "2000-01-01T00:00:00Z"})
+    out["seek_back"] = [back["success"], back["seekToEnd"], back["partitionsUpdated"]]
+    again = await client.queue(q).group(group).batch(10).wait(False).pop()
+    out["after_seek_back"] = ids(again)
+    end = await client.admin.seek_consumer_group(group, q, {"toEnd": True})
+    out["seek_end"] = [end["success"], end["seekToEnd"], end["partitionsUpdated"]]
+    out["after_seek_end"] = await client.queue(q).group(group).batch(10).wait(False).pop()
+    out["stale_ack"] = (await client.ack(again[0], True, {"group": group}))["success"]
+
+    other = f"{q}-other"
+    await client.queue(other).push([{"data": "o"}])
+    await client.queue(other).group(group).wait(False).pop()
+    deleted = await client.admin.delete_consumer_group_for_queue(group, q, True)
+    out["deleted_on_queue"] = {
+        k: deleted[k] for k in ("success", "consumerGroup", "queueName", "deletedPartitions")
+    }
+    out["reread_after_delete"] = ids(await client.queue(q).group(group).batch(10).wait(False).pop())
+
+    traced = f"traced-{q}"
+    await client.queue(traced).push([{"data": "t", "transactionId": "tx-traced"}])
+    answers: list[Any] = []
+    where: list[Any] = []
+
+    async def trace_it(message: dict[str, Any]) -> None:
+        where.append(message["partitionId"])
+        answers.append(await message["trace"]({"traceName": f"order-{q}", "data": {"step": 1}}))
+        answers.append(
+            await message["trace"](
+                {"traceName": [f"order-{q}", f"cust-{q}"], "eventType": "done", "data": {"n": 2}}
+            )
+        )
+
+    await asyncio.wait_for(
+        client.queue(traced).group("tracer").batch(1).limit(1).consume(trace_it), 30
+    )
+    out["trace_answers"] = [a["success"] for a in answers]
+    mine = await client.admin.get_traces_for_message(where[0], "tx-traced")
+    out["message_traces"] = [
+        [t["event_type"], t["data"], t["consumer_group"], t["trace_names"]] for t in mine["traces"]
+    ]
+    named = await client.admin.get_traces_by_name(f"cust-{q}")
+    out["by_name"] = [named["total"], [t["queue_name"] for t in named["traces"]]]
+    names = await client.admin.get_trace_names(limit=1000)
+    out["names"] = sorted(
+        n["trace_name"] for n in names["trace_names"] if n["trace_name"].endswith(q)
+    )
+    return out
+
+
 FLOWS = {
     f.__name__: f
     for f in (
@@ -332,6 +419,7 @@ FLOWS = {
         long_poll,
         authenticated,
         encrypted,
+        consume_admin,
     )
 }
 

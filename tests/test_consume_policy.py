@@ -98,6 +98,9 @@ def test_bad_options_are_refused_with_their_name(options: object, message: str) 
 def test_subscription_parsing_follows_the_contract() -> None:
     assert subscription_of(None, None) == Subscription(SubscriptionStart.ALL)
     assert subscription_of("all", "") == Subscription(SubscriptionStart.ALL)
+    for other in ("from_beginning", "FROM_BEGINNING", "latest", "anything"):
+        assert subscription_of(other, None) == Subscription(SubscriptionStart.ALL), other
+    assert subscription_of("NEW", None) == Subscription(SubscriptionStart.NOW)
     assert subscription_of("new", None) == Subscription(SubscriptionStart.NOW)
     assert subscription_of("new-only", None) == Subscription(SubscriptionStart.NOW)
     assert subscription_of(None, "now") == Subscription(SubscriptionStart.NOW)
@@ -110,9 +113,9 @@ def test_subscription_parsing_follows_the_contract() -> None:
 
 
 def test_pop_sizing_uses_client_values_and_fills_the_rest() -> None:
-    common = {"default_batch": 100, "autopilot_partitions": 4}
+    common = {"default_batch": 1, "autopilot_batch": 100, "autopilot_partitions": 4}
     assert pop_sizing(None, None, one_partition_route=False, autopilot=False, **common) == (
-        pop_sizing(100, 1, one_partition_route=False, autopilot=False, **common)
+        pop_sizing(1, 1, one_partition_route=False, autopilot=False, **common)
     )
     auto = pop_sizing(None, None, one_partition_route=False, autopilot=True, **common)
     assert (auto.batch, auto.partitions) == (100, 4)
@@ -178,7 +181,6 @@ def test_pop_defaults_are_queue_mode_no_wait_and_broker_sizing() -> None:
         ({"wait": "maybe"}, "wait must be true or false"),
         ({"timeout": "-1"}, "timeout must be between"),
         ({"partitions": "0"}, "partitions must be between"),
-        ({"subscriptionMode": "latest"}, "subscriptionMode must be one of"),
         ({"subscriptionFrom": "soon"}, "subscriptionFrom must be"),
         ({"consumerGroup": "a\nb"}, "consumerGroup must not contain control characters"),
     ],

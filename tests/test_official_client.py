@@ -133,6 +133,42 @@ async def test_consumer_groups_fan_out_and_subscribe(flow: Any) -> None:
     assert r["group_deleted"] == [True, 1]
 
 
+async def test_subscription_modes_pop_sizes_seek_group_delete_and_traces(
+    flow: Any, queue: str, db: Db
+) -> None:
+    r = await flow("consume_admin")
+    assert r["from_beginning_pop"] == ["m0", "m1", "m2"]
+    assert r["from_beginning_consume"] == ["m0", "m1", "m2"]
+    assert r["autopilot_off_pop"] == ["m0"]  # batch=1 sent: one message
+    assert r["autopilot_pop"] == ["m1", "m2"]  # the broker chose the batch
+    assert r["seek_back"] == [True, False, 1]
+    assert r["after_seek_back"] == ["m0", "m1", "m2"]
+    assert r["seek_end"] == [True, True, 1]
+    assert r["after_seek_end"] == []
+    assert r["stale_ack"] is False  # seek released the lease
+    assert r["deleted_on_queue"] == {
+        "success": True,
+        "consumerGroup": f"seek-{queue}",
+        "queueName": queue,
+        "deletedPartitions": 1,
+    }
+    assert r["reread_after_delete"] == ["m0", "m1", "m2"]
+    kept = await db.value(
+        "SELECT count(*) FROM queen.cursors c JOIN queen.queues q ON q.id = c.queue_id "
+        "WHERE q.name = %s AND c.consumer_group = %s",
+        f"{queue}-other",
+        f"seek-{queue}",
+    )
+    assert kept == 1
+    assert r["trace_answers"] == [True, True]
+    assert r["message_traces"] == [
+        ["info", {"step": 1}, "tracer", [f"order-{queue}"]],
+        ["done", {"n": 2}, "tracer", sorted([f"cust-{queue}", f"order-{queue}"])],
+    ]
+    assert r["by_name"] == [1, [f"traced-{queue}"]]
+    assert r["names"] == sorted([f"cust-{queue}", f"order-{queue}"])
+
+
 async def test_lease_renewal_keeps_a_slow_handler_in_charge(flow: Any) -> None:
     r = await flow("renewal")
     assert r["renew"] == [True, 1, True]

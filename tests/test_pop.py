@@ -137,6 +137,25 @@ async def test_subscription_new_starts_at_the_first_pop(api: Api, queue: str, db
     assert await api.messages(queue, consumerGroup="late", subscriptionMode="all") == []
 
 
+@pytest.mark.parametrize("mode", ["from_beginning", "FROM_BEGINNING", "earliest", "all"])
+async def test_any_other_subscription_mode_reads_from_the_beginning(
+    api: Api, queue: str, db: Db, mode: str
+) -> None:
+    await api.push(queue, "p", "old")
+    await age_messages(db, queue, 10)
+    for wait in ("false", "true"):
+        status, body = await api.pop(
+            queue, batch=5, consumerGroup=f"g-{wait}", subscriptionMode=mode, wait=wait, timeout=0
+        )
+        assert status == 200 and data_of(body["messages"]) == ["old"], wait
+    stored = await db.value(
+        "SELECT subscription_mode FROM queen.consumer_groups g JOIN queen.queues q "
+        "ON q.id = g.queue_id WHERE q.name = %s AND g.consumer_group = 'g-false'",
+        queue,
+    )
+    assert stored == "all"
+
+
 async def test_subscription_from_a_timestamp(api: Api, queue: str, db: Db) -> None:
     await api.push(queue, "p", "hour-old")
     await age_messages(db, queue, 3600)
@@ -242,6 +261,19 @@ async def test_path_parameters_are_percent_decoded(api: Api, queue: str) -> None
     assert status == 200 and body["existed"] is True
 
 
+async def test_a_pop_without_batch_delivers_one_message_unless_autopilot(
+    api: Api, queue: str, broker: Broker
+) -> None:
+    await api.push(queue, "p", *range(150))
+    status, body = await api.pop(queue)
+    assert status == 200 and data_of(body["messages"]) == [0]
+    assert "autopilot" not in body
+    await api.ack(body["messages"][0])
+    assert [m["data"] for m in (await broker.pop(queue)).messages] == [1]
+    auto = await broker.pop(queue, consumer_group="lib", autopilot=True)
+    assert len(auto.messages) == 100
+
+
 async def test_default_batch_and_autopilot_echo(api: Api, queue: str) -> None:
     await api.push(queue, "p", *range(150))
     status, body = await api.pop(queue, autopilot=True)
@@ -297,7 +329,6 @@ async def test_embedding_api_pops_and_acks(broker: Broker, queue: str) -> None:
         ("timeout=-5", "timeout must be between"),
         ("partitions=0", "partitions must be between"),
         ("autoAck=2", "autoAck must be true or false"),
-        ("subscriptionMode=oldest", "subscriptionMode must be one of"),
         ("subscriptionFrom=tomorrow", "subscriptionFrom must be"),
         ("consumerGroup=a%01b", "consumerGroup must not contain control characters"),
     ],

@@ -69,6 +69,12 @@ ROUTE_TABLE: Final[tuple[RouteAccess, ...]] = (
         CONSUME,
         "move a consumer group's cursor on a queue",
     ),
+    _route(
+        "POST",
+        "/api/v1/consumer-groups/<group>/queues/<queue>/partitions/<partition>/seek",
+        CONSUME,
+        "move a consumer group's cursor on one partition to its end",
+    ),
     _route("POST", "/api/v1/traces", CONSUME, "record a processing trace"),
     # Reading: read.
     _route("GET", "/api/v1/dlq", READ, "dead-letter messages"),

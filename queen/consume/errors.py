@@ -9,3 +9,7 @@ class InvalidRequest(ValueError):
 
 class ConsumeUnavailable(RuntimeError):
     """The consume side needs PostgreSQL and the broker runs on another store."""
+
+
+class NotFound(LookupError):
+    """A consume-side request names a queue or partition that does not exist (HTTP 404)."""

@@ -36,8 +36,9 @@ def subscription_of(mode: str | None, start_from: str | None) -> Subscription:
     """The subscription a pop asks for (contract §3).
 
     A non-empty ``subscriptionFrom`` other than ``now`` starts at that timestamp; else mode
-    ``new``/``new-only`` or ``subscriptionFrom=now`` starts now; else from the beginning.
-    Raises ValueError for a timestamp that cannot be read.
+    ``new``/``new-only`` or ``subscriptionFrom=now`` starts now; else from the beginning: any
+    other mode (``all``, the clients' ``from_beginning``, anything) means all. Raises
+    ValueError for a timestamp that cannot be read.
     """
     start_from = (start_from or "").strip()
     if start_from and start_from.lower() != "now":
@@ -59,17 +60,22 @@ def pop_sizing(
     *,
     one_partition_route: bool,
     default_batch: int,
+    autopilot_batch: int,
     autopilot_partitions: int,
     autopilot: bool,
 ) -> Sizing:
     """How many messages and partitions one pop may take.
 
-    A value the client set is used as is. An omitted batch is ``default_batch``. An omitted
-    partition count is 1, or ``autopilot_partitions`` when the client left the choice to the
-    broker (``autopilot=true``); the partition route always claims one partition.
+    A value the client set is used as is. When the client left the choice to the broker
+    (``autopilot=true``), an omitted batch is ``autopilot_batch`` and an omitted partition
+    count ``autopilot_partitions``; otherwise they are ``default_batch`` (1, as the official
+    clients expect from a pop without ``batch``) and 1. The partition route always claims one
+    partition.
     """
-    width = partitions or (autopilot_partitions if autopilot else 1)
-    return Sizing(batch or default_batch, 1 if one_partition_route else width)
+    if autopilot:
+        width = partitions or autopilot_partitions
+        return Sizing(batch or autopilot_batch, 1 if one_partition_route else width)
+    return Sizing(batch or default_batch, 1 if one_partition_route else partitions or 1)
 
 
 def iso_utc(moment: datetime) -> str:

@@ -116,9 +116,6 @@ def pop_request(
         subscription = subscription_of(args.get("subscriptionMode"), args.get("subscriptionFrom"))
     except ValueError:
         raise InvalidRequest("subscriptionFrom must be 'now' or an ISO-8601 timestamp") from None
-    mode = (args.get("subscriptionMode") or "").lower()
-    if mode not in ("", "all", "new", "new-only"):
-        raise InvalidRequest("subscriptionMode must be one of all, new, new-only")
     timeout = count(args.get("timeout"), "timeout", 0, MAX_TIMEOUT_MS)
     return PopRequest(
         queue=checked_queue,
@@ -163,6 +160,11 @@ def _partition_id(value: Any, where: str) -> int | None:
         return None
     number = int(text)
     return number if 0 < number <= _MAX_BIGINT else None
+
+
+def partition_id(value: Any, where: str = "") -> int | None:
+    """A ``partitionId`` as a client sends it back; None when it names no partition here."""
+    return _partition_id(value, where)
 
 
 def _lease_id(value: Any, where: str) -> str | None:
@@ -356,6 +358,38 @@ def subscription_timestamp(body: Any) -> datetime:
         return parse_timestamp(value)
     except ValueError:
         raise InvalidRequest("subscriptionTimestamp must be an ISO-8601 timestamp") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SeekTarget:
+    """Where a seek moves a consumer group: to the end, or to the messages stored at or after
+    ``at``."""
+
+    to_end: bool
+    at: datetime | None = None
+
+
+def seek_target(body: Any, *, empty_means_end: bool = False) -> SeekTarget:
+    """``{"toEnd": true}`` or ``{"timestamp": ISO}`` (``toEnd`` wins when both are given);
+    with ``empty_means_end`` (one partition) an empty body or ``{}`` means the end."""
+    if empty_means_end and (body is None or body == {}):
+        return SeekTarget(to_end=True)
+    if type(body) is not dict:
+        raise InvalidRequest("body must be a JSON object")
+    to_end = body.get("toEnd", False)
+    if type(to_end) is not bool:
+        raise InvalidRequest("toEnd must be true or false")
+    if to_end:
+        return SeekTarget(to_end=True)
+    value = body.get("timestamp")
+    if value is None or value == "":
+        raise InvalidRequest("Must specify either 'toEnd': true or 'timestamp'")
+    if type(value) is not str:
+        raise InvalidRequest("timestamp must be an ISO-8601 string")
+    try:
+        return SeekTarget(to_end=False, at=parse_timestamp(value))
+    except ValueError:
+        raise InvalidRequest("timestamp must be an ISO-8601 timestamp") from None
 
 
 def enabled_flag(body: Any) -> bool:

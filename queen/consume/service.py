@@ -37,12 +37,15 @@ import psycopg
 import trio
 
 from queen.cipher import PREFIX, PayloadUnreadable
+from queen.consume import requests
+from queen.consume.errors import NotFound
 from queen.consume.listener import PushListener
 from queen.consume.options import QueueOptions, options_to_wire
 from queen.consume.policy import iso_of_uuid7, iso_utc, pop_sizing
-from queen.consume.requests import AckItem, DlqQuery, PopRequest, TransactionRequest
+from queen.consume.requests import AckItem, DlqQuery, PopRequest, SeekTarget, TransactionRequest
 from queen.consume.results import Delivered, PopResult
 from queen.consume.switches import POP_MAINTENANCE, Switches
+from queen.consume.tracing import Traces
 from queen.consume.wakeups import Wakeups
 from queen.encryption import QueueEncryption
 from queen.ids import mint_id
@@ -51,6 +54,7 @@ from queen.metrics import Metrics
 from queen.settings import Settings
 from queen.storage.base import SegmentWrite, StoreError, WriteResult
 from queen.storage.consume import AckOutcome, PgConsumeStore, TransactOutcome
+from queen.storage.traces import PgTraceStore
 
 log = logging.getLogger("queen.consume")
 
@@ -72,6 +76,7 @@ class ConsumeService:
         self.metrics = metrics
         self.wakeups = Wakeups()
         self.switches = Switches(store, cache_s=settings.system_state_cache_ms / 1000)
+        self.traces = Traces(PgTraceStore(store.pool))
         self.listener: PushListener | None = None
         self._recheck_s = max(_MIN_RECHECK_S, settings.pop_recheck_ms / 1000)
         self._closing = False
@@ -140,6 +145,7 @@ class ConsumeService:
             request.partitions,
             one_partition_route=request.partition is not None,
             default_batch=s.pop_default_batch,
+            autopilot_batch=s.pop_autopilot_batch,
             autopilot_partitions=s.pop_autopilot_partitions,
             autopilot=request.autopilot,
         )
@@ -378,6 +384,52 @@ class ConsumeService:
             "metadataDeleted": delete_metadata,
         }
 
+    async def delete_consumer_group_on_queue(
+        self, group: str, queue: str, delete_metadata: bool = True
+    ) -> dict[str, Any]:
+        """Forget ``group`` on ``queue`` only (its cursors, leases, pending failures and, with
+        ``delete_metadata``, its subscription there). An unknown queue deletes nothing."""
+        group, queue = _name(group, "consumer group"), _name(queue, "queue")
+        _, deleted, metadata = await self.store.delete_consumer_group_on_queue(
+            group, queue, delete_metadata
+        )
+        return {
+            "success": True,
+            "consumerGroup": group,
+            "queueName": queue,
+            "deletedPartitions": deleted,
+            "metadataDeleted": metadata,
+        }
+
+    async def seek(
+        self, group: str, queue: str, target: SeekTarget, partition: str | None = None
+    ) -> dict[str, Any]:
+        """Move ``group`` on ``queue`` (or on one ``partition``) to the end or to a time; its
+        leases there are released. Raises :class:`NotFound` for an unknown queue/partition."""
+        group, queue = _name(group, "consumer group"), _name(queue, "queue")
+        if partition is not None:
+            partition = _name(partition, "partition")
+        done = await self.store.seek(group, queue, partition, target.to_end, target.at)
+        if not done.queue_found:
+            raise NotFound(f"queue {queue} not found")
+        if not done.partition_found:
+            raise NotFound(f"partition {partition} not found in queue {queue}")
+        self.wakeups.fire({queue})  # released leases and a cursor moved back: pops may go on
+        body: dict[str, Any] = {
+            "success": True,
+            "consumerGroup": group,
+            "queueName": queue,
+            "seekToEnd": target.to_end,
+            "targetTimestamp": iso_utc(target.at) if target.at is not None else None,
+        }
+        if partition is None:
+            body["partitionsUpdated"] = done.updated
+        else:
+            body["partitionName"] = partition
+            body["updated"] = done.updated > 0
+            body["cursorMovedTo"] = iso_utc(done.moved_to) if done.moved_to else None
+        return body
+
     async def set_subscription(self, group: str, at: Any) -> dict[str, Any]:
         updated = await self.store.set_subscription(group, at)
         return {
@@ -410,6 +462,12 @@ def _ack_wire(item: AckItem, outcome: AckOutcome) -> dict[str, Any]:
         "leaseReleased": outcome.lease_released,
         "dlq": outcome.dlq,
     }
+
+
+def _name(value: Any, what: str) -> str:
+    checked = requests.name(value, what)
+    assert checked is not None
+    return checked
 
 
 def _transaction_error(outcome: TransactOutcome) -> str:

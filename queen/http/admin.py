@@ -1,4 +1,4 @@
-"""Queue, DLQ, consumer-group and pop-maintenance routes (contract §1, §8, §9, §10).
+"""Queue, DLQ and pop-maintenance routes (contract §1, §9, §10).
 
 Thin: validate with :mod:`queen.consume.requests`, call the broker, shape the answer.
 """
@@ -50,22 +50,6 @@ async def delete_queue(queue: str) -> Response:
 @blueprint.get("/api/v1/dlq")
 async def dlq() -> Response:
     return json_response(await _broker().consume.dlq(requests.dlq_query(request.args)))
-
-
-@blueprint.delete("/api/v1/consumer-groups/<path:group>")
-async def delete_consumer_group(group: str) -> Response:
-    checked = requests.name(group, "consumer group")
-    assert checked is not None
-    metadata = requests.flag(request.args.get("deleteMetadata"), "deleteMetadata", True)
-    return json_response(await _broker().consume.delete_consumer_group(checked, metadata))
-
-
-@blueprint.post("/api/v1/consumer-groups/<path:group>/subscription")
-async def set_subscription(group: str) -> Response:
-    checked = requests.name(group, "consumer group")
-    assert checked is not None
-    at = requests.subscription_timestamp(await json_body(allow_empty=True))
-    return json_response(await _broker().consume.set_subscription(checked, at))
 
 
 @blueprint.get("/api/v1/system/maintenance/pop")

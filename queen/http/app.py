@@ -17,8 +17,8 @@ from werkzeug.exceptions import HTTPException
 from queen.auth import AccessGate, build_gate
 from queen.broker import Broker, BrokerClosed, PartitionsBusy
 from queen.cipher import PayloadUnreadable
-from queen.consume.errors import ConsumeUnavailable, InvalidRequest
-from queen.http import access, admin, consume, health, maintenance, push, resources
+from queen.consume.errors import ConsumeUnavailable, InvalidRequest, NotFound
+from queen.http import access, admin, consume, groups, health, maintenance, push, resources, traces
 from queen.http.responses import error_response
 from queen.storage.base import StoreUnavailable
 
@@ -35,12 +35,15 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     # (16 MiB by default) must not answer first.
     app.config["MAX_CONTENT_LENGTH"] = broker.settings.max_body_bytes
     app.config["JSON_SORT_KEYS"] = False
+    app.url_map.converters["group"] = groups.GroupName
     access.install(app, gate if gate is not None else build_gate(broker.settings))
     app.register_blueprint(push.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(maintenance.blueprint)
     app.register_blueprint(consume.blueprint)
     app.register_blueprint(admin.blueprint)
+    app.register_blueprint(groups.blueprint)
+    app.register_blueprint(traces.blueprint)
     app.register_blueprint(resources.blueprint)
 
     @app.errorhandler(HTTPException)
@@ -64,6 +67,10 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     @app.errorhandler(InvalidRequest)
     async def invalid(exc: InvalidRequest) -> Response:
         return error_response(400, str(exc))
+
+    @app.errorhandler(NotFound)
+    async def not_found(exc: NotFound) -> Response:
+        return error_response(404, str(exc))
 
     @app.errorhandler(ConsumeUnavailable)
     async def no_consume(exc: ConsumeUnavailable) -> Response:

@@ -121,6 +121,14 @@ class DlqEntry:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class SeekOutcome:
+    queue_found: bool
+    partition_found: bool
+    updated: int  # cursors moved
+    moved_to: datetime | None  # to the end: the newest stored segment's time; else the target
+
+
 class PgConsumeStore:
     """The consume operations on PostgreSQL, over the broker's connection pool."""
 
@@ -279,6 +287,38 @@ class PgConsumeStore:
                 "SELECT queen.delete_consumer_group(%s, %s)", (group, metadata)
             ).fetchone()
             return int(row[0]) if row else 0
+
+        return await self.pool.run(_retrying(call))
+
+    async def delete_consumer_group_on_queue(
+        self, group: str, queue: str, metadata: bool
+    ) -> tuple[bool, int, bool]:
+        """(queue found, cursors deleted, subscription deleted)."""
+
+        def call(conn: psycopg.Connection[Any]) -> tuple[bool, int, bool]:
+            row = conn.execute(
+                "SELECT queue_found, cursors_deleted, metadata_deleted"
+                " FROM queen.delete_consumer_group_on_queue(%s, %s, %s)",
+                (group, queue, metadata),
+            ).fetchone()
+            assert row is not None
+            return bool(row[0]), int(row[1]), bool(row[2])
+
+        return await self.pool.run(_retrying(call))
+
+    async def seek(
+        self, group: str, queue: str, partition: str | None, to_end: bool, at: datetime | None
+    ) -> SeekOutcome:
+        """Move the group's cursors on the queue (or one partition); see ``queen.seek``."""
+
+        def call(conn: psycopg.Connection[Any]) -> SeekOutcome:
+            row = conn.execute(
+                "SELECT queue_found, partition_found, updated, moved_to FROM queen.seek("
+                "%s::text, %s::text, %s::text, %s::boolean, %s::timestamptz)",
+                (group, queue, partition, to_end, at),
+            ).fetchone()
+            assert row is not None
+            return SeekOutcome(bool(row[0]), bool(row[1]), int(row[2] or 0), row[3])
 
         return await self.pool.run(_retrying(call))
 

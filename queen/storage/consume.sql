@@ -788,3 +788,202 @@ BEGIN
     RETURN v_n;
 END
 $fn$;
+
+-- Forget a consumer group on one queue only: its cursors there (and so its leases), its
+-- pending failures there and, with p_metadata, where it subscribed to that queue.
+-- queue_found is false (and nothing changes) when the queue does not exist.
+CREATE OR REPLACE FUNCTION queen.delete_consumer_group_on_queue(
+    p_group text, p_queue text, p_metadata boolean,
+    OUT queue_found boolean, OUT cursors_deleted integer, OUT metadata_deleted boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_qid bigint;
+BEGIN
+    SELECT q.id INTO v_qid FROM queen.queues q WHERE q.name = p_queue;
+    queue_found := FOUND;
+    cursors_deleted := 0;
+    metadata_deleted := false;
+    IF NOT queue_found THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM queen.cursors c WHERE c.queue_id = v_qid AND c.consumer_group = p_group
+    ORDER BY c.partition_id, c.consumer_group FOR UPDATE;
+    DELETE FROM queen.cursors c WHERE c.queue_id = v_qid AND c.consumer_group = p_group;
+    GET DIAGNOSTICS cursors_deleted = ROW_COUNT;
+    DELETE FROM queen.failures f WHERE f.queue_id = v_qid AND f.consumer_group = p_group;
+    IF p_metadata THEN
+        DELETE FROM queen.consumer_groups g
+        WHERE g.queue_id = v_qid AND g.consumer_group = p_group;
+        metadata_deleted := FOUND;
+    END IF;
+END
+$fn$;
+
+-- Move a consumer group's cursors on a queue (or on one partition of it): to the end
+-- (p_to_end: everything stored so far is skipped) or to the first message stored at or after
+-- p_at (the group reads again from there; the end if none). Partitions holding messages where
+-- the group has no cursor yet get one, so the move covers every message stored so far.
+-- Leases and retry delays of the group there are released and its pending failures dropped.
+-- Cursor rows are inserted in key order, then locked FOR UPDATE in (partition, group) order,
+-- like an ack. queue_found/partition_found say whether the names exist (nothing changes if
+-- not); moved_to is the stored time the cursors now start after (to the end) or p_at.
+CREATE OR REPLACE FUNCTION queen.seek(
+    p_group text, p_queue text, p_partition text, p_to_end boolean, p_at timestamptz,
+    OUT queue_found boolean, OUT partition_found boolean, OUT updated integer,
+    OUT moved_to timestamptz)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_qid bigint;
+BEGIN
+    updated := 0;
+    SELECT q.id INTO v_qid FROM queen.queues q WHERE q.name = p_queue;
+    queue_found := FOUND;
+    partition_found := queue_found AND (p_partition IS NULL OR EXISTS (
+        SELECT 1 FROM queen.partitions p WHERE p.queue_id = v_qid AND p.name = p_partition));
+    IF NOT partition_found THEN
+        RETURN;
+    END IF;
+
+    INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_offset)
+    SELECT p.id, p_group, p.queue_id, 0
+    FROM queen.partitions p
+    WHERE p.queue_id = v_qid AND (p_partition IS NULL OR p.name = p_partition)
+      AND p.next_offset > 0
+      AND NOT EXISTS (SELECT 1 FROM queen.cursors x
+                      WHERE x.partition_id = p.id AND x.consumer_group = p_group)
+    ORDER BY p.id
+    ON CONFLICT DO NOTHING;
+
+    PERFORM 1 FROM queen.cursors c
+    JOIN queen.partitions p ON p.id = c.partition_id
+    WHERE c.queue_id = v_qid AND c.consumer_group = p_group
+      AND (p_partition IS NULL OR p.name = p_partition)
+    ORDER BY c.partition_id, c.consumer_group
+    FOR UPDATE OF c;
+
+    UPDATE queen.cursors c
+    SET next_offset = CASE
+            WHEN p_to_end THEN p.next_offset
+            ELSE coalesce((SELECT s.first_offset FROM queen.segments s
+                           WHERE s.partition_id = c.partition_id AND s.created_at >= p_at
+                           ORDER BY s.first_offset LIMIT 1),
+                          p.next_offset)
+        END,
+        acked = '{}', lease_id = NULL, lease_end = NULL, lease_expires_at = NULL,
+        not_before = NULL
+    FROM queen.partitions p
+    WHERE p.id = c.partition_id AND c.queue_id = v_qid AND c.consumer_group = p_group
+      AND (p_partition IS NULL OR p.name = p_partition);
+    GET DIAGNOSTICS updated = ROW_COUNT;
+
+    DELETE FROM queen.failures f
+    USING queen.partitions p
+    WHERE p.id = f.partition_id AND f.queue_id = v_qid AND f.consumer_group = p_group
+      AND (p_partition IS NULL OR p.name = p_partition);
+
+    IF p_to_end THEN
+        SELECT max(s.created_at) INTO moved_to
+        FROM queen.partitions p
+        CROSS JOIN LATERAL (SELECT x.created_at FROM queen.segments x
+                            WHERE x.partition_id = p.id
+                            ORDER BY x.first_offset DESC LIMIT 1) s
+        WHERE p.queue_id = v_qid AND (p_partition IS NULL OR p.name = p_partition);
+    ELSE
+        moved_to := p_at;
+    END IF;
+END
+$fn$;
+
+-- Processing traces: what consumers recorded about a message (POST /api/v1/traces), named by
+-- its (partition, transactionId). No foreign key (see above); rows of a deleted queue go with
+-- it (queues_forget_traces), and the retention pass removes a trace once its partition holds
+-- no segment stored before it, so a trace never outlives its message by more than the
+-- partition's older messages do.
+CREATE TABLE IF NOT EXISTS queen.traces (
+    id             bigserial PRIMARY KEY,
+    queue_id       bigint NOT NULL,
+    partition_id   bigint NOT NULL,
+    transaction_id text NOT NULL,
+    consumer_group text NOT NULL,
+    event_type     text NOT NULL,
+    data           text NOT NULL,   -- JSON text, as a payload is stored
+    names          text[] NOT NULL DEFAULT '{}',
+    worker_id      text,
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS traces_by_message ON queen.traces (partition_id, transaction_id);
+CREATE INDEX IF NOT EXISTS traces_by_age ON queen.traces (partition_id, created_at);
+CREATE INDEX IF NOT EXISTS traces_by_name ON queen.traces USING gin (names);
+
+CREATE OR REPLACE FUNCTION queen.forget_queue_traces() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    DELETE FROM queen.traces WHERE queue_id IN (SELECT g.id FROM gone g);
+    RETURN NULL;
+END
+$fn$;
+CREATE OR REPLACE TRIGGER queues_forget_traces AFTER DELETE ON queen.queues
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION queen.forget_queue_traces();
+
+-- Record one trace; returns its id, or NULL when no partition has id p_partition.
+CREATE OR REPLACE FUNCTION queen.record_trace(
+    p_partition bigint, p_txid text, p_group text, p_event text, p_data text, p_names text[],
+    p_worker text)
+RETURNS bigint
+LANGUAGE sql AS $fn$
+    INSERT INTO queen.traces (queue_id, partition_id, transaction_id, consumer_group,
+                              event_type, data, names, worker_id)
+    SELECT p.queue_id, p.id, p_txid, p_group, p_event, p_data,
+           ARRAY(SELECT DISTINCT n FROM unnest(p_names) AS n ORDER BY n), p_worker
+    FROM queen.partitions p WHERE p.id = p_partition
+    RETURNING id
+$fn$;
+
+-- The traces of one message, oldest first.
+CREATE OR REPLACE FUNCTION queen.message_traces(p_partition bigint, p_txid text)
+RETURNS TABLE (id bigint, event_type text, data text, consumer_group text, worker_id text,
+               created_at timestamptz, names text[])
+LANGUAGE sql STABLE AS $fn$
+    SELECT t.id, t.event_type, t.data, t.consumer_group, t.worker_id, t.created_at, t.names
+    FROM queen.traces t
+    WHERE t.partition_id = p_partition AND t.transaction_id = p_txid
+    ORDER BY t.created_at, t.id
+$fn$;
+
+-- One page of the traces carrying a name, oldest first, with their total and where they are.
+CREATE OR REPLACE FUNCTION queen.traces_by_name(p_name text, p_limit integer, p_offset integer)
+RETURNS TABLE (total bigint, id bigint, transaction_id text, partition_id bigint,
+               event_type text, data text, consumer_group text, worker_id text,
+               created_at timestamptz, names text[], queue_name text, partition_name text)
+LANGUAGE sql STABLE AS $fn$
+    WITH hits AS (SELECT * FROM queen.traces t WHERE t.names @> ARRAY[p_name]),
+         n AS (SELECT count(*) AS total FROM hits)
+    SELECT n.total, h.id, h.transaction_id, h.partition_id, h.event_type, h.data,
+           h.consumer_group, h.worker_id, h.created_at, h.names, q.name, p.name
+    FROM n
+    LEFT JOIN LATERAL (SELECT * FROM hits ORDER BY hits.created_at, hits.id
+                       LIMIT p_limit OFFSET p_offset) h ON true
+    LEFT JOIN queen.partitions p ON p.id = h.partition_id
+    LEFT JOIN queen.queues q ON q.id = p.queue_id
+    ORDER BY h.created_at, h.id
+$fn$;
+
+-- One page of the trace names in use, most recently seen first, with their counts.
+CREATE OR REPLACE FUNCTION queen.trace_names(p_limit integer, p_offset integer)
+RETURNS TABLE (total bigint, name text, trace_count bigint, message_count bigint,
+               last_seen timestamptz)
+LANGUAGE sql STABLE AS $fn$
+    WITH named AS (
+        SELECT u.name, count(*) AS trace_count,
+               count(DISTINCT (t.partition_id, t.transaction_id)) AS message_count,
+               max(t.created_at) AS last_seen
+        FROM queen.traces t CROSS JOIN LATERAL unnest(t.names) AS u (name)
+        GROUP BY u.name
+    ),
+    n AS (SELECT count(*) AS total FROM named)
+    SELECT n.total, x.name, x.trace_count, x.message_count, x.last_seen
+    FROM n
+    LEFT JOIN LATERAL (SELECT * FROM named ORDER BY named.last_seen DESC, named.name
+                       LIMIT p_limit OFFSET p_offset) x ON true
+    ORDER BY x.last_seen DESC, x.name
+$fn$;

@@ -23,6 +23,7 @@ class PassOutcome:
     sidecar_rows: int = 0
     evicted_segments: int = 0
     evicted_messages: int = 0
+    traces: int = 0
     batches: int = 0
 
 
@@ -68,6 +69,7 @@ def _pass(conn: psycopg.Connection[Any], batch_limit: int, max_batches: int) -> 
             if not pruned or not pruned[0]:
                 break
             outcome.sidecar_rows += int(pruned[0])
+        outcome.traces = _trace_batches(conn, batch_limit, max_batches)
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (_RETENTION_LOCK,))
     return outcome
@@ -87,6 +89,19 @@ def _evict(
             break
         outcome.evicted_segments += int(row[0])
         outcome.evicted_messages += int(row[1])
+
+
+def _trace_batches(conn: psycopg.Connection[Any], batch_limit: int, max_batches: int) -> int:
+    """Traces whose messages are gone, in at most ``max_batches`` batches."""
+    removed = 0
+    for _ in range(max_batches):
+        row = conn.execute(
+            "SELECT removed FROM queen.trace_retention_batch(%s)", (batch_limit,)
+        ).fetchone()
+        if not row or not row[0]:
+            break
+        removed += int(row[0])
+    return removed
 
 
 class PgRetentionStore:

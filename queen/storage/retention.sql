@@ -305,3 +305,33 @@ LANGUAGE sql STABLE AS $fn$
         WHERE p.queue_id = q.id) seg
     WHERE q.name = p_queue
 $fn$;
+
+-- One batch of trace retention: at most p_limit traces whose partition holds no segment
+-- stored before them. A trace is recorded after its message was stored, so such a trace's
+-- message is gone, whichever rule removed it. Returns the traces removed.
+CREATE OR REPLACE FUNCTION queen.trace_retention_batch(p_limit integer, OUT removed bigint)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    WITH expired AS (
+        SELECT x.id
+        FROM queen.partitions p
+        CROSS JOIN LATERAL (
+            SELECT t.id FROM queen.traces t
+            WHERE t.partition_id = p.id
+              AND t.created_at < coalesce((SELECT min(s.created_at) FROM queen.segments s
+                                           WHERE s.partition_id = p.id), 'infinity')
+            LIMIT p_limit) x
+        LIMIT p_limit
+    ),
+    gone AS (
+        DELETE FROM queen.traces t WHERE t.id IN (SELECT e.id FROM expired e) RETURNING 1
+    )
+    SELECT count(*) INTO removed FROM gone;
+
+    IF removed > 0 THEN
+        INSERT INTO queen.retention_totals AS t (name, value)
+        VALUES ('traces', removed)
+        ON CONFLICT (name) DO UPDATE SET value = t.value + excluded.value;
+    END IF;
+END
+$fn$;

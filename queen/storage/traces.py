@@ -1,0 +1,106 @@
+"""Processing traces on PostgreSQL: one SQL function call per operation (``consume.sql``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from queen.consume.traces import TraceRecord
+from queen.storage.pool import ConnectionPool
+
+_MAX_BIGINT = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTrace:
+    id: int
+    event_type: str
+    data: str  # JSON text
+    consumer_group: str
+    worker_id: str | None
+    created_at: datetime
+    names: list[str]
+    transaction_id: str | None = None
+    partition_id: int | None = None
+    queue: str | None = None
+    partition: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceName:
+    name: str
+    trace_count: int
+    message_count: int
+    last_seen: datetime
+
+
+class PgTraceStore:
+    """Record and read traces, over the broker's connection pool."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+
+    async def record(self, trace: TraceRecord, worker_id: str) -> int | None:
+        """The new trace's id; None when its partition does not exist."""
+        if trace.partition_id is None:
+            return None
+        params = (
+            trace.partition_id,
+            trace.transaction_id,
+            trace.consumer_group,
+            trace.event_type,
+            trace.data,
+            list(trace.names),
+            worker_id,
+        )
+
+        def call(conn: psycopg.Connection[Any]) -> int | None:
+            row = conn.execute(
+                "SELECT queen.record_trace(%s::bigint, %s::text, %s::text, %s::text, %s::text,"
+                " %s::text[], %s::text)",
+                params,
+            ).fetchone()
+            return None if row is None or row[0] is None else int(row[0])
+
+        return await self.pool.run(call)
+
+    async def for_message(self, partition_id: int, transaction_id: str) -> list[StoredTrace]:
+        if not 0 < partition_id <= _MAX_BIGINT:
+            return []
+
+        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                "SELECT id, event_type, data, consumer_group, worker_id, created_at, names"
+                " FROM queen.message_traces(%s::bigint, %s::text)",
+                (partition_id, transaction_id),
+            ).fetchall()
+
+        return [StoredTrace(*row) for row in await self.pool.run(call)]
+
+    async def by_name(self, name: str, limit: int, offset: int) -> tuple[int, list[StoredTrace]]:
+        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                "SELECT total, id, event_type, data, consumer_group, worker_id, created_at,"
+                " names, transaction_id, partition_id, queue_name, partition_name"
+                " FROM queen.traces_by_name(%s::text, %s::integer, %s::integer)",
+                (name, limit, offset),
+            ).fetchall()
+
+        rows = await self.pool.run(call)
+        total = int(rows[0][0]) if rows else 0
+        return total, [StoredTrace(*row[1:]) for row in rows if row[1] is not None]
+
+    async def names(self, limit: int, offset: int) -> tuple[int, list[TraceName]]:
+        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                "SELECT total, name, trace_count, message_count, last_seen"
+                " FROM queen.trace_names(%s::integer, %s::integer)",
+                (limit, offset),
+            ).fetchall()
+
+        rows = await self.pool.run(call)
+        total = int(rows[0][0]) if rows else 0
+        return total, [TraceName(*row[1:]) for row in rows if row[1] is not None]
