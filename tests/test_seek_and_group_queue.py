@@ -7,9 +7,12 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 import pytest
+import trio
 
+from queen import open_broker
 from queen.broker import Broker
-from queen.consume.requests import SeekTarget
+from queen.consume import SeekTarget
+from queen.settings import Settings
 from tests.conftest import Db
 from tests.consuming import Api, age_messages, data_of
 
@@ -160,6 +163,27 @@ async def test_seek_from_the_embedding_api(broker: Broker, queue: str) -> None:
     answer = await broker.consume.seek("lib", queue, SeekTarget(to_end=True))
     assert answer["partitionsUpdated"] == 1
     assert not await broker.pop(queue, consumer_group="lib")
+
+
+async def test_seek_wakes_the_groups_waiting_pops(settings: Settings, queue: str) -> None:
+    # no periodic re-check during the test: only a wake-up can answer the waiting pop
+    async with open_broker(settings.with_changes(pop_recheck_ms=600_000)) as broker:
+        await broker.push([{"queue": queue, "payload": n} for n in range(2)])
+        done = await broker.pop(queue, consumer_group="g", batch=5)
+        await broker.ack(done.messages, consumer_group="g")
+        got: list[object] = []
+
+        async def wait_for_them() -> None:
+            result = await broker.pop(queue, consumer_group="g", batch=5, wait=True)
+            got.extend(m["data"] for m in result.messages)
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait_for_them)
+                await broker.consume.wakeups.until_waiting(1)
+                target = SeekTarget(to_end=False, at=datetime(2000, 1, 1, tzinfo=UTC))
+                await broker.consume.seek("g", queue, target)
+        assert got == [0, 1]
 
 
 # --- delete a group on one queue --------------------------------------------------------------

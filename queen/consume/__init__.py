@@ -9,8 +9,17 @@ dead letter queue, consumer groups and the pop maintenance switch.
 - SQL: ``queen/storage/consume.sql``, called by :mod:`queen.storage.consume`.
 """
 
-from queen.consume.errors import ConsumeUnavailable, InvalidRequest
+from queen.consume.errors import ConsumeUnavailable, InvalidRequest, NotFound
 from queen.consume.policy import QUEUE_MODE
+from queen.consume.requests import SeekTarget
 from queen.consume.results import Delivered, PopResult
 
-__all__ = ["QUEUE_MODE", "ConsumeUnavailable", "Delivered", "InvalidRequest", "PopResult"]
+__all__ = [
+    "QUEUE_MODE",
+    "ConsumeUnavailable",
+    "Delivered",
+    "InvalidRequest",
+    "NotFound",
+    "PopResult",
+    "SeekTarget",
+]

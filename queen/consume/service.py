@@ -393,6 +393,8 @@ class ConsumeService:
         _, deleted, metadata = await self.store.delete_consumer_group_on_queue(
             group, queue, delete_metadata
         )
+        if deleted:
+            self.wakeups.fire({queue})  # its leases are gone: its waiting pops may go on
         return {
             "success": True,
             "consumerGroup": group,
