@@ -11,7 +11,7 @@ import trio
 
 from queen import open_broker
 from queen.broker import Broker
-from queen.consume import SeekTarget
+from queen.consume import InvalidRequest, SeekTarget
 from queen.settings import Settings
 from tests.conftest import Db
 from tests.consuming import Api, age_messages, data_of
@@ -163,6 +163,24 @@ async def test_seek_from_the_embedding_api(broker: Broker, queue: str) -> None:
     answer = await broker.consume.seek("lib", queue, SeekTarget(to_end=True))
     assert answer["partitionsUpdated"] == 1
     assert not await broker.pop(queue, consumer_group="lib")
+    with pytest.raises(InvalidRequest, match="Must specify either"):
+        await broker.consume.seek("lib", queue, SeekTarget(to_end=False))
+    naive = datetime(2000, 1, 1)  # no zone: UTC
+    back = await broker.consume.seek("lib", queue, SeekTarget(to_end=False, at=naive))
+    assert back["targetTimestamp"] == "2000-01-01T00:00:00.000Z"
+    assert len((await broker.pop(queue, consumer_group="lib", batch=5)).messages) == 3
+
+
+async def test_a_partition_seek_may_name_a_time(api: Api, queue: str) -> None:
+    group = f"g-{queue}"
+    await api.push(queue, "a", "a1")
+    await api.ack_batch(await api.messages(queue, "a", consumerGroup=group), group=group)
+    status, body = await api.post(
+        f"/api/v1/consumer-groups/{group}/queues/{queue}/partitions/a/seek",
+        {"timestamp": "2000-01-01T00:00:00Z"},
+    )
+    assert status == 200 and body["seekToEnd"] is False and body["updated"] is True
+    assert data_of(await api.messages(queue, "a", consumerGroup=group)) == ["a1"]
 
 
 async def test_seek_wakes_the_groups_waiting_pops(settings: Settings, queue: str) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
+from datetime import UTC
 from typing import Any
 
 import psycopg
@@ -38,7 +39,7 @@ import trio
 
 from queen.cipher import PREFIX, PayloadUnreadable
 from queen.consume import requests
-from queen.consume.errors import NotFound
+from queen.consume.errors import InvalidRequest, NotFound
 from queen.consume.listener import PushListener
 from queen.consume.options import QueueOptions, options_to_wire
 from queen.consume.policy import iso_of_uuid7, iso_utc, pop_sizing
@@ -411,6 +412,10 @@ class ConsumeService:
         group, queue = _name(group, "consumer group"), _name(queue, "queue")
         if partition is not None:
             partition = _name(partition, "partition")
+        if not target.to_end and target.at is None:
+            raise InvalidRequest("Must specify either 'toEnd': true or 'timestamp'")
+        if target.at is not None and target.at.tzinfo is None:
+            target = SeekTarget(to_end=target.to_end, at=target.at.replace(tzinfo=UTC))
         done = await self.store.seek(group, queue, partition, target.to_end, target.at)
         if not done.queue_found:
             raise NotFound(f"queue {queue} not found")
