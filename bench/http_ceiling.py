@@ -1,7 +1,8 @@
 """The HTTP ceiling: what the serving stack alone costs for a push.
 
-The same Quart-Trio application class, the same Hypercorn worker, configuration and listening
-socket as ``queen serve`` (taken from :mod:`queen.server`, so they cannot drift apart), with a
+The same Quart-Trio application class, the same serving loop, configuration and listening
+socket as ``queen serve`` (taken from :mod:`queen.server` and :mod:`queen.serving`, so they
+cannot drift apart), with a
 ``POST /api/v1/push`` that reads the body, decodes it with orjson, mints one message id per
 item and answers 201 with the broker's answer shape: one object per item with index,
 message_id, messageId, transaction_id, transactionId, queueName, partition and status. It never
@@ -22,16 +23,14 @@ from typing import Any
 
 import orjson
 import trio
-from hypercorn.config import Sockets
-from hypercorn.trio.run import worker_serve
-from hypercorn.utils import wrap_app
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from queen.http.responses import error_response, json_response
 from queen.ids import mint_ids
 from queen.model import DEFAULT_PARTITION
-from queen.server import hypercorn_config, listen_socket, tune_gc
+from queen.server import listen_socket, tune_gc
+from queen.serving import serve_app
 from queen.settings import Settings
 
 
@@ -75,7 +74,6 @@ def create_app(max_body_bytes: int) -> QuartTrio:
 async def serve(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM, as :func:`queen.server.serve` does (without a broker)."""
     app = create_app(settings.max_body_bytes)
-    config = hypercorn_config(settings)
     sock = listen_socket(settings.host, settings.port)
     stop = trio.Event()
 
@@ -87,15 +85,7 @@ async def serve(settings: Settings) -> None:
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_on_signal)
-        await nursery.start(
-            partial(
-                worker_serve,
-                wrap_app(app, config.wsgi_max_body_size, None),
-                config,
-                sockets=Sockets([], [sock], []),
-                shutdown_trigger=stop.wait,
-            )
-        )
+        await nursery.start(partial(serve_app, app, settings, sock, shutdown_trigger=stop.wait))
         await stop.wait()
         nursery.cancel_scope.cancel()
 

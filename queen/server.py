@@ -25,14 +25,12 @@ from functools import partial
 from pathlib import Path
 
 import trio
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve
-from hypercorn.utils import wrap_app
 
 from queen.auth import AccessGate, AuthConfigError, build_gate
 from queen.broker import Broker
 from queen.http.app import create_app
 from queen.lifecycle import open_broker
+from queen.serving import serve_app
 from queen.settings import Settings, describe
 from queen.spool import files
 from queen.storage.database import open_database
@@ -99,17 +97,6 @@ def listen_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
     return sock
 
 
-def hypercorn_config(settings: Settings) -> Config:
-    config = Config()
-    config.bind = [f"{settings.host}:{settings.port}"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
-    config.graceful_timeout = settings.shutdown_grace_s
-    config.keep_alive_timeout = 75
-    config.backlog = 1024
-    return config
-
-
 async def serve(
     settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
 ) -> None:
@@ -119,7 +106,6 @@ async def serve(
     async with open_broker(settings) as broker:
         await gate.warm_up()
         app = create_app(broker, gate=gate)
-        config = hypercorn_config(settings)
         sock = listen_socket(settings.host, settings.port)
         port = sock.getsockname()[1]
         stop = trio.Event()
@@ -127,10 +113,10 @@ async def serve(
             nursery.start_soon(_stop_on_signal, stop)
             await nursery.start(
                 partial(
-                    worker_serve,
-                    wrap_app(app, config.wsgi_max_body_size, None),
-                    config,
-                    sockets=Sockets([], [sock], []),
+                    serve_app,
+                    app,
+                    settings,
+                    sock,
                     shutdown_trigger=partial(_shutdown_trigger, stop, broker),
                 )
             )

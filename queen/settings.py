@@ -63,6 +63,23 @@ class Settings:
     max_body_bytes: int = _setting(
         64 * 1024 * 1024, "QUEEN_MAX_BODY_BYTES", "largest accepted request body (413 above)"
     )
+    max_decoding_bytes: int = _setting(
+        128 * 1024 * 1024,
+        "QUEEN_MAX_DECODING_BYTES",
+        "request body bytes one process holds at once while reading, decoding and handling "
+        "them (503 with Retry-After above; at least QUEEN_MAX_BODY_BYTES)",
+    )
+    keep_alive_timeout_s: float = _setting(
+        75.0,
+        "QUEEN_KEEP_ALIVE_TIMEOUT_S",
+        "an HTTP connection that sends nothing for this long between requests is closed",
+    )
+    header_timeout_s: float = _setting(
+        10.0,
+        "QUEEN_HEADER_TIMEOUT_S",
+        "a request's headers must be complete this long after their first byte, or the "
+        "connection is closed",
+    )
     db_pool_size: int = _setting(
         10, "QUEEN_DB_POOL_SIZE", "PostgreSQL connections held by one broker process"
     )
@@ -261,6 +278,11 @@ class Settings:
             raise ValueError(
                 "QUEEN_DB_POOL_SIZE must be larger than QUEEN_WRITE_CONCURRENCY: push "
                 "transactions would take every connection and leave none for pops and acks"
+            )
+        if self.max_decoding_bytes < self.max_body_bytes:
+            raise ValueError(
+                "QUEEN_MAX_DECODING_BYTES must be at least QUEEN_MAX_BODY_BYTES: a body at the "
+                "limit would always be refused"
             )
         if self.database_url is not None and not self.database_url.strip():
             raise ValueError("DATABASE_URL is set but empty")

@@ -1,0 +1,91 @@
+"""Serving the HTTP app: Hypercorn's HTTP/1.1 machinery, our connection lifecycle.
+
+:func:`serve_app` accepts connections on one listening socket and serves each with
+:class:`~queen.serving.connection.Connection` (keep-alive and header deadlines, lingering
+close) and the app behind :class:`~queen.serving.guard.ConnectionGuard` (Quart-Trio kept out
+of Hypercorn's close path, request body bytes bounded by a :class:`BodyBudget`).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import trio
+from hypercorn.app_wrappers import ASGIWrapper
+from hypercorn.config import Config
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ASGIFramework, ConnectionState, LifespanState
+
+from queen.serving.budget import BodyBudget
+from queen.serving.connection import Connection
+from queen.serving.guard import ConnectionGuard
+from queen.settings import Settings
+
+__all__ = ["BodyBudget", "ConnectionGuard", "hypercorn_config", "serve_app"]
+
+
+def hypercorn_config(settings: Settings) -> Config:
+    config = Config()
+    config.bind = [f"{settings.host}:{settings.port}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.graceful_timeout = settings.shutdown_grace_s
+    config.keep_alive_timeout = settings.keep_alive_timeout_s
+    config.backlog = 1024
+    return config
+
+
+async def serve_app(
+    app: ASGIFramework,
+    settings: Settings,
+    sock: socket.socket,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on the listening socket ``sock`` until ``shutdown_trigger`` returns.
+
+    Ready (``task_status.started()``) once the app's lifespan has started and the socket is
+    accepting. When ``shutdown_trigger`` returns, accepting stops, idle connections are closed
+    at once, and the others close after their current response; whatever is left after
+    ``shutdown_grace_s`` is cancelled. Returns when every connection is closed and the app's
+    lifespan has ended.
+    """
+    config = hypercorn_config(settings)
+    budget = BodyBudget(settings.max_decoding_bytes)
+    wrapped = ASGIWrapper(ConnectionGuard(app, budget, settings.max_body_bytes))
+    lifespan_state: LifespanState = {}
+    lifespan = Lifespan(wrapped, config, lifespan_state)
+    context = WorkerContext(None)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as connections:
+            listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+            handler = partial(
+                Connection,
+                wrapped,
+                config,
+                context,
+                ConnectionState(lifespan_state.copy()),
+                header_timeout_s=settings.header_timeout_s,
+            )
+            try:
+                async with trio.open_nursery() as accepting:
+                    await accepting.start(
+                        partial(
+                            trio.serve_listeners, handler, [listener], handler_nursery=connections
+                        )
+                    )
+                    task_status.started()
+                    await shutdown_trigger()
+                    accepting.cancel_scope.cancel()
+            finally:
+                await context.terminated.set()
+                connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()

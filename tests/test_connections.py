@@ -1,0 +1,276 @@
+"""The connection lifecycle of the real server, seen from raw sockets: when the server closes a
+connection, how long it waits for headers, what a refused body does to the connection, and how
+fast a graceful stop is when clients are idle."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import h11
+import httpx
+import pytest
+import trio
+
+from queen.server import serve
+from queen.settings import Settings
+from tests.procs import BrokerProcess
+
+# Long enough that only the behaviour under test can explain a close.
+LONG_S = 60.0
+
+
+@pytest.fixture
+async def opened() -> AsyncIterator[list[trio.SocketStream]]:
+    """Every raw connection a test opens, closed at its end."""
+    streams: list[trio.SocketStream] = []
+    yield streams
+    for stream in streams:
+        await stream.aclose()
+
+
+@pytest.fixture
+async def server(settings: Settings) -> AsyncIterator[Any]:
+    """Start the real server (``queen.server.serve``) with the settings a test asks for."""
+    async with trio.open_nursery() as nursery:
+
+        async def start(**changes: Any) -> int:
+            changed = settings.with_changes(host="127.0.0.1", port=0, **changes)
+            port: int = await nursery.start(serve, changed)
+            return port
+
+        yield start
+        nursery.cancel_scope.cancel()
+
+
+class Client:
+    """A raw HTTP/1.1 client over one socket; responses are parsed with h11."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.parser = h11.Connection(h11.CLIENT)
+
+    @classmethod
+    async def connect(cls, port: int, opened: list[trio.SocketStream]) -> Client:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        opened.append(stream)
+        return cls(stream)
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def response(self) -> tuple[int, dict[str, str], bytes]:
+        """The next response, read within a bounded time. The client side of the parser is
+        driven by hand (the requests are raw bytes), so it only reads."""
+        status = 0
+        headers: dict[str, str] = {}
+        body = b""
+        self.parser = h11.Connection(h11.CLIENT)
+        self.parser.send(h11.Request(method="GET", target="/", headers=[("host", "x")]))
+        self.parser.send(h11.EndOfMessage())
+        with trio.fail_after(10):
+            while True:
+                event = self.parser.next_event()
+                if event is h11.NEED_DATA:
+                    self.parser.receive_data(await self.stream.receive_some(65536))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                    headers = {k.decode(): v.decode() for k, v in event.headers}
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                elif isinstance(event, h11.EndOfMessage):
+                    return status, headers, body
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise AssertionError("closed before a response")
+
+    async def closed_by_server(self, within_s: float = 10) -> bool:
+        """True once the server has closed the connection (end of stream or reset); nothing
+        else may arrive before."""
+        with trio.fail_after(within_s):
+            while True:
+                try:
+                    data = await self.stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    return True
+                if not data:
+                    return True
+                raise AssertionError(f"unexpected bytes: {data[:80]!r}")
+
+
+def get(path: str, *extra: str, version: str = "1.1") -> bytes:
+    lines = [f"GET {path} HTTP/{version}", "Host: test", *extra, "", ""]
+    return "\r\n".join(lines).encode()
+
+
+def post_head(path: str, *extra: str) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: test", "Content-Type: application/json", *extra]
+    return ("\r\n".join([*lines, "", ""])).encode()
+
+
+async def test_connection_close_is_honoured(server: Any, opened: list[trio.SocketStream]) -> None:
+    port = await server(keep_alive_timeout_s=LONG_S, header_timeout_s=LONG_S)
+    client = await Client.connect(port, opened)
+    await client.send(get("/health", "Connection: close"))
+    status, headers, _ = await client.response()
+    assert status == 200
+    assert headers.get("connection") == "close"
+    assert await client.closed_by_server()
+
+
+async def test_http_1_0_request_is_answered_then_closed(
+    server: Any, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(keep_alive_timeout_s=LONG_S, header_timeout_s=LONG_S)
+    client = await Client.connect(port, opened)
+    await client.send(get("/health", version="1.0"))
+    status, _, body = await client.response()
+    assert status == 200 and b"healthy" in body
+    assert await client.closed_by_server()
+
+
+async def test_keep_alive_connection_serves_requests_then_times_out_when_idle(
+    server: Any, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(keep_alive_timeout_s=0.5, header_timeout_s=LONG_S)
+    client = await Client.connect(port, opened)
+    for _ in range(3):
+        await client.send(get("/health"))
+        status, headers, _ = await client.response()
+        assert status == 200 and "connection" not in headers
+    assert await client.closed_by_server()
+
+
+async def test_headers_trickled_byte_by_byte_are_cut_off(
+    server: Any, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(keep_alive_timeout_s=LONG_S, header_timeout_s=0.5)
+    client = await Client.connect(port, opened)
+    await client.send(get("/health"))  # a served request first: the deadline applies again
+    assert (await client.response())[0] == 200
+    trickle = b"GET /health HTTP/1.1\r\nHost: test\r\n" + b"X-Slow: " + b"a" * 10_000
+    closed = False
+    with trio.fail_after(20):
+        for byte in trickle:
+            try:
+                await client.send(bytes([byte]))
+            except trio.BrokenResourceError:
+                closed = True
+                break
+            with trio.move_on_after(0.05):  # one byte every 50 ms, while watching for the close
+                if await client.stream.receive_some(65536) == b"":
+                    closed = True
+                    break
+    assert closed, "the server waited for the whole trickle"
+
+
+async def test_body_over_the_limit_gets_413_and_the_connection_closes(
+    server: Any, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(max_body_bytes=4096, keep_alive_timeout_s=LONG_S)
+    client = await Client.connect(port, opened)
+    await client.send(post_head("/api/v1/push", "Content-Length: 10000000") + b" " * 65536)
+    status, headers, body = await client.response()
+    assert status == 413 and b"4096" in body
+    assert headers.get("connection") == "close"
+    assert await client.closed_by_server()
+
+
+async def test_chunked_body_over_the_limit_gets_413_and_the_connection_closes(
+    server: Any, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(max_body_bytes=4096, keep_alive_timeout_s=LONG_S)
+    client = await Client.connect(port, opened)
+    await client.send(post_head("/api/v1/push", "Transfer-Encoding: chunked"))
+    chunk = b"1000\r\n" + b" " * 4096 + b"\r\n"
+    await client.send(chunk * 2)
+    status, headers, _ = await client.response()
+    assert status == 413
+    assert headers.get("connection") == "close"
+    assert await client.closed_by_server()
+
+
+async def test_a_pooling_client_goes_on_after_a_413(server: Any, queue: str) -> None:
+    port = await server(max_body_bytes=4096, keep_alive_timeout_s=LONG_S)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+        for _ in range(2):
+            big = b'{"items": [{"queue": "q", "payload": "' + b"x" * 5_000_000 + b'"}]}'
+            with trio.fail_after(20):
+                refused = await http.post(
+                    "/api/v1/push", content=big, headers={"content-type": "application/json"}
+                )
+                assert refused.status_code == 413
+                ok = await http.post(
+                    "/api/v1/push", json={"items": [{"queue": queue, "payload": 1}]}
+                )
+                assert ok.status_code == 201
+
+
+async def test_bodies_over_the_decoding_budget_get_503_with_retry_after(
+    server: Any, queue: str, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(max_body_bytes=4096, max_decoding_bytes=6000, keep_alive_timeout_s=LONG_S)
+    body = b'{"items": [{"queue": "' + queue.encode() + b'", "payload": "' + b"x" * 3900
+    tail = b'"}]}'
+    holder = await Client.connect(port, opened)
+    # 3,926 bytes declared, all but the tail sent: the body holds its share of the budget
+    await holder.send(post_head("/api/v1/push", f"Content-Length: {len(body) + len(tail)}"))
+    await holder.send(body)
+
+    async def refused(*head: str, payload: bytes) -> None:
+        client = await Client.connect(port, opened)
+        await client.send(post_head("/api/v1/push", *head) + payload)
+        status, headers, answer = await client.response()
+        assert status == 503
+        assert headers.get("retry-after") == "1"
+        assert headers.get("connection") == "close"
+        assert b"retry later" in answer
+        assert await client.closed_by_server()
+
+    # The holder is charged once it reached the server: retry until it has.
+    second = b'{"items": [{"queue": "' + queue.encode() + b'", "payload": "' + b"y" * 2500 + tail
+    await refused(f"Content-Length: {len(second)}", payload=second)
+    chunk = f"{len(second):x}\r\n".encode() + second + b"\r\n0\r\n\r\n"
+    await refused("Transfer-Encoding: chunked", payload=chunk)
+
+    await holder.send(tail)
+    status, _, answer = await holder.response()
+    assert status == 201 and b'"queued"' in answer
+    # the budget is free again
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+        again = await http.post(
+            "/api/v1/push",
+            content=second,
+            headers={"content-type": "application/json"},
+        )
+        assert again.status_code == 201
+
+
+async def test_graceful_stop_does_not_wait_for_idle_clients(
+    pg_url: str, tmp_path: Path, opened: list[trio.SocketStream]
+) -> None:
+    broker = BrokerProcess(
+        {
+            "DATABASE_URL": pg_url,
+            "FILE_BUFFER_DIR": str(tmp_path / "spool"),
+            "QUEEN_SHUTDOWN_GRACE_S": str(LONG_S),
+            "QUEEN_KEEP_ALIVE_TIMEOUT_S": str(LONG_S),
+        }
+    )
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery)
+        served = [await Client.connect(broker.port, opened) for _ in range(3)]
+        for client in served:
+            await client.send(get("/health"))
+            assert (await client.response())[0] == 200
+        silent = [await Client.connect(broker.port, opened) for _ in range(3)]
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGTERM)
+        # Every idle connection is closed by the server, and the process is gone, long before
+        # the grace period (60 s) could have run out.
+        with trio.fail_after(LONG_S / 3):
+            for client in served + silent:
+                assert await client.closed_by_server(within_s=LONG_S / 3)
+            assert await broker.proc.wait() == 0
+        nursery.cancel_scope.cancel()
