@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 import uuid
 
 import pytest
@@ -156,3 +157,18 @@ def test_message_ids_are_uuid7_and_increasing() -> None:
         assert parsed.version == 7
         assert parsed.variant == uuid.RFC_4122
     assert abs(timestamp_of(ids[0]).timestamp() - timestamp_of(ids[-1]).timestamp()) < 5
+
+
+@pytest.mark.parametrize("keep_trace_ids", [False, True])
+def test_prepared_payloads_hold_only_their_own_bytes(keep_trace_ids: bool) -> None:
+    # orjson's result keeps the buffer it was written in (4 KiB for these payloads); a prepared
+    # push is held until its write commits, so its payloads must be exact-size copies.
+    items = [{"queue": "q", "payload": {"n": i}} for i in range(2000)]
+    tracemalloc.start()
+    try:
+        prepared = prepare_push(items, keep_trace_ids=keep_trace_ids)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert prepared.count == 2000
+    assert held < 2000 * 1024, f"{held / 2000:.0f} bytes per item"

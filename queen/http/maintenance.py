@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, Response, current_app, request
+from quart import Blueprint, Response, current_app
 
 from queen.broker import Broker
-from queen.http.responses import error_response, json_response
+from queen.http.responses import error_response, json_response, read_body
 from queen.intake import decode_json
 from queen.model import InvalidPush
 from queen.storage.base import StoreError
@@ -35,9 +35,7 @@ async def get_maintenance() -> Response:
 async def set_maintenance() -> Response:
     broker: Broker = current_app.config["QUEEN_BROKER"]
     try:
-        body = decode_json(
-            await request.get_data(cache=False, as_text=False, parse_form_data=False)
-        )
+        body = decode_json(await read_body())
     except InvalidPush:
         body = None
     enabled = body.get("enabled") if isinstance(body, dict) else None

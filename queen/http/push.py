@@ -10,7 +10,7 @@ from quart import Blueprint, Response, current_app, request
 
 from queen.broker import Broker
 from queen.http.access import producer_sub
-from queen.http.responses import error_response, json_response
+from queen.http.responses import error_response, json_response, read_body
 from queen.intake import decode_json, plain_json_strings, prepare_push
 from queen.model import InvalidPush
 
@@ -25,7 +25,7 @@ async def push() -> Response:
     if content_type in _BINARY_PUSH_TYPES:
         return error_response(400, "binary push bodies are not supported; send JSON")
     broker: Broker = current_app.config["QUEEN_BROKER"]
-    raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+    raw = await read_body()
     try:
         body = decode_json(raw)
         if type(body) is not dict:
@@ -33,6 +33,9 @@ async def push() -> Response:
         prepared = prepare_push(body.get("items"), plain_strings=plain_json_strings(raw))
     except InvalidPush as exc:
         return error_response(400, str(exc))
+    # The prepared push holds everything the broker needs: the raw and decoded body go now,
+    # not when the answer has been sent.
+    del raw, body
     if prepared.count == 0:
         return json_response([], status=201)
     results = await broker.push_prepared(prepared, producer_sub=producer_sub())

@@ -33,11 +33,14 @@ from hypercorn.typing import (
     Scope,
 )
 
-from queen.serving.budget import BodyBudget
+from queen.serving.budget import BodyBudget, return_free_memory
 
 log = logging.getLogger("queen.http")
 
 RETRY_AFTER_S = 1
+# After a body at least this big, once no body is in progress, freed memory goes back to the
+# system.
+TRIM_AFTER_BYTES = 8 * 1024 * 1024
 
 
 class ConnectionGuard:
@@ -114,6 +117,8 @@ class _Exchange:
                 await self._refuse()
         finally:
             budget.release(self.charged)
+            if self.charged >= TRIM_AFTER_BYTES and budget.in_use_bytes == 0:
+                return_free_memory()
 
     async def receive(self) -> ASGIReceiveEvent:
         message = await self._receive()
