@@ -1,9 +1,9 @@
-"""``queen serve``: Hypercorn (Trio worker) serving the Quart-Trio app over one broker.
+"""``queen serve``: the Quart-Trio app over one broker, served by :mod:`queen.serving`.
 
 One process is one broker: database (embedded or external), broker, HTTP server, in that
-order, inside one ``trio.run``. SIGINT/SIGTERM start a graceful shutdown: Hypercorn stops
-accepting and finishes its requests, then the broker drains, then the embedded PostgreSQL (if
-this process started it) stops.
+order, inside one ``trio.run``. SIGINT/SIGTERM start a graceful shutdown: the server stops
+accepting, closes idle connections and finishes its requests, then the broker drains, then
+the embedded PostgreSQL (if this process started it) stops.
 
 With ``workers > 1`` the parent starts the database once, then runs that many broker processes
 that share the listening port through ``SO_REUSEPORT`` and the database through the URL. Every
