@@ -274,3 +274,48 @@ async def test_graceful_stop_does_not_wait_for_idle_clients(
                 assert await client.closed_by_server(within_s=LONG_S / 3)
             assert await broker.proc.wait() == 0
         nursery.cancel_scope.cancel()
+
+
+async def test_a_client_leaving_mid_body_gives_its_share_of_the_budget_back(
+    server: Any, queue: str, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(max_body_bytes=4096, max_decoding_bytes=4096)
+    leaver = await Client.connect(port, opened)
+    await leaver.send(post_head("/api/v1/push", "Content-Length: 4000") + b'{"items": [')
+    await leaver.stream.aclose()
+    body = b'{"items": [{"queue": "' + queue.encode() + b'", "payload": "' + b"z" * 3000 + b'"}]}'
+    # The whole budget is needed: the server must notice the leaver and release its share.
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+        with trio.fail_after(20):
+            while True:
+                answer = await http.post(
+                    "/api/v1/push", content=body, headers={"content-type": "application/json"}
+                )
+                if answer.status_code != 503:
+                    break
+                await trio.sleep(0.05)
+    assert answer.status_code == 201
+
+
+async def test_pipelined_requests_are_all_answered_in_order(
+    server: Any, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(keep_alive_timeout_s=LONG_S)
+    client = await Client.connect(port, opened)
+    await client.send(get("/health") + get("/metrics") + get("/health", "Connection: close"))
+    first, second, third = [await client.response() for _ in range(3)]
+    assert first[0] == 200 and b"healthy" in first[2]
+    assert second[0] == 200 and b"queen_" in second[2]
+    assert third[0] == 200 and third[1].get("connection") == "close"
+    assert await client.closed_by_server()
+
+
+async def test_oversized_headers_are_refused_and_the_connection_closed(
+    server: Any, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(keep_alive_timeout_s=LONG_S, header_timeout_s=LONG_S)
+    client = await Client.connect(port, opened)
+    await client.send(get("/health", "X-Big: " + "a" * 100_000))
+    status, _, _ = await client.response()
+    assert status == 431
+    assert await client.closed_by_server()

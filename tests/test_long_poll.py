@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from functools import partial
 
-import hypercorn.trio
 import trio
-from hypercorn.config import Config
 
 from queen import open_broker
 from queen.broker import Broker
@@ -17,6 +15,8 @@ from queen.consume.results import PopResult
 from queen.consume.wakeups import Wakeups
 from queen.http.app import create_app
 from queen.model import PartitionKey
+from queen.server import listen_socket
+from queen.serving import serve_app
 from queen.settings import Settings
 from queen.storage.base import SegmentWrite
 
@@ -123,19 +123,18 @@ async def test_stop_waiting_answers_every_waiting_pop(broker: Broker, queue: str
 
 
 async def test_a_client_that_disconnects_cancels_its_long_poll(broker: Broker, queue: str) -> None:
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
+    sock = listen_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(
+        await nursery.start(
             partial(
-                hypercorn.trio.serve,
+                serve_app,
                 create_app(broker),
-                config,
+                broker.settings,
+                sock,
                 shutdown_trigger=trio.sleep_forever,
             )
         )
-        port = int(binds[0].rsplit(":", 1)[1])
         with trio.fail_after(10):
             stream = await trio.open_tcp_stream("127.0.0.1", port)
             await stream.send_all(
