@@ -279,6 +279,10 @@ class Settings:
                 "QUEEN_DB_POOL_SIZE must be larger than QUEEN_WRITE_CONCURRENCY: push "
                 "transactions would take every connection and leave none for pops and acks"
             )
+        for name in ("keep_alive_timeout_s", "header_timeout_s"):
+            if getattr(self, name) <= 0:
+                variable = _FIELDS[name].metadata[_ENV]
+                raise ValueError(f"{variable} must be > 0, got {getattr(self, name)!r}")
         if self.max_decoding_bytes < self.max_body_bytes:
             raise ValueError(
                 "QUEEN_MAX_DECODING_BYTES must be at least QUEEN_MAX_BODY_BYTES: a body at the "

@@ -110,6 +110,20 @@ def test_settings_from_env_and_overrides() -> None:
         Settings.from_env({"QUEEN_DB_POOL_SIZE": "4", "QUEEN_WRITE_CONCURRENCY": "4"})
 
 
+def test_connection_settings_that_cannot_work_are_refused() -> None:
+    with pytest.raises(ValueError, match="QUEEN_MAX_DECODING_BYTES must be at least"):
+        Settings.from_env({"QUEEN_MAX_BODY_BYTES": "2048", "QUEEN_MAX_DECODING_BYTES": "1024"})
+    with pytest.raises(ValueError, match="QUEEN_HEADER_TIMEOUT_S must be > 0"):
+        Settings.from_env({"QUEEN_HEADER_TIMEOUT_S": "0"})
+    with pytest.raises(ValueError, match="QUEEN_KEEP_ALIVE_TIMEOUT_S must be > 0"):
+        Settings.from_env({"QUEEN_KEEP_ALIVE_TIMEOUT_S": "0"})
+    settings = Settings.from_env(
+        {"QUEEN_MAX_DECODING_BYTES": "200000000", "QUEEN_HEADER_TIMEOUT_S": "2.5"}
+    )
+    assert settings.max_decoding_bytes == 200_000_000
+    assert settings.header_timeout_s == 2.5
+
+
 def test_settings_read_the_jwt_variables() -> None:
     env = {
         "JWT_ENABLED": "true",
