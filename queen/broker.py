@@ -392,6 +392,8 @@ class Broker:
                 spool_files=state["files"],
                 spool_oldest_age_seconds=state["oldestAgeSeconds"],
                 spool_replay_rate=state["replayRate"],
+                spool_quarantined_ranges=state["quarantined"]["ranges"],
+                spool_quarantined_bytes=state["quarantined"]["bytes"],
             )
         return values
 

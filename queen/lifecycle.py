@@ -32,12 +32,14 @@ from queen.metrics import Metrics
 from queen.retention import RetentionLoop
 from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolRouter, SpoolWriter
+from queen.spool.replay import DeletedQueues
 from queen.storage.base import StateStore, Store, StoreUnavailable
 from queen.storage.consume import PgConsumeStore
 from queen.storage.database import open_database
 from queen.storage.pool import ConnectionPool
 from queen.storage.postgres import ForeignSchemaError, PgStore
 from queen.storage.retention import PgRetentionStore
+from queen.storage.spool import deleted_queues
 from queen.supervisor import Supervisor
 
 log = logging.getLogger("queen.broker")
@@ -157,6 +159,8 @@ async def open_broker(
                     metrics=metrics,
                     chunk_items=settings.spool_replay_chunk_items,
                     tick_s=settings.spool_replay_tick_s,
+                    scanner=router.scanner if isinstance(router, SpoolRouter) else None,
+                    deleted_queues=deleted_queues_of(opened),
                 )
                 await supervisor.start_loop(parts.replayer.run)
             broker = Broker(
@@ -216,3 +220,15 @@ async def _open_store(
         finally:
             with trio.CancelScope(shield=True):
                 await pool.aclose()
+
+
+def deleted_queues_of(store: Store) -> DeletedQueues | None:
+    """How the spool replay learns which queues were deleted (PostgreSQL only)."""
+    if not isinstance(store, PgStore):
+        return None
+    pool = store.pool
+
+    async def ask(names: list[str]) -> dict[str, int]:
+        return await deleted_queues(pool, names)
+
+    return ask

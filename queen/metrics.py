@@ -35,6 +35,7 @@ class Metrics:
     spool_replayed_items: int = 0  # frames committed by replay (duplicates included)
     spool_replay_duplicates: int = 0
     spool_damaged_ranges: int = 0  # torn or corrupt ranges skipped in spool files
+    spool_dropped_deleted_queue_items: int = 0  # spooled before their queue was deleted
     retention_passes: int = 0  # retention passes this process ran
     retention_segments_removed: int = 0
     retention_messages_removed: int = 0
@@ -74,6 +75,8 @@ _GAUGES = {
     "spool_files",
     "spool_oldest_age_seconds",
     "spool_replay_rate",
+    "spool_quarantined_ranges",
+    "spool_quarantined_bytes",
     "database_up",
     "maintenance_mode",
     "process_id",

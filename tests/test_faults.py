@@ -223,7 +223,76 @@ async def test_unwritable_spool_answers_failed(own_pg: EmbeddedPostgres, tmp_pat
     assert all(f.stat().st_size == 0 for f in (tmp_path / "spool").glob("spool-*"))
 
 
-async def test_torn_spool_record_is_skipped_and_reported(
+def _no_file_writes_until_raised() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+
+
+async def test_spool_health_comes_back_with_the_disk_without_a_push(
+    own_pg: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    broker = BrokerProcess(broker_env(own_pg, spool), preexec=_no_file_writes_until_raised)
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery)
+        async with httpx.AsyncClient(base_url=broker.base, timeout=30) as http:
+            await http.post("/api/v1/system/maintenance", json={"enabled": True})
+            item = {"queue": "disk", "payload": 1, "transactionId": "before"}
+            resp = await http.post("/api/v1/push", json={"items": [item]})
+            assert [r["status"] for r in resp.json()] == ["failed"]
+            assert (await http.get("/health")).json()["spool"]["healthy"] is False
+            assert broker.proc is not None
+            recovered = broker.watch("takes writes again")
+            infinity = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+            resource.prlimit(broker.proc.pid, resource.RLIMIT_FSIZE, infinity)  # space again
+            with trio.fail_after(30):  # the broker's own probe notices; no push is sent
+                await recovered.wait()
+            assert (await http.get("/health")).json()["spool"]["healthy"] is True
+            assert await broker.metric("queen_spool_appended_items_total") == 0
+            item = {**item, "transactionId": "after"}
+            resp = await http.post("/api/v1/push", json={"items": [item]})
+            assert [r["status"] for r in resp.json()] == ["buffered"]
+            await http.post("/api/v1/system/maintenance", json={"enabled": False})
+        await broker.wait_spool_empty()
+        await broker.stop()
+    frames = await Db(own_pg.conninfo).frames("disk", "Default")
+    assert [f["transaction_id"] for f in frames] == ["after"]
+    assert not list(spool.glob("*.tmp")) and not list(spool.glob("*.new"))
+
+
+async def test_items_spooled_before_their_queue_was_deleted_are_dropped_not_recreated(
+    own_pg: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    broker = BrokerProcess(broker_env(own_pg, spool))
+    db = Db(own_pg.conninfo)
+
+    def body(*txs: str) -> dict[str, Any]:
+        return {"items": [{"queue": "doomed", "payload": t, "transactionId": t} for t in txs]}
+
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery)
+        async with httpx.AsyncClient(base_url=broker.base, timeout=30) as http:
+            resp = await http.post("/api/v1/push", json=body("live"))
+            assert [r["status"] for r in resp.json()] == ["queued"]
+            await http.post("/api/v1/system/maintenance", json={"enabled": True})
+            resp = await http.post("/api/v1/push", json=body("old-1", "old-2", "old-3"))
+            assert {r["status"] for r in resp.json()} == {"buffered"}
+            resp = await http.delete("/api/v1/resources/queues/doomed")
+            assert resp.status_code == 200, resp.text
+            resp = await http.post("/api/v1/push", json=body("new-1"))
+            assert [r["status"] for r in resp.json()] == ["buffered"]
+            await http.post("/api/v1/system/maintenance", json={"enabled": False})
+        await broker.wait_spool_empty()
+        dropped = await broker.metric("queen_spool_dropped_deleted_queue_items_total")
+        await broker.stop()
+    assert dropped == 3
+    frames = await db.frames("doomed", "Default")
+    assert [f["transaction_id"] for f in frames] == ["new-1"]
+    assert any("their queue was deleted after they were spooled" in line for line in broker.log)
+
+
+async def test_torn_spool_record_is_quarantined_and_reported(
     own_pg: EmbeddedPostgres, tmp_path: Path
 ) -> None:
     from queen.model import PartitionKey
@@ -238,15 +307,27 @@ async def test_torn_spool_record_is_skipped_and_reported(
         for i in range(5)
     ]
     whole = b"".join(encode(r) for r in records[:4])
-    (spool / files.new_name()).write_bytes(whole + encode(records[4])[:-5])  # crash mid-write
+    torn = encode(records[4])[:-5]  # crash mid-write
+    name = files.new_name()
+    (spool / name).write_bytes(whole + torn)
 
     broker = BrokerProcess(broker_env(own_pg, spool))
     async with trio.open_nursery() as nursery:
         await broker.start(nursery)
         await broker.wait_spool_empty()
+        health = await broker.get("/health")
+        damaged = await broker.metric("queen_spool_damaged_ranges_total")
+        kept_gauge = await broker.metric("queen_spool_quarantined_bytes")
         await broker.stop()
     frames = await Db(own_pg.conninfo).frames("torn", "p")
     assert [f["transaction_id"] for f in frames] == ["t0", "t1", "t2", "t3"]
     assert [f["message_id"] for f in frames] == ids[:4]
-    assert any("damaged bytes" in line for line in broker.log)
+    assert any("unreadable bytes" in line and "quarantine" in line for line in broker.log)
     assert spool_files(spool) == []
+    stem = f"{name.removesuffix('.log')}.{len(whole)}-{len(whole) + len(torn)}"
+    assert (spool / "quarantine" / f"{stem}.bin").read_bytes() == torn
+    note = (spool / "quarantine" / f"{stem}.txt").read_text()
+    assert name in note and "truncated" in note
+    assert health["spool"]["quarantined"] == {"ranges": 1, "bytes": len(torn)}
+    assert damaged == 1
+    assert kept_gauge == len(torn)

@@ -217,6 +217,49 @@ async def test_unwritable_spool_answers_failed_not_buffered(
     assert stored(store, "p") == ["c"]
 
 
+async def test_spool_reports_healthy_again_once_the_disk_takes_writes_without_a_push(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def open_full_disk(self: SpoolWriter) -> _ActiveFile:
+        fd = os.open("/dev/full", os.O_WRONLY)  # every write: ENOSPC
+        return _ActiveFile(name=files.new_name(), fd=fd, opened=0.0)
+
+    assert broker.spool is not None
+    await broker.set_maintenance(True)
+    with monkeypatch.context() as patch:
+        patch.setattr(SpoolWriter, "_open", open_full_disk)
+        results = await broker.push([item("p", "a")])
+        assert [r["status"] for r in results] == ["failed"]
+        assert broker.spool.describe()["healthy"] is False
+
+        def refuse(directory: Path) -> None:
+            raise OSError(28, "No space left on device")
+
+        patch.setattr(files, "probe_writable", refuse)
+        with trio.move_on_after(1.5):  # a probe or two, every one refused
+            await until(lambda: broker.spool is not None and broker.spool.writer.healthy, broker)
+        assert broker.spool.describe()["healthy"] is False
+    spooled_before = broker.metrics.spool_appended_items
+    await until(lambda: broker.spool is not None and broker.spool.writer.healthy, broker)
+    assert broker.spool.describe()["healthy"] is True
+    assert broker.metrics.spool_appended_items == spooled_before  # no push was needed
+
+
+def test_failed_progress_write_leaves_no_tmp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(src: Any, dst: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    name = files.new_name()
+    files.write_progress(tmp_path, name, files.Progress(10))
+    monkeypatch.setattr(files.os, "replace", full)
+    with pytest.raises(OSError, match="No space"):
+        files.write_progress(tmp_path, name, files.Progress(20, frozenset({30})))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name.replace(".log", ".done")]
+    assert files.read_progress(tmp_path, name) == files.Progress(10)
+
+
 async def test_damaged_file_replays_every_complete_record(
     tmp_path: Path, store: MemoryStore, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -240,8 +283,9 @@ async def test_damaged_file_replays_every_complete_record(
         await until(drained(broker), broker)
         assert broker.metrics.spool_damaged_ranges == 1
     assert stored(store, "p") == ["t0", "t1", "t2"]
-    assert any("damaged" in r.getMessage() for r in caplog.records)
+    assert any("unreadable bytes" in r.getMessage() for r in caplog.records)
     assert not list(directory.glob("spool-*"))
+    assert [p.read_bytes() for p in (directory / "quarantine").glob("*.bin")] == [torn]
 
 
 async def test_two_brokers_sharing_a_spool_directory_replay_each_file_once(

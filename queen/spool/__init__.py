@@ -3,6 +3,7 @@
 - :mod:`queen.spool.format`: the record format (self-delimiting, checksummed);
 - :mod:`queen.spool.files`: directory layout, locks, progress marks;
 - :mod:`queen.spool.index`: which partitions still have spooled frames;
+- :mod:`queen.spool.scan`: keeps the index true to the directory (every process's files);
 - :mod:`queen.spool.writer`: appends with grouped fsync;
 - :mod:`queen.spool.router`: database, spool or hold, per push;
 - :mod:`queen.spool.replay`: the replay loop the supervisor runs.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from queen.spool import files
 from queen.spool.index import SpoolIndex
 from queen.spool.replay import Replayer
 from queen.spool.router import SpoolRouter
@@ -22,6 +24,7 @@ __all__ = ["Replayer", "SpoolError", "SpoolIndex", "SpoolRouter", "SpoolWriter",
 
 def describe(index: SpoolIndex, writer: SpoolWriter, replayer: Replayer | None) -> dict[str, Any]:
     """The spool's state for /health and the maintenance routes."""
+    ranges, size = files.quarantined(writer.directory)
     return {
         "directory": str(writer.directory),
         "pendingItems": index.total,
@@ -29,4 +32,5 @@ def describe(index: SpoolIndex, writer: SpoolWriter, replayer: Replayer | None) 
         "oldestAgeSeconds": round(index.oldest_age_s(), 3),
         "replayRate": round(replayer.last_rate, 1) if replayer else 0.0,
         "healthy": writer.healthy,
+        "quarantined": {"ranges": ranges, "bytes": size},
     }

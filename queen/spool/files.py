@@ -2,14 +2,20 @@
 
 - ``spool-<uuid7>.log``: a spool file. The UUIDv7 makes names sort by creation time, so
   "oldest first" is name order, across processes too.
-- ``spool-<uuid7>.done``: replay progress of that file (the byte offset up to which every
-  record is committed). Losing it only means replaying committed records again, which
-  deduplication turns into ``duplicate``.
+- ``spool-<uuid7>.done``: replay progress of that file: the byte offset up to which every
+  record is committed, then the offsets of records past it that are committed too (the replay
+  merges files, so a file's records may commit out of file order). Losing it only means
+  replaying committed records again, which deduplication turns into ``duplicate``.
+- ``spool-<uuid7>.new``: a spool file being created; it is renamed to ``.log`` once its writer
+  holds its lock, so no reader ever sees a ``.log`` file that is about to grow unlocked.
 - ``replay.lock``: held (``flock``) by the one process replaying the directory.
+- ``quarantine/``: ranges of spool files that held no readable record, moved out before their
+  file is removed: ``spool-<uuid7>.<start>-<end>.bin`` holds the bytes, the ``.txt`` beside it
+  says where they came from and why they could not be read.
 
-A file being written is held with an exclusive ``flock`` by its writer. Readers (the replayer,
-and the scan that counts a file's records) take a shared lock without waiting, so they skip
-exactly the files that are still growing, never a file another reader is looking at.
+A file being written is held with an exclusive ``flock`` by its writer. The replayer takes a
+shared lock without waiting, so it replays only sealed files; files still growing are read
+without a lock, only to learn which partitions they hold.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from queen.ids import mint_id, timestamp_of
@@ -25,11 +32,26 @@ from queen.ids import mint_id, timestamp_of
 PREFIX = "spool-"
 SUFFIX = ".log"
 PROGRESS_SUFFIX = ".done"
+CREATING_SUFFIX = ".new"
 REPLAY_LOCK = "replay.lock"
+QUARANTINE = "quarantine"
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How much of a spool file is committed: everything before ``offset``, and the records
+    starting at the offsets in ``done``."""
+
+    offset: int = 0
+    done: frozenset[int] = frozenset()
 
 
 def new_name() -> str:
     return f"{PREFIX}{mint_id()}{SUFFIX}"
+
+
+def creating_name(name: str) -> str:
+    return name[: -len(SUFFIX)] + CREATING_SUFFIX
 
 
 def is_spool_file(name: str) -> bool:
@@ -42,6 +64,11 @@ def created_at(name: str) -> float:
         return timestamp_of(name[len(PREFIX) : -len(SUFFIX)]).timestamp()
     except ValueError:
         return 0.0
+
+
+def created_ns(name: str) -> int:
+    """Creation time carried by the file name (Unix ns, millisecond precision)."""
+    return int(created_at(name) * 1000) * 1_000_000
 
 
 def list_spool_files(directory: Path) -> list[str]:
@@ -57,6 +84,22 @@ def ensure_writable(directory: Path) -> None:
     probe = directory / f".queen-write-test-{os.getpid()}"  # processes may check at once
     probe.write_bytes(b"")
     probe.unlink()
+
+
+def probe_writable(directory: Path) -> None:
+    """Prove the directory takes data now: write, fsync and remove a small file (raises
+    OSError if it does not)."""
+    probe = directory / f".queen-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
 
 
 def fsync_directory(directory: Path) -> None:
@@ -114,18 +157,64 @@ def progress_path(directory: Path, name: str) -> Path:
     return directory / (name[: -len(SUFFIX)] + PROGRESS_SUFFIX)
 
 
-def read_progress(directory: Path, name: str) -> int:
+def read_progress(directory: Path, name: str) -> Progress:
     try:
-        return int(progress_path(directory, name).read_text().strip() or 0)
-    except (FileNotFoundError, ValueError):
-        return 0
+        lines = progress_path(directory, name).read_text().split()
+        return Progress(int(lines[0]), frozenset(int(x) for x in lines[1:]))
+    except (FileNotFoundError, ValueError, IndexError):
+        return Progress()
 
 
-def write_progress(directory: Path, name: str, offset: int) -> None:
+def write_progress(directory: Path, name: str, progress: Progress) -> None:
+    """Replace the progress mark of ``name``; on failure no ``.tmp`` file is left behind."""
     path = progress_path(directory, name)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(str(offset))
-    os.replace(tmp, path)
+    text = "\n".join([str(progress.offset), *map(str, sorted(progress.done))])
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def quarantine(directory: Path, name: str, start: int, data: bytes, reason: str) -> Path:
+    """Keep ``data`` (the unreadable range ``start``.. of spool file ``name``) in the
+    quarantine folder, with a note; writing the same range again changes nothing."""
+    folder = directory / QUARANTINE
+    folder.mkdir(exist_ok=True)
+    stem = f"{name[: -len(SUFFIX)]}.{start}-{start + len(data)}"
+    kept = folder / f"{stem}.bin"
+    note = folder / f"{stem}.txt"
+    for path, content in (
+        (kept, data),
+        (note, f"{name} bytes {start}..{start + len(data)}: {reason}\n".encode()),
+    ):
+        tmp = path.with_suffix(".tmp")
+        try:
+            tmp.write_bytes(content)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+    return kept
+
+
+def quarantined(directory: Path) -> tuple[int, int]:
+    """How many ranges the quarantine folder holds, and their bytes."""
+    count = size = 0
+    try:
+        entries = list(os.scandir(directory / QUARANTINE))
+    except (FileNotFoundError, NotADirectoryError):
+        return 0, 0
+    for entry in entries:
+        if entry.name.endswith(".bin"):
+            with contextlib.suppress(OSError):
+                size += entry.stat().st_size
+                count += 1
+    return count, size
 
 
 def remove(directory: Path, name: str) -> None:

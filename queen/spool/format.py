@@ -50,6 +50,7 @@ class SpoolRecord:
     payloads: list[bytes]
     producer_subs: list[str | None] | None = None
     trace_ids: list[str | None] | None = None
+    stamp: int = 0  # order across processes: Unix ns, given when written
 
     def __len__(self) -> int:
         return len(self.message_ids)
@@ -70,6 +71,7 @@ def encode(record: SpoolRecord) -> bytes:
             "q": record.key.queue,
             "p": record.key.partition,
             "c": record.created_ms,
+            "o": record.stamp,
             "m": record.message_ids,
             "t": record.transaction_ids,
             "s": record.producer_subs,
@@ -90,6 +92,8 @@ def _decode_body(body: bytes) -> SpoolRecord:
     lengths = obj["l"]
     subs = obj.get("s")
     traces = obj.get("r")
+    created_ms = int(obj["c"])
+    stamp = obj.get("o")
     if len(transaction_ids) != n or len(lengths) != n:
         raise ValueError("columns of different lengths")
     payloads: list[bytes] = []
@@ -103,12 +107,13 @@ def _decode_body(body: bytes) -> SpoolRecord:
         raise ValueError("columns of different lengths")
     return SpoolRecord(
         key=PartitionKey(str(obj["q"]), str(obj["p"])),
-        created_ms=int(obj["c"]),
+        created_ms=created_ms,
         message_ids=[str(m) for m in message_ids],
         transaction_ids=[str(t) for t in transaction_ids],
         payloads=payloads,
         producer_subs=subs,
         trace_ids=traces,
+        stamp=created_ms * 1_000_000 if stamp is None else int(stamp),
     )
 
 

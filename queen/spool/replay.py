@@ -2,34 +2,49 @@
 
 A pass runs while the database is up and maintenance mode is off, and only in the one process
 holding the directory's replay lock (several processes may share a spool directory; they never
-replay at the same time, so never the same file). A pass seals this process's active file,
-then takes the spool files oldest first (name order is creation order). It reads each file
-from its progress mark, and for every chunk of ``chunk_items`` frames sends each partition's
-frames, in file order, to that partition's actor as a replay request: the normal write path,
-with the original message ids and transaction ids, so a frame that is already stored (a commit
-that succeeded although its answer was lost, or a replay interrupted by a crash) comes back
-``duplicate`` and counts as done. Chunks go one after another, so a partition's frames commit
-in file order. After a chunk commits, the file's progress mark moves past it; after the last
-chunk the file is removed. If a chunk fails (the database went away again), the pass stops and
-the file stays, to be resumed from its mark.
+replay at the same time). A pass seals this process's active file, then:
 
-Files still being written by another process (their writer holds the exclusive lock) are
-skipped: the writer's older files come first by name, so skipping its newest file never puts
-its frames out of order. Damaged ranges of a file (a torn tail after a crash, a bad checksum)
-are skipped and logged; every trustworthy record around them is replayed.
+1. reads the sealed spool files (every process's; oldest first, up to ``read_budget_bytes``),
+   each from its progress mark;
+2. lists the directory again and reads every file it did not read in step 1 (files other
+   processes are still writing, files that appeared meanwhile). Their records are not replayed
+   in this pass; each partition they hold gets a **barrier**, the smallest order stamp they
+   hold for it. Files left out by the budget give one barrier for all partitions (their
+   creation time, less a second: their records were stamped after it);
+3. merges the records of step 1 by order stamp and keeps, per partition, those stamped before
+   its barrier (a prefix of that partition's records in stamp order);
+4. replays them in chunks of ``chunk_items`` frames: each partition's frames of a chunk go, in
+   stamp order, to that partition's actor as one replay request (the normal write path, with
+   the original message and transaction ids, so a frame already stored comes back
+   ``duplicate`` and counts as done); chunks go one after another.
 
-The loop also keeps the :class:`SpoolIndex` true to the directory: on start and on every tick it
-drops files that are gone and counts files it has not seen, so "partition P still has spooled
-frames" stays correct when another process replayed them or left them behind.
+After a chunk commits, each file it touched gets its progress mark (committed prefix, plus
+the committed records past it); a file whose every record is committed is removed. If a chunk
+fails (the database went away again), the pass stops and the files stay, to be resumed from
+their marks.
+
+Why step 2 comes after step 1: a record answered before a record read in step 1 was written
+before that read, so step 2 sees it (its file is listed, its bytes are there). So no frame is
+replayed while a frame of its partition answered before it waits anywhere in the directory.
+
+Ranges of a file that hold no readable record (a torn tail after a crash, a bad checksum) are
+copied to the quarantine folder with a note, logged and counted; every readable record around
+them is replayed. A file is removed only once its unreadable ranges are kept in quarantine.
+
+Items of a queue deleted after they were spooled are not replayed (the queue is not created
+again for them): they are counted in ``spool_dropped_deleted_queue_items`` and logged.
+
+The loop also keeps the :class:`SpoolIndex` true to the directory through the
+:class:`SpoolScanner`, on start and at every tick.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
+import os
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -44,17 +59,43 @@ from queen.model import PartitionKey, Status
 from queen.spool import files
 from queen.spool.format import Skipped, SpoolRecord, read_records
 from queen.spool.index import SpoolIndex
+from queen.spool.scan import SpoolScanner
 from queen.spool.writer import SpoolWriter
+from queen.storage.base import StoreError
 
 log = logging.getLogger("queen.spool")
 
 Submit = Callable[[PartitionKey, PushRequest], Awaitable[None]]
+# For queue names: those deleted, with the time of their latest deletion (Unix ns).
+DeletedQueues = Callable[[list[str]], Awaitable[dict[str, int]]]
 
 
-class _FileOutcome(enum.Enum):
-    DONE = "done"
-    SKIPPED = "skipped"
-    INTERRUPTED = "interrupted"
+@dataclass(slots=True)
+class _Item:
+    """One record (or one unreadable range, ``record is None``) of a file, from its mark on."""
+
+    offset: int
+    end: int
+    record: SpoolRecord | None
+    done: bool
+
+
+@dataclass(slots=True)
+class _FileRead:
+    name: str
+    size: int
+    items: list[_Item]
+    kept: bool = True  # False while an unreadable range could not be put in quarantine
+
+
+@dataclass(slots=True)
+class _Plan:
+    files: dict[str, _FileRead]
+    entries: list[tuple[_FileRead, _Item]]  # replayable records, in replay order
+    held_back: int  # frames read but not replayable in this pass (barriers)
+
+
+_NAME_CLOCK_MARGIN_NS = 1_000_000_000
 
 
 class Replayer:
@@ -71,6 +112,9 @@ class Replayer:
         metrics: Metrics,
         chunk_items: int,
         tick_s: float,
+        scanner: SpoolScanner | None = None,
+        deleted_queues: DeletedQueues | None = None,
+        read_budget_bytes: int = 256 * 1024 * 1024,
     ) -> None:
         self._dir = directory
         self._index = index
@@ -82,6 +126,10 @@ class Replayer:
         self._metrics = metrics
         self._chunk_items = chunk_items
         self._tick_s = tick_s
+        self._scanner = scanner or SpoolScanner(directory, index, writer.own_names)
+        self._deleted_queues = deleted_queues
+        self._read_budget = read_budget_bytes
+        self._reported: set[tuple[str, int]] = set()  # unreadable ranges already logged
         self.last_rate = 0.0  # frames per second of the last pass that replayed anything
 
     def may_replay(self) -> bool:
@@ -103,58 +151,38 @@ class Replayer:
             await self.refresh()
 
     async def refresh(self) -> None:
-        """Make the index match the directory (files gone, files not yet counted)."""
-        on_disk = await trio.to_thread.run_sync(files.list_spool_files, self._dir)
-        present = set(on_disk)
-        active = self._writer.active_name
-        dropped = False
-        for name in self._index.files():
-            if name not in present and name != active:
-                self._index.drop(name)
-                dropped = True
-        unseen = [n for n in on_disk if not self._index.knows(n) and n != active]
-        if unseen:
-            counted = await trio.to_thread.run_sync(self._count_files, unseen)
-            for name, counts in counted.items():
-                if self._index.knows(name):
-                    continue
-                self._index.track(name, created=files.created_at(name))
-                for key, frames in counts.items():
-                    self._index.add(name, key, frames)
-        if dropped:
+        """Make the index match the directory (files gone, files not yet counted, files of
+        other processes that grew or were let go)."""
+        if self._scanner.sync(check_seals=True):
             self._changed.fire()
 
-    def _count_files(self, names: list[str]) -> dict[str, Counter[PartitionKey]]:
-        counted: dict[str, Counter[PartitionKey]] = {}
-        for name in names:
-            with files.readable_file(self._dir / name) as fd:
-                if fd is None:
-                    continue  # still being written by its process, or already gone
-                data = files.read_all(fd)
-            counts: Counter[PartitionKey] = Counter()
-            for item in read_records(data, files.read_progress(self._dir, name)):
-                if not isinstance(item, Skipped):
-                    counts[item[2].key] += len(item[2])
-            counted[name] = counts
-        return counted
-
     async def replay_pass(self) -> bool:
-        """One pass over the directory; True if at least one file was fully replayed."""
+        """One pass over the directory; True if anything was committed or removed."""
         with files.replay_lock(self._dir) as ours:
             if not ours:
                 return False
             await self._writer.seal()
+            self._scanner.sync()
+            plan = await trio.to_thread.run_sync(self._plan)
             started = time.monotonic()
             replayed_before = self._metrics.spool_replayed_items
-            progressed = False
-            for name in await trio.to_thread.run_sync(files.list_spool_files, self._dir):
+            progressed = await self._remove_finished(plan, list(plan.files.values()))
+            chunk: list[tuple[_FileRead, _Item]] = []
+            frames = 0
+            for entry in plan.entries:
                 if not self.may_replay():
                     break
-                outcome = await self._replay_file(name)
-                if outcome is _FileOutcome.DONE:
+                assert entry[1].record is not None
+                chunk.append(entry)
+                frames += len(entry[1].record)
+                if frames >= self._chunk_items:
+                    if not await self._commit_chunk(plan, chunk):
+                        break
                     progressed = True
-                elif outcome is _FileOutcome.INTERRUPTED:
-                    break
+                    chunk, frames = [], 0
+            else:
+                if chunk and await self._commit_chunk(plan, chunk):
+                    progressed = True
             frames = self._metrics.spool_replayed_items - replayed_before
             if frames:
                 self.last_rate = frames / max(time.monotonic() - started, 1e-6)
@@ -164,59 +192,165 @@ class Replayer:
                     self.last_rate,
                     self._index.total,
                 )
+            if plan.held_back:
+                log.debug(
+                    "spool replay: %d frames wait for earlier frames still being written",
+                    plan.held_back,
+                )
             return progressed
 
-    async def _replay_file(self, name: str) -> _FileOutcome:
-        path = self._dir / name
-        with files.readable_file(path) as fd:
-            if fd is None:
-                return _FileOutcome.SKIPPED
-            data = await trio.to_thread.run_sync(files.read_all, fd)
-            start = files.read_progress(self._dir, name)
-            records = list(read_records(data, start))
-            if not self._index.knows(name):
-                self._index.track(name, created=files.created_at(name))
-                for item in records:
-                    if not isinstance(item, Skipped):
-                        self._index.add(name, item[2].key, len(item[2]))
-            chunk: list[SpoolRecord] = []
-            frames = 0
-            for item in records:
-                if isinstance(item, Skipped):
-                    self._metrics.spool_damaged_ranges += 1
-                    log.error(
-                        "spool file %s: skipped %d damaged bytes at offset %d (%s)",
-                        name,
-                        item.length,
-                        item.offset,
-                        item.reason,
-                    )
-                    continue
-                _, end, record = item
-                chunk.append(record)
-                frames += len(record)
-                if frames >= self._chunk_items:
-                    if not await self._replay_chunk(name, chunk):
-                        return _FileOutcome.INTERRUPTED
-                    await trio.to_thread.run_sync(files.write_progress, self._dir, name, end)
-                    log.debug("spool file %s: committed up to offset %d", name, end)
-                    chunk, frames = [], 0
-            if chunk and not await self._replay_chunk(name, chunk):
-                return _FileOutcome.INTERRUPTED
-        await trio.to_thread.run_sync(files.remove, self._dir, name)
-        self._index.drop(name)
-        self._changed.fire()
-        return _FileOutcome.DONE
+    # --- planning: runs in a worker thread ----------------------------------------------------
 
-    async def _replay_chunk(self, name: str, records: list[SpoolRecord]) -> bool:
-        by_key: dict[PartitionKey, list[SpoolRecord]] = {}
-        for record in records:
-            by_key.setdefault(record.key, []).append(record)
-        sent: list[tuple[PartitionKey, PushRequest]] = []
+    def _plan(self) -> _Plan:
+        read: dict[str, _FileRead] = {}
+        budget_left = self._read_budget
+        barrier_all: int | None = None
+        for name in files.list_spool_files(self._dir):
+            if budget_left <= 0:
+                barrier_all = files.created_ns(name) - _NAME_CLOCK_MARGIN_NS
+                break
+            with files.readable_file(self._dir / name) as fd:
+                if fd is None:
+                    continue  # still being written: step 2 reads it
+                data = files.read_all(fd)
+            progress = files.read_progress(self._dir, name)
+            read[name] = self._read_file(name, data, progress)
+            budget_left -= len(data) - progress.offset
+        barriers: dict[PartitionKey, int] = {}
+        for name in files.list_spool_files(self._dir):
+            if name in read:
+                continue
+            if barrier_all is not None and (
+                files.created_ns(name) - _NAME_CLOCK_MARGIN_NS >= barrier_all
+            ):
+                continue
+            for key, stamp in _first_stamps(self._dir, name).items():
+                barriers[key] = min(stamp, barriers.get(key, stamp))
+        candidates = [
+            (file, item)
+            for file in read.values()
+            for item in file.items
+            if item.record is not None and not item.done
+        ]
+        entries: list[tuple[_FileRead, _Item]] = []
+        held_back = 0
+        for file, item in candidates:
+            record = item.record
+            assert record is not None
+            limit = barriers.get(record.key)
+            if (limit is not None and record.stamp >= limit) or (
+                barrier_all is not None and record.stamp >= barrier_all
+            ):
+                held_back += len(record)
+            else:
+                entries.append((file, item))
+        entries.sort(key=lambda e: (e[1].record.stamp, e[0].name, e[1].offset))  # type: ignore[union-attr]
+        return _Plan(read, entries, held_back)
+
+    def _read_file(self, name: str, data: bytes, progress: files.Progress) -> _FileRead:
+        file = _FileRead(name, len(data), [])
+        for item in read_records(data, progress.offset):
+            if not isinstance(item, Skipped):
+                offset, end, record = item
+                file.items.append(_Item(offset, end, record, offset in progress.done))
+                continue
+            stop = item.offset + item.length
+            kept = self._keep_unreadable(name, data[item.offset : stop], item)
+            file.items.append(_Item(item.offset, stop, None, kept))
+            file.kept = file.kept and kept
+        return file
+
+    def _keep_unreadable(self, name: str, data: bytes, item: Skipped) -> bool:
+        """Put an unreadable range in quarantine (once); False if that failed."""
+        try:
+            kept = files.quarantine(self._dir, name, item.offset, data, item.reason)
+        except OSError as exc:
+            log.error(
+                "spool file %s: %d unreadable bytes at offset %d (%s) could not be put in "
+                "quarantine (%s); the file is kept",
+                name,
+                item.length,
+                item.offset,
+                item.reason,
+                exc.strerror or exc,
+            )
+            return False
+        if (name, item.offset) not in self._reported:
+            self._reported.add((name, item.offset))
+            self._metrics.spool_damaged_ranges += 1
+            log.error(
+                "spool file %s: %d unreadable bytes at offset %d (%s) moved to %s",
+                name,
+                item.length,
+                item.offset,
+                item.reason,
+                kept,
+            )
+        return True
+
+    # --- replaying ----------------------------------------------------------------------------
+
+    async def _commit_chunk(self, plan: _Plan, chunk: list[tuple[_FileRead, _Item]]) -> bool:
+        """Replay ``chunk``; on success record it in the index and the progress marks."""
+        if not await self._replay_chunk(chunk):
+            return False
+        touched: dict[str, _FileRead] = {}
+        for file, item in chunk:
+            assert item.record is not None
+            item.done = True
+            touched[file.name] = file
+        await self._remove_finished(plan, list(touched.values()), write_marks=True)
+        self._changed.fire()
+        return True
+
+    async def _remove_finished(
+        self, plan: _Plan, touched: list[_FileRead], *, write_marks: bool = False
+    ) -> bool:
+        """Remove the files of ``touched`` whose every record is committed; write the progress
+        mark of the others (if ``write_marks``). True if a file was removed."""
+        removed = False
+        for file in touched:
+            prefix = file.items[0].offset if file.items else file.size
+            done: set[int] = set()
+            complete = True
+            for item in file.items:
+                if item.done and complete:
+                    prefix = item.end
+                elif item.done:
+                    done.add(item.offset)
+                else:
+                    complete = False
+            try:
+                if complete and file.kept and prefix >= file.size:
+                    await trio.to_thread.run_sync(files.remove, self._dir, file.name)
+                    self._scanner.forget(file.name)
+                    plan.files.pop(file.name, None)
+                    removed = True
+                elif write_marks:
+                    mark = files.Progress(prefix, frozenset(done))
+                    await trio.to_thread.run_sync(files.write_progress, self._dir, file.name, mark)
+                    log.debug("spool file %s: committed up to offset %d", file.name, prefix)
+            except OSError as exc:  # the mark is an optimisation: replaying again is safe
+                log.error("spool file %s: progress not saved: %s", file.name, exc.strerror or exc)
+        if removed:
+            self._changed.fire()
+        return removed
+
+    async def _replay_chunk(self, chunk: list[tuple[_FileRead, _Item]]) -> bool:
+        by_key: dict[PartitionKey, list[tuple[_FileRead, SpoolRecord]]] = {}
+        for file, item in chunk:
+            assert item.record is not None
+            by_key.setdefault(item.record.key, []).append((file, item.record))
+        try:
+            dropped = await self._drop_deleted(by_key)
+        except StoreError as exc:
+            log.warning("spool replay: could not read which queues were deleted: %s", exc)
+            return False
+        sent: list[tuple[list[tuple[_FileRead, SpoolRecord]], PushRequest]] = []
         for key, group in by_key.items():
-            request = merge(group)
+            request = merge([record for _, record in group])
             await self._submit(key, request)
-            sent.append((key, request))
+            sent.append((group, request))
         ok = True
         duplicates = 0
         for _, request in sent:
@@ -226,12 +360,69 @@ class Replayer:
             duplicates += len(outcome.duplicates)
         if not ok:
             return False
-        for key, request in sent:
-            self._index.settle(name, key, len(request))
+        for group in [*(g for g, _ in sent), *dropped.values()]:
+            for file, record in group:
+                self._index.settle(file.name, record.key, len(record))
+        for _, request in sent:
             self._metrics.spool_replayed_items += len(request)
+        for key, gone in dropped.items():
+            items = sum(len(r) for _, r in gone)
+            self._metrics.spool_dropped_deleted_queue_items += items
+            log.warning(
+                "spool: %d items of %s/%s dropped: their queue was deleted after they were spooled",
+                items,
+                key.queue,
+                key.partition,
+            )
         self._metrics.spool_replay_duplicates += duplicates
         self._changed.fire()
         return True
+
+    async def _drop_deleted(
+        self, by_key: dict[PartitionKey, list[tuple[_FileRead, SpoolRecord]]]
+    ) -> dict[PartitionKey, list[tuple[_FileRead, SpoolRecord]]]:
+        """Take out of ``by_key`` the records spooled before their queue was deleted; return
+        them, per partition."""
+        if self._deleted_queues is None:
+            return {}
+        deleted = await self._deleted_queues(sorted({key.queue for key in by_key}))
+        dropped: dict[PartitionKey, list[tuple[_FileRead, SpoolRecord]]] = {}
+        for key in list(by_key):
+            when = deleted.get(key.queue)
+            if when is None:
+                continue
+            gone = [(f, r) for f, r in by_key[key] if r.stamp < when]
+            if not gone:
+                continue
+            dropped[key] = gone
+            kept = [(f, r) for f, r in by_key[key] if r.stamp >= when]
+            if kept:
+                by_key[key] = kept
+            else:
+                del by_key[key]
+        return dropped
+
+
+def _first_stamps(directory: Path, name: str) -> dict[PartitionKey, int]:
+    """The smallest order stamp of every partition in spool file ``name`` (read without a
+    lock: its writer may still be appending; a partial record at the end is ignored)."""
+    try:
+        fd = os.open(directory / name, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return {}
+    try:
+        data = files.read_all(fd)
+    finally:
+        os.close(fd)
+    progress = files.read_progress(directory, name)
+    stamps: dict[PartitionKey, int] = {}
+    for item in read_records(data, progress.offset):
+        if isinstance(item, Skipped):
+            continue
+        offset, _, record = item
+        if offset not in progress.done:
+            stamps[record.key] = min(record.stamp, stamps.get(record.key, record.stamp))
+    return stamps
 
 
 def merge(records: list[SpoolRecord]) -> PushRequest:

@@ -1,8 +1,11 @@
 """Where a live push goes: database, spool, or hold (see :mod:`queen.actors.partition`).
 
 - maintenance mode on, or the database down: **spool**;
-- the partition still has spooled frames not yet committed: **hold** (the actor waits a
-  little for the replay to catch up, then spools if it did not);
+- the partition still has spooled frames not yet committed, in any process sharing the spool
+  directory: **hold** (the actor waits a little for the replay to catch up, then spools if it
+  did not). The index is brought up to date with the directory first (see
+  :mod:`queen.spool.scan`), so a frame another process answered ``buffered`` a moment ago
+  counts;
 - otherwise: **database**.
 """
 
@@ -20,6 +23,7 @@ from queen.maintenance import MaintenanceSwitch
 from queen.model import PartitionKey
 from queen.spool.format import SpoolRecord
 from queen.spool.index import SpoolIndex
+from queen.spool.scan import SpoolScanner
 from queen.spool.writer import SpoolError, SpoolWriter
 from queen.storage.base import StoreUnavailable
 
@@ -34,8 +38,11 @@ class SpoolRouter:
         health: DatabaseHealth,
         maintenance: MaintenanceSwitch,
         changed: Signal,
+        *,
+        scanner: SpoolScanner | None = None,
     ) -> None:
         self._index = index
+        self.scanner = scanner or SpoolScanner(writer.directory, index, writer.own_names)
         self._writer = writer
         self._health = health
         self._maintenance = maintenance
@@ -44,6 +51,8 @@ class SpoolRouter:
     def route(self, key: PartitionKey) -> Route:
         if self._maintenance.enabled or not self._health.up:
             return Route.SPOOL
+        if self.scanner.sync():
+            self._changed.fire()
         if self._index.pending(key) > 0:
             return Route.HOLD
         return Route.DATABASE

@@ -10,7 +10,17 @@ Only after the fsync returns is an append answered; an append that is answered w
 is on disk. If a write or fsync fails (disk full, permissions, I/O error), the file is cut
 back to where the group started, every append of the group fails with :class:`SpoolError`,
 and the file is closed (after a failed fsync its pages cannot be trusted); the next append
-opens a new file.
+opens a new file. While the last write failed, the writer proves every ``probe_s`` that the
+directory takes data again (a probe file written, fsynced and removed), so ``healthy`` comes
+back when the disk does, without waiting for the next push.
+
+Every record gets its **order stamp** as it is written: Unix nanoseconds, strictly increasing
+within the process. A record answered before another record is created, in any process of
+the host, was stamped before it: the replay merges files by stamp (see
+:mod:`queen.spool.replay`).
+
+A new file is created as ``.new``, locked, then renamed to ``.log``: a ``.log`` file is
+either locked by its writer or sealed for good.
 
 The active file is sealed (closed, so a replayer can take it) when it reaches
 ``file_max_bytes``, when it has been open ``file_max_age_s`` with records in it, or on request
@@ -73,6 +83,7 @@ class SpoolWriter:
         file_max_bytes: int,
         file_max_age_s: float,
         queue_size: int = 4096,
+        probe_s: float = 1.0,
     ) -> None:
         self.directory = directory
         self._index = index
@@ -82,6 +93,9 @@ class SpoolWriter:
         self._file_max_age_s = file_max_age_s
         self._send, self._recv = trio.open_memory_channel[_Append | _Seal](queue_size)
         self._active: _ActiveFile | None = None
+        self._probe_s = probe_s
+        self._last_stamp = 0
+        self.own_names: set[str] = set()  # files this writer created (its index counts them)
         self.healthy = True  # False while the last write failed
 
     @property
@@ -136,7 +150,13 @@ class SpoolWriter:
                 await trio.to_thread.run_sync(self._close)
 
     async def _next(self) -> _Append | _Seal | None:
-        """The next request; None when the active file's age limit passed (then seal it)."""
+        """The next request; None when the active file's age limit passed (then seal it) or
+        when a probe of an unhealthy spool was due (then probe)."""
+        if not self.healthy:
+            with trio.move_on_after(self._probe_s):
+                return await self._recv.receive()
+            await self._probe()
+            return None
         active = self._active
         if active is None or active.records == 0:
             return await self._recv.receive()
@@ -159,12 +179,23 @@ class SpoolWriter:
             request.reply.set(None)
         await self._write_chunk(chunk)
 
+    async def _probe(self) -> None:
+        """After a failed write: mark the spool healthy again once it takes data."""
+        try:
+            await trio.to_thread.run_sync(files.probe_writable, self.directory)
+        except OSError as exc:
+            log.debug("spool directory %s still not writable: %s", self.directory, exc)
+            return
+        self.healthy = True
+        log.info("spool directory %s takes writes again", self.directory)
+
     async def _write_chunk(self, chunk: list[_Append]) -> None:
         if not chunk:
             return
-        encoded = [[encode(r) for r in request.records] for request in chunk]
         try:
-            name = await trio.to_thread.run_sync(self._write_durably, encoded)
+            name = await trio.to_thread.run_sync(
+                self._write_durably, [request.records for request in chunk]
+            )
         except OSError as exc:
             self.healthy = False
             self._metrics.spool_write_failures += 1
@@ -185,22 +216,38 @@ class SpoolWriter:
 
     def _open(self) -> _ActiveFile:
         name = files.new_name()
+        self.own_names.add(name)  # before the file exists: a scan that sees it knows it
+        creating = self.directory / files.creating_name(name)
         path = self.directory / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        fd = os.open(creating, flags, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(creating, path)
             files.fsync_directory(self.directory)
         except OSError:
             os.close(fd)
+            creating.unlink(missing_ok=True)
             path.unlink(missing_ok=True)
+            self.own_names.discard(name)
             raise
         return _ActiveFile(name=name, fd=fd, opened=time.monotonic())
 
-    def _write_durably(self, encoded: list[list[bytes]]) -> str:
+    def _stamp(self) -> int:
+        stamp = max(time.time_ns(), self._last_stamp + 1)
+        self._last_stamp = stamp
+        return stamp
+
+    def _write_durably(self, groups: list[list[SpoolRecord]]) -> str:
         if self._active is None:
             self._active = self._open()
         active = self._active
-        data = b"".join(b for records in encoded for b in records)
+        encoded: list[bytes] = []
+        for records in groups:
+            for record in records:
+                record.stamp = self._stamp()
+                encoded.append(encode(record))
+        data = b"".join(encoded)
         start = active.size
         try:
             view = memoryview(data)
@@ -214,7 +261,7 @@ class SpoolWriter:
             self._abandon(start)
             raise
         active.size += len(data)
-        active.records += sum(len(records) for records in encoded)
+        active.records += len(encoded)
         name = active.name
         if active.size >= self._file_max_bytes:
             self._close()
@@ -243,3 +290,4 @@ class SpoolWriter:
         os.close(active.fd)  # releases the lock: the file is now replayable
         if active.size == 0:  # never counted in the index: nothing was durable in it
             (self.directory / active.name).unlink(missing_ok=True)
+            self.own_names.discard(active.name)

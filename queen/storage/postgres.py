@@ -45,7 +45,7 @@ _PUSH_ARRAYS_SQL = (
 
 # Applied in this order at every start-up; each file is idempotent. A room of the broker that
 # needs tables of its own adds its file here.
-SCHEMA_FILES = ("schema.sql", "system.sql", "consume.sql", "retention.sql")
+SCHEMA_FILES = ("schema.sql", "system.sql", "consume.sql", "retention.sql", "spool.sql")
 
 
 def schema_sql() -> str:
