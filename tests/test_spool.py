@@ -260,6 +260,55 @@ def test_failed_progress_write_leaves_no_tmp_file(
     assert files.read_progress(tmp_path, name) == files.Progress(10)
 
 
+def test_scanner_counts_another_process_file_while_it_grows_and_drops_it_when_gone(
+    tmp_path: Path,
+) -> None:
+    from queen.spool.index import SpoolIndex
+    from queen.spool.scan import SpoolScanner
+
+    def record(partition: str, i: int) -> bytes:
+        mid = f"0190c7e0-0000-7000-8000-{i:012x}"
+        return encode(SpoolRecord(PartitionKey("q", partition), 0, [mid], [f"t{i}"], [b"1"]))
+
+    index = SpoolIndex()
+    scanner = SpoolScanner(tmp_path, index, set())
+    name = files.new_name()
+    fd = os.open(tmp_path / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another process is writing it
+        os.write(fd, record("a", 1))
+        scanner.sync()
+        assert index.pending(PartitionKey("q", "a")) == 1
+        second = record("b", 2)
+        os.write(fd, record("a", 3) + second[:10])  # the second record is half written
+        scanner.sync()
+        assert index.pending(PartitionKey("q", "a")) == 2
+        assert index.pending(PartitionKey("q", "b")) == 0
+        os.write(fd, second[10:])
+        scanner.sync()
+        assert index.pending(PartitionKey("q", "b")) == 1
+    finally:
+        os.close(fd)
+    (tmp_path / name).unlink()
+    scanner.sync(check_seals=True)
+    assert index.total == 0 and index.file_count == 0
+
+
+def test_sweep_removes_leftovers_but_not_a_file_being_created(tmp_path: Path) -> None:
+    name = files.new_name()
+    (tmp_path / name.replace(".log", ".tmp")).write_text("12")
+    (tmp_path / files.creating_name(files.new_name())).write_bytes(b"")  # its process died
+    held = tmp_path / files.creating_name(name)
+    fd = os.open(held, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a writer about to rename it
+        removed = files.sweep(tmp_path)
+    finally:
+        os.close(fd)
+    assert len(removed) == 2
+    assert [p.name for p in tmp_path.iterdir()] == [held.name]
+
+
 async def test_damaged_file_replays_every_complete_record(
     tmp_path: Path, store: MemoryStore, caplog: pytest.LogCaptureFixture
 ) -> None:

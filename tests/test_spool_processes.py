@@ -89,3 +89,49 @@ async def test_two_processes_keep_each_partition_in_answer_order_across_an_outag
         stored = [f["transaction_id"] for f in await db.frames(queue, f"p{k}")]
         assert len(stored) == len(set(stored)), f"p{k}: a message is stored twice"
         assert stored == answered[k], f"p{k}: stored order differs from the answer order"
+
+
+async def test_a_push_waits_for_what_another_process_still_holds_in_an_open_file(
+    own_pg: EmbeddedPostgres,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Process B still spools (its maintenance switch is cached on) into a file it keeps
+    open; process A already writes to the database. A push answered by A after one answered
+    by B must be stored after it."""
+    spool = tmp_path / "spool"
+    a = BrokerProcess(broker_env(own_pg, spool, QUEEN_SPOOL_HOLD_S="0.3"))
+    b = BrokerProcess(
+        broker_env(
+            own_pg,
+            spool,
+            QUEEN_SPOOL_FILE_MAX_AGE_S="600",
+            QUEEN_SYSTEM_STATE_CACHE_MS="600000",
+        )
+    )
+
+    def body(tx: str) -> dict[str, object]:
+        return {"items": [{"queue": "open-file", "payload": tx, "transactionId": tx}]}
+
+    async with trio.open_nursery() as nursery:
+        await a.start(nursery)
+        await b.start(nursery)
+        async with (
+            httpx.AsyncClient(base_url=a.base, timeout=30) as to_a,
+            httpx.AsyncClient(base_url=b.base, timeout=30) as to_b,
+        ):
+            resp = await to_b.post("/api/v1/system/maintenance", json={"enabled": True})
+            assert resp.json()["maintenanceMode"] is True
+            resp = await to_b.post("/api/v1/push", json=body("first"))
+            assert [r["status"] for r in resp.json()] == ["buffered"]
+            resp = await to_a.post("/api/v1/system/maintenance", json={"enabled": False})
+            assert resp.json()["maintenanceMode"] is False  # B's cached switch stays on
+            resp = await to_a.post("/api/v1/push", json=body("second"))
+            assert [r["status"] for r in resp.json()] == ["buffered"]
+            assert [f.name for f in spool_files(spool)], "B keeps its file open"
+            resp = await to_b.post("/api/v1/system/maintenance", json={"enabled": False})
+            assert resp.json()["maintenanceMode"] is False
+        await wait_all_replayed([a, b], spool)
+        await a.stop()
+        await b.stop()
+    frames = await Db(own_pg.conninfo).frames("open-file", "Default")
+    assert [f["transaction_id"] for f in frames] == ["first", "second"]

@@ -217,6 +217,31 @@ def quarantined(directory: Path) -> tuple[int, int]:
     return count, size
 
 
+def sweep(directory: Path) -> list[str]:
+    """Remove what an interrupted operation left: ``.tmp`` files (only the replaying process
+    writes them, and it calls this holding the replay lock) and ``.new`` files no writer holds
+    (a process died between creating and renaming one; nothing was written to it). Returns
+    the names removed."""
+    removed: list[str] = []
+    for folder in (directory, directory / QUARANTINE):
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for name in names:
+            path = folder / name
+            if name.endswith(CREATING_SUFFIX) and folder == directory:
+                with readable_file(path) as fd:
+                    if fd is None:
+                        continue  # its writer holds it: about to be renamed
+            elif not name.endswith(".tmp"):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(name)
+    return removed
+
+
 def remove(directory: Path, name: str) -> None:
     for path in (directory / name, progress_path(directory, name)):
         with contextlib.suppress(FileNotFoundError):

@@ -202,6 +202,8 @@ class Replayer:
     # --- planning: runs in a worker thread ----------------------------------------------------
 
     def _plan(self) -> _Plan:
+        for name in files.sweep(self._dir):
+            log.info("spool: removed %s, left by an interrupted write", name)
         read: dict[str, _FileRead] = {}
         budget_left = self._read_budget
         barrier_all: int | None = None
