@@ -78,6 +78,29 @@ def list_spool_files(directory: Path) -> list[str]:
         return []
 
 
+Signature = tuple[tuple[str, int, int, bool], ...]
+
+
+def signature(directory: Path) -> Signature:
+    """Name, size, modification time and (for spool files) whether it is sealed, of every
+    spool file and progress mark: equal signatures mean nothing in the spool changed."""
+    found: list[tuple[str, int, int, bool]] = []
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return ()
+    for entry in entries:
+        if is_spool_file(entry.name) or entry.name.endswith(PROGRESS_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                st = entry.stat()
+                sealed = False
+                if is_spool_file(entry.name):
+                    with readable_file(Path(entry.path)) as fd:
+                        sealed = fd is not None
+                found.append((entry.name, st.st_size, st.st_mtime_ns, sealed))
+    return tuple(sorted(found))
+
+
 def ensure_writable(directory: Path) -> None:
     """Create ``directory`` if needed and prove a file can be created in it (raises OSError)."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -130,6 +130,7 @@ class Replayer:
         self._deleted_queues = deleted_queues
         self._read_budget = read_budget_bytes
         self._reported: set[tuple[str, int]] = set()  # unreadable ranges already logged
+        self._idle_signature: files.Signature | None = None  # of the last fruitless pass
         self.last_rate = 0.0  # frames per second of the last pass that replayed anything
 
     def may_replay(self) -> bool:
@@ -153,17 +154,31 @@ class Replayer:
     async def refresh(self) -> None:
         """Make the index match the directory (files gone, files not yet counted, files of
         other processes that grew or were let go)."""
-        if self._scanner.sync(check_seals=True):
+        try:
+            dropped = self._scanner.sync(check_seals=True)
+        except OSError as exc:
+            log.warning("spool directory %s could not be read: %s", self._dir, exc)
+            return
+        if dropped:
             self._changed.fire()
 
     async def replay_pass(self) -> bool:
-        """One pass over the directory; True if anything was committed or removed."""
+        """One pass over the directory; True if anything was committed or removed.
+
+        A pass that could replay nothing (every frame waits behind a file still being
+        written) is not repeated until a spool file changes."""
         with files.replay_lock(self._dir) as ours:
             if not ours:
                 return False
             await self._writer.seal()
-            self._scanner.sync()
-            plan = await trio.to_thread.run_sync(self._plan)
+            try:
+                signature = await trio.to_thread.run_sync(files.signature, self._dir)
+                if signature == self._idle_signature:
+                    return False
+                plan = await trio.to_thread.run_sync(self._plan)
+            except OSError as exc:
+                log.warning("spool directory %s could not be read: %s", self._dir, exc)
+                return False
             started = time.monotonic()
             replayed_before = self._metrics.spool_replayed_items
             progressed = await self._remove_finished(plan, list(plan.files.values()))
@@ -197,6 +212,8 @@ class Replayer:
                     "spool replay: %d frames wait for earlier frames still being written",
                     plan.held_back,
                 )
+            fruitless = not plan.entries and not progressed
+            self._idle_signature = signature if fruitless else None
             return progressed
 
     # --- planning: runs in a worker thread ----------------------------------------------------

@@ -51,8 +51,11 @@ class SpoolRouter:
     def route(self, key: PartitionKey) -> Route:
         if self._maintenance.enabled or not self._health.up:
             return Route.SPOOL
-        if self.scanner.sync():
-            self._changed.fire()
+        try:
+            if self.scanner.sync():
+                self._changed.fire()
+        except OSError as exc:  # decide on what the index knew; the next write looks again
+            log.warning("spool directory %s could not be read: %s", self._writer.directory, exc)
         if self._index.pending(key) > 0:
             return Route.HOLD
         return Route.DATABASE
