@@ -55,6 +55,7 @@ class SpoolScanner:
         self._index = index
         self._own = own
         self._followed: dict[str, _Followed] = {}
+        self._growing: set[str] = set()  # followed files not known to be sealed
         self._mtime: int | None = None
         self._trusted = False
 
@@ -65,15 +66,20 @@ class SpoolScanner:
         """
         dropped = False
         try:
-            mtime = os.stat(self._dir).st_mtime_ns
+            mtime: int | None = os.stat(self._dir).st_mtime_ns
         except FileNotFoundError:
             mtime = None
+        if not check_seals and not self._growing and self._trusted and mtime == self._mtime:
+            return False  # the common case: nothing changed
         if check_seals or not (self._trusted and mtime == self._mtime):
             self._trusted = mtime is not None and time.time_ns() - mtime > _SETTLE_NS
             self._mtime = mtime
             dropped = self._relist()
-        for name, followed in list(self._followed.items()):
-            if not followed.sealed:
+        for name in list(self._growing):
+            followed = self._followed.get(name)
+            if followed is None or followed.sealed:
+                self._growing.discard(name)
+            else:
                 self._follow(name, followed, check_seal=check_seals)
         return dropped
 
@@ -103,6 +109,7 @@ class SpoolScanner:
         self._index.track(name, created=files.created_at(name))
         followed = _Followed(offset=progress.offset, size=-1, sealed=False)
         self._followed[name] = followed
+        self._growing.add(name)
         self._follow(name, followed, check_seal=True, done=progress.done)
 
     def _follow(
@@ -154,3 +161,5 @@ class SpoolScanner:
         followed.offset = end
         followed.size = size
         followed.sealed = sealed
+        if sealed:
+            self._growing.discard(name)
