@@ -44,7 +44,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
@@ -93,6 +93,7 @@ class _Plan:
     files: dict[str, _FileRead]
     entries: list[tuple[_FileRead, _Item]]  # replayable records, in replay order
     held_back: int  # frames read but not replayable in this pass (barriers)
+    unsaved: set[str] = field(default_factory=set)  # files whose mark could not be saved
 
 
 _NAME_CLOCK_MARGIN_NS = 1_000_000_000
@@ -350,7 +351,13 @@ class Replayer:
                     await trio.to_thread.run_sync(files.write_progress, self._dir, file.name, mark)
                     log.debug("spool file %s: committed up to offset %d", file.name, prefix)
             except OSError as exc:  # the mark is an optimisation: replaying again is safe
-                log.error("spool file %s: progress not saved: %s", file.name, exc.strerror or exc)
+                if file.name not in plan.unsaved:  # once per file and pass
+                    plan.unsaved.add(file.name)
+                    log.error(
+                        "spool file %s: progress not saved (%s); replay goes on",
+                        file.name,
+                        exc.strerror or exc,
+                    )
         if removed:
             self._changed.fire()
         return removed

@@ -42,6 +42,7 @@ class SpoolRouter:
         scanner: SpoolScanner | None = None,
     ) -> None:
         self._index = index
+        self._last_scan_warning = float("-inf")
         self.scanner = scanner or SpoolScanner(writer.directory, index, writer.own_names)
         self._writer = writer
         self._health = health
@@ -55,7 +56,10 @@ class SpoolRouter:
             if self.scanner.sync():
                 self._changed.fire()
         except OSError as exc:  # decide on what the index knew; the next write looks again
-            log.warning("spool directory %s could not be read: %s", self._writer.directory, exc)
+            now = time.monotonic()
+            if now - self._last_scan_warning >= 10.0:  # not once per write
+                self._last_scan_warning = now
+                log.warning("spool directory %s could not be read: %s", self._writer.directory, exc)
         if self._index.pending(key) > 0:
             return Route.HOLD
         return Route.DATABASE
