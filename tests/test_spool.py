@@ -357,6 +357,24 @@ async def test_two_brokers_sharing_a_spool_directory_replay_each_file_once(
     )
 
 
+async def test_brokers_sharing_a_spool_directory_replay_a_partition_in_answer_order(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    settings = fast(tmp_path, spool_file_max_age_s=60)
+    async with open_broker(settings, store=store) as a, open_broker(settings, store=store) as b:
+        await a.set_maintenance(True)
+        await b.set_maintenance(True)
+        await b.push([item("other", "x")])  # b's file is the older one
+        for i in range(20):
+            results = await (a if i % 2 == 0 else b).push([item("p", f"t{i:02d}")])
+            assert results[0]["status"] == "buffered"
+        await a.set_maintenance(False)
+        await b.set_maintenance(False)
+        await until(drained(a, b), a)
+    assert stored(store, "p") == [f"t{i:02d}" for i in range(20)]
+    assert stored(store, "other") == ["x"]
+
+
 async def test_spool_directory_that_cannot_be_created_names_the_variable(tmp_path: Path) -> None:
     from queen.spool import SpoolError
 
