@@ -294,6 +294,33 @@ def test_scanner_counts_another_process_file_while_it_grows_and_drops_it_when_go
     assert index.total == 0 and index.file_count == 0
 
 
+def test_scanner_counts_again_a_file_its_writer_cut_back_and_wrote_again(tmp_path: Path) -> None:
+    from queen.spool.index import SpoolIndex
+    from queen.spool.scan import SpoolScanner
+
+    def record(partition: str, i: int, payload: bytes = b"1") -> bytes:
+        mid = f"0190c7e0-0000-7000-8000-{i:012x}"
+        return encode(SpoolRecord(PartitionKey("q", partition), 0, [mid], [f"t{i}"], [payload]))
+
+    index = SpoolIndex()
+    scanner = SpoolScanner(tmp_path, index, set())
+    name = files.new_name()
+    fd = os.open(tmp_path / name, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        first = record("a", 1)
+        os.write(fd, first + record("a", 2))  # the second one's fsync fails...
+        scanner.sync()
+        assert index.pending(PartitionKey("q", "a")) == 2
+        os.ftruncate(fd, len(first))  # ...so its writer cuts it back
+        os.write(fd, record("b", 3, b"12345678") + record("b", 4, b"12345678"))
+        scanner.sync()
+        assert index.pending(PartitionKey("q", "a")) == 1
+        assert index.pending(PartitionKey("q", "b")) == 2
+    finally:
+        os.close(fd)
+
+
 def test_sweep_removes_leftovers_but_not_a_file_being_created(tmp_path: Path) -> None:
     name = files.new_name()
     (tmp_path / name.replace(".log", ".tmp")).write_text("12")

@@ -168,54 +168,55 @@ class Replayer:
 
         A pass that could replay nothing (every frame waits behind a file still being
         written) is not repeated until a spool file changes."""
-        with files.replay_lock(self._dir) as ours:
-            if not ours:
-                return False
-            await self._writer.seal()
-            try:
-                signature = await trio.to_thread.run_sync(files.signature, self._dir)
-                if signature == self._idle_signature:
-                    return False
-                plan = await trio.to_thread.run_sync(self._plan)
-            except OSError as exc:
-                log.warning("spool directory %s could not be read: %s", self._dir, exc)
-                return False
-            started = time.monotonic()
-            replayed_before = self._metrics.spool_replayed_items
-            progressed = await self._remove_finished(plan, list(plan.files.values()))
-            chunk: list[tuple[_FileRead, _Item]] = []
-            frames = 0
-            for entry in plan.entries:
-                if not self.may_replay():
+        try:
+            with files.replay_lock(self._dir) as ours:
+                return ours and await self._locked_pass()
+        except OSError as exc:
+            log.warning("spool directory %s could not be read: %s", self._dir, exc)
+            return False
+
+    async def _locked_pass(self) -> bool:
+        await self._writer.seal()
+        signature = await trio.to_thread.run_sync(files.signature, self._dir)
+        if signature == self._idle_signature:
+            return False
+        plan = await trio.to_thread.run_sync(self._plan)
+        started = time.monotonic()
+        replayed_before = self._metrics.spool_replayed_items
+        progressed = await self._remove_finished(plan, list(plan.files.values()))
+        chunk: list[tuple[_FileRead, _Item]] = []
+        frames = 0
+        for entry in plan.entries:
+            if not self.may_replay():
+                break
+            assert entry[1].record is not None
+            chunk.append(entry)
+            frames += len(entry[1].record)
+            if frames >= self._chunk_items:
+                if not await self._commit_chunk(plan, chunk):
                     break
-                assert entry[1].record is not None
-                chunk.append(entry)
-                frames += len(entry[1].record)
-                if frames >= self._chunk_items:
-                    if not await self._commit_chunk(plan, chunk):
-                        break
-                    progressed = True
-                    chunk, frames = [], 0
-            else:
-                if chunk and await self._commit_chunk(plan, chunk):
-                    progressed = True
-            frames = self._metrics.spool_replayed_items - replayed_before
-            if frames:
-                self.last_rate = frames / max(time.monotonic() - started, 1e-6)
-                log.info(
-                    "spool replay: %d frames in this pass (%.0f/s), %d still spooled",
-                    frames,
-                    self.last_rate,
-                    self._index.total,
-                )
-            if plan.held_back:
-                log.debug(
-                    "spool replay: %d frames wait for earlier frames still being written",
-                    plan.held_back,
-                )
-            fruitless = not plan.entries and not progressed
-            self._idle_signature = signature if fruitless else None
-            return progressed
+                progressed = True
+                chunk, frames = [], 0
+        else:
+            if chunk and await self._commit_chunk(plan, chunk):
+                progressed = True
+        frames = self._metrics.spool_replayed_items - replayed_before
+        if frames:
+            self.last_rate = frames / max(time.monotonic() - started, 1e-6)
+            log.info(
+                "spool replay: %d frames in this pass (%.0f/s), %d still spooled",
+                frames,
+                self.last_rate,
+                self._index.total,
+            )
+        if plan.held_back:
+            log.debug(
+                "spool replay: %d frames wait for earlier frames still being written",
+                plan.held_back,
+            )
+        fruitless = not plan.entries and not progressed
+        self._idle_signature = signature if fruitless else None
+        return progressed
 
     # --- planning: runs in a worker thread ----------------------------------------------------
 

@@ -127,9 +127,8 @@ class SpoolScanner:
             return  # gone: the next listing drops it
         if size == followed.size and not check_seal:
             return
-        if size < max(
-            followed.size, followed.offset
-        ):  # its writer cut a failed write back: count it again
+        cut_back = followed.size >= 0 and size < max(followed.size, followed.offset)
+        if cut_back:  # its writer cut a failed write back: count the file again
             self._index.drop(name)
             self._followed.pop(name, None)
             self._start(name)
@@ -148,6 +147,13 @@ class SpoolScanner:
         end = followed.offset
         for item in read_records(data):
             if isinstance(item, Skipped):
+                if item.offset == 0 and item.reason == "bad magic" and followed.size >= 0:
+                    # No record starts where the last one ended: the file was cut back and
+                    # written again between two looks. Count it again.
+                    self._index.drop(name)
+                    self._followed.pop(name, None)
+                    self._start(name)
+                    return
                 if not sealed:
                     break  # a record still being written: read it again next time
                 end = followed.offset + item.offset + item.length
