@@ -70,3 +70,33 @@ def test_garbage_and_false_magic_are_not_records() -> None:
     assert [r.message_ids[0] for r in records_of(data)] == ["m7-0"]
     assert len(skipped_of(data)) == 2
     assert records_of(b"") == []
+
+
+def test_replay_order_merges_files_by_stamp_and_stops_each_partition_at_its_barrier() -> None:
+    from queen.spool.plan import FileRead, Item, replay_order
+
+    def rec(partition: str, stamp: int) -> SpoolRecord:
+        return SpoolRecord(
+            PartitionKey("q", partition), 0, [f"m{stamp}"], [f"t{stamp}"], [b"1"], stamp=stamp
+        )
+
+    a = FileRead(
+        "spool-a.log", 0, [Item(0, 1, rec("p", 10), False), Item(1, 2, rec("p", 30), False)]
+    )
+    b = FileRead(
+        "spool-b.log",
+        0,
+        [
+            Item(0, 1, rec("p", 20), False),
+            Item(1, 2, rec("r", 25), True),  # committed already
+            Item(2, 3, rec("p", 40), False),
+            Item(3, 4, None, True),  # an unreadable range
+            Item(4, 5, rec("r", 50), False),
+        ],
+    )
+    entries, held = replay_order({"a": a, "b": b}, {PartitionKey("q", "p"): 35}, None)
+    assert [item.record.stamp for _, item in entries if item.record] == [10, 20, 30, 50]
+    assert held == 1  # p's frame stamped 40 waits for the barrier at 35
+    entries, held = replay_order({"a": a, "b": b}, {}, 30)
+    assert [item.record.stamp for _, item in entries if item.record] == [10, 20]
+    assert held == 3

@@ -6,6 +6,7 @@
 - :mod:`queen.spool.scan`: keeps the index true to the directory (every process's files);
 - :mod:`queen.spool.writer`: appends with grouped fsync;
 - :mod:`queen.spool.router`: database, spool or hold, per push;
+- :mod:`queen.spool.plan`: what a replay pass may store, and in which order;
 - :mod:`queen.spool.replay`: the replay loop the supervisor runs.
 """
 

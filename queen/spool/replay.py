@@ -41,10 +41,8 @@ The loop also keeps the :class:`SpoolIndex` true to the directory through the
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
@@ -57,8 +55,9 @@ from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.model import PartitionKey, Status
 from queen.spool import files
-from queen.spool.format import Skipped, SpoolRecord, read_records
+from queen.spool.format import SpoolRecord
 from queen.spool.index import SpoolIndex
+from queen.spool.plan import FileRead, Item, Plan, Planner
 from queen.spool.scan import SpoolScanner
 from queen.spool.writer import SpoolWriter
 from queen.storage.base import StoreError
@@ -68,35 +67,6 @@ log = logging.getLogger("queen.spool")
 Submit = Callable[[PartitionKey, PushRequest], Awaitable[None]]
 # For queue names: those deleted, with the time of their latest deletion (Unix ns).
 DeletedQueues = Callable[[list[str]], Awaitable[dict[str, int]]]
-
-
-@dataclass(slots=True)
-class _Item:
-    """One record (or one unreadable range, ``record is None``) of a file, from its mark on."""
-
-    offset: int
-    end: int
-    record: SpoolRecord | None
-    done: bool
-
-
-@dataclass(slots=True)
-class _FileRead:
-    name: str
-    size: int
-    items: list[_Item]
-    kept: bool = True  # False while an unreadable range could not be put in quarantine
-
-
-@dataclass(slots=True)
-class _Plan:
-    files: dict[str, _FileRead]
-    entries: list[tuple[_FileRead, _Item]]  # replayable records, in replay order
-    held_back: int  # frames read but not replayable in this pass (barriers)
-    unsaved: set[str] = field(default_factory=set)  # files whose mark could not be saved
-
-
-_NAME_CLOCK_MARGIN_NS = 1_000_000_000
 
 
 class Replayer:
@@ -129,7 +99,7 @@ class Replayer:
         self._tick_s = tick_s
         self._scanner = scanner or SpoolScanner(directory, index, writer.own_names)
         self._deleted_queues = deleted_queues
-        self._read_budget = read_budget_bytes
+        self._planner = Planner(directory, read_budget_bytes=read_budget_bytes)
         self._reported: set[tuple[str, int]] = set()  # unreadable ranges already logged
         self._idle_signature: files.Signature | None = None  # of the last fruitless pass
         self.last_rate = 0.0  # frames per second of the last pass that replayed anything
@@ -180,11 +150,12 @@ class Replayer:
         signature = await trio.to_thread.run_sync(files.signature, self._dir)
         if signature == self._idle_signature:
             return False
-        plan = await trio.to_thread.run_sync(self._plan)
+        plan = await trio.to_thread.run_sync(self._planner.plan)
+        self._report(plan)
         started = time.monotonic()
         replayed_before = self._metrics.spool_replayed_items
         progressed = await self._remove_finished(plan, list(plan.files.values()))
-        chunk: list[tuple[_FileRead, _Item]] = []
+        chunk: list[tuple[FileRead, Item]] = []
         frames = 0
         for entry in plan.entries:
             if not self.may_replay():
@@ -218,104 +189,43 @@ class Replayer:
         self._idle_signature = signature if fruitless else None
         return progressed
 
-    # --- planning: runs in a worker thread ----------------------------------------------------
-
-    def _plan(self) -> _Plan:
-        for name in files.sweep(self._dir):
+    def _report(self, plan: Plan) -> None:
+        """Log what the planning met: leftovers removed, unreadable ranges (once each)."""
+        for name in plan.swept:
             log.info("spool: removed %s, left by an interrupted write", name)
-        read: dict[str, _FileRead] = {}
-        budget_left = self._read_budget
-        barrier_all: int | None = None
-        for name in files.list_spool_files(self._dir):
-            if budget_left <= 0:
-                barrier_all = files.created_ns(name) - _NAME_CLOCK_MARGIN_NS
-                break
-            with files.readable_file(self._dir / name) as fd:
-                if fd is None:
-                    continue  # still being written: step 2 reads it
-                data = files.read_all(fd)
-            progress = files.read_progress(self._dir, name)
-            read[name] = self._read_file(name, data, progress)
-            budget_left -= len(data) - progress.offset
-        barriers: dict[PartitionKey, int] = {}
-        for name in files.list_spool_files(self._dir):
-            if name in read:
+        for found in plan.unreadable:
+            skipped = found.skipped
+            if found.kept_as is None:
+                log.error(
+                    "spool file %s: %d unreadable bytes at offset %d (%s) could not be put in "
+                    "quarantine (%s); the file is kept",
+                    found.name,
+                    skipped.length,
+                    skipped.offset,
+                    skipped.reason,
+                    found.error,
+                )
                 continue
-            if barrier_all is not None and (
-                files.created_ns(name) - _NAME_CLOCK_MARGIN_NS >= barrier_all
-            ):
+            if (found.name, skipped.offset) in self._reported:
                 continue
-            for key, stamp in _first_stamps(self._dir, name).items():
-                barriers[key] = min(stamp, barriers.get(key, stamp))
-        candidates = [
-            (file, item)
-            for file in read.values()
-            for item in file.items
-            if item.record is not None and not item.done
-        ]
-        entries: list[tuple[_FileRead, _Item]] = []
-        held_back = 0
-        for file, item in candidates:
-            record = item.record
-            assert record is not None
-            limit = barriers.get(record.key)
-            if (limit is not None and record.stamp >= limit) or (
-                barrier_all is not None and record.stamp >= barrier_all
-            ):
-                held_back += len(record)
-            else:
-                entries.append((file, item))
-        entries.sort(key=lambda e: (e[1].record.stamp, e[0].name, e[1].offset))  # type: ignore[union-attr]
-        return _Plan(read, entries, held_back)
-
-    def _read_file(self, name: str, data: bytes, progress: files.Progress) -> _FileRead:
-        file = _FileRead(name, len(data), [])
-        for item in read_records(data, progress.offset):
-            if not isinstance(item, Skipped):
-                offset, end, record = item
-                file.items.append(_Item(offset, end, record, offset in progress.done))
-                continue
-            stop = item.offset + item.length
-            kept = self._keep_unreadable(name, data[item.offset : stop], item)
-            file.items.append(_Item(item.offset, stop, None, kept))
-            file.kept = file.kept and kept
-        return file
-
-    def _keep_unreadable(self, name: str, data: bytes, item: Skipped) -> bool:
-        """Put an unreadable range in quarantine (once); False if that failed."""
-        try:
-            kept = files.quarantine(self._dir, name, item.offset, data, item.reason)
-        except OSError as exc:
-            log.error(
-                "spool file %s: %d unreadable bytes at offset %d (%s) could not be put in "
-                "quarantine (%s); the file is kept",
-                name,
-                item.length,
-                item.offset,
-                item.reason,
-                exc.strerror or exc,
-            )
-            return False
-        if (name, item.offset) not in self._reported:
-            self._reported.add((name, item.offset))
+            self._reported.add((found.name, skipped.offset))
             self._metrics.spool_damaged_ranges += 1
             log.error(
                 "spool file %s: %d unreadable bytes at offset %d (%s) moved to %s",
-                name,
-                item.length,
-                item.offset,
-                item.reason,
-                kept,
+                found.name,
+                skipped.length,
+                skipped.offset,
+                skipped.reason,
+                found.kept_as,
             )
-        return True
 
     # --- replaying ----------------------------------------------------------------------------
 
-    async def _commit_chunk(self, plan: _Plan, chunk: list[tuple[_FileRead, _Item]]) -> bool:
+    async def _commit_chunk(self, plan: Plan, chunk: list[tuple[FileRead, Item]]) -> bool:
         """Replay ``chunk``; on success record it in the index and the progress marks."""
         if not await self._replay_chunk(chunk):
             return False
-        touched: dict[str, _FileRead] = {}
+        touched: dict[str, FileRead] = {}
         for file, item in chunk:
             assert item.record is not None
             item.done = True
@@ -325,7 +235,7 @@ class Replayer:
         return True
 
     async def _remove_finished(
-        self, plan: _Plan, touched: list[_FileRead], *, write_marks: bool = False
+        self, plan: Plan, touched: list[FileRead], *, write_marks: bool = False
     ) -> bool:
         """Remove the files of ``touched`` whose every record is committed; write the progress
         mark of the others (if ``write_marks``). True if a file was removed."""
@@ -363,8 +273,8 @@ class Replayer:
             self._changed.fire()
         return removed
 
-    async def _replay_chunk(self, chunk: list[tuple[_FileRead, _Item]]) -> bool:
-        by_key: dict[PartitionKey, list[tuple[_FileRead, SpoolRecord]]] = {}
+    async def _replay_chunk(self, chunk: list[tuple[FileRead, Item]]) -> bool:
+        by_key: dict[PartitionKey, list[tuple[FileRead, SpoolRecord]]] = {}
         for file, item in chunk:
             assert item.record is not None
             by_key.setdefault(item.record.key, []).append((file, item.record))
@@ -373,7 +283,7 @@ class Replayer:
         except StoreError as exc:
             log.warning("spool replay: could not read which queues were deleted: %s", exc)
             return False
-        sent: list[tuple[list[tuple[_FileRead, SpoolRecord]], PushRequest]] = []
+        sent: list[tuple[list[tuple[FileRead, SpoolRecord]], PushRequest]] = []
         for key, group in by_key.items():
             request = merge([record for _, record in group])
             await self._submit(key, request)
@@ -406,14 +316,14 @@ class Replayer:
         return True
 
     async def _drop_deleted(
-        self, by_key: dict[PartitionKey, list[tuple[_FileRead, SpoolRecord]]]
-    ) -> dict[PartitionKey, list[tuple[_FileRead, SpoolRecord]]]:
+        self, by_key: dict[PartitionKey, list[tuple[FileRead, SpoolRecord]]]
+    ) -> dict[PartitionKey, list[tuple[FileRead, SpoolRecord]]]:
         """Take out of ``by_key`` the records spooled before their queue was deleted; return
         them, per partition."""
         if self._deleted_queues is None:
             return {}
         deleted = await self._deleted_queues(sorted({key.queue for key in by_key}))
-        dropped: dict[PartitionKey, list[tuple[_FileRead, SpoolRecord]]] = {}
+        dropped: dict[PartitionKey, list[tuple[FileRead, SpoolRecord]]] = {}
         for key in list(by_key):
             when = deleted.get(key.queue)
             if when is None:
@@ -428,28 +338,6 @@ class Replayer:
             else:
                 del by_key[key]
         return dropped
-
-
-def _first_stamps(directory: Path, name: str) -> dict[PartitionKey, int]:
-    """The smallest order stamp of every partition in spool file ``name`` (read without a
-    lock: its writer may still be appending; a partial record at the end is ignored)."""
-    try:
-        fd = os.open(directory / name, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return {}
-    try:
-        data = files.read_all(fd)
-    finally:
-        os.close(fd)
-    progress = files.read_progress(directory, name)
-    stamps: dict[PartitionKey, int] = {}
-    for item in read_records(data, progress.offset):
-        if isinstance(item, Skipped):
-            continue
-        offset, _, record = item
-        if offset not in progress.done:
-            stamps[record.key] = min(record.stamp, stamps.get(record.key, record.stamp))
-    return stamps
 
 
 def merge(records: list[SpoolRecord]) -> PushRequest:
