@@ -4,9 +4,10 @@ The index answers the question the ordering rule needs: "does partition P have s
 that are not committed yet?" While it does, new pushes to P are spooled behind them.
 
 Counts are in frames. They come from three places: this process's own appends (counted once
-durable), files found in the directory (counted when first read), and replay progress
-(subtracted as replayed frames commit). A file that disappears (replayed and removed, by this
-process or another one) is dropped with all its counts.
+durable, by the writer), every other file of the directory, those other processes are still
+writing included (counted by :class:`queen.spool.scan.SpoolScanner` as their records become
+complete), and replay progress (subtracted as replayed frames commit). A file that disappears
+(replayed and removed, by this process or another one) is dropped with all its counts.
 """
 
 from __future__ import annotations
