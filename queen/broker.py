@@ -44,6 +44,7 @@ from queen.retention import RetentionLoop
 from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolWriter
 from queen.spool import describe as describe_spool
+from queen.storage.admin import PgAdminStore
 from queen.storage.base import Store, StoreError
 from queen.storage.retention import PassOutcome
 from queen.supervisor import Supervisor
@@ -85,8 +86,10 @@ class Broker:
         changed: Signal,
         consume: ConsumeService | None = None,
         retention: RetentionLoop | None = None,
+        admin_store: PgAdminStore | None = None,
     ) -> None:
         self._consume = consume
+        self.admin_store = admin_store  # the admin API's reads (PostgreSQL only)
         self._retention = retention
         self.settings = settings
         self.store = store
@@ -428,6 +431,12 @@ class Broker:
                 "maxWaitTimeSeconds": held.max_wait_time_seconds,
             },
         }
+
+    async def retention_totals(self) -> dict[str, int]:
+        """What retention and pruning removed so far, all broker processes together."""
+        if self._retention is None:
+            raise ConsumeUnavailable("retention needs the PostgreSQL store")
+        return await self._retention.store.totals()
 
     async def wait_spool_empty(self) -> None:
         """Return once nothing is left in this broker's spool (everything replayed)."""

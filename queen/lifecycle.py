@@ -33,6 +33,7 @@ from queen.retention import RetentionLoop
 from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolRouter, SpoolWriter
 from queen.spool.replay import DeletedQueues
+from queen.storage.admin import PgAdminStore
 from queen.storage.base import StateStore, Store, StoreUnavailable
 from queen.storage.consume import PgConsumeStore
 from queen.storage.database import open_database
@@ -177,6 +178,7 @@ async def open_broker(
                 changed=changed,
                 consume=consume,
                 retention=retention,
+                admin_store=PgAdminStore(opened.pool) if isinstance(opened, PgStore) else None,
             )
             try:
                 yield broker

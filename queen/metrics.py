@@ -81,3 +81,19 @@ _GAUGES = {
     "maintenance_mode",
     "process_id",
 }
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render_labelled_gauges(families: dict[str, dict[tuple[tuple[str, str], ...], float]]) -> str:
+    """Gauges with labels in the Prometheus text format: ``{name: {((label, value), ...): v}}``
+    becomes ``queen_<name>{label="value",...} v`` under one ``# TYPE`` line per name."""
+    lines: list[str] = []
+    for name, samples in families.items():
+        lines.append(f"# TYPE queen_{name} gauge")
+        for labels, value in samples.items():
+            inner = ",".join(f'{k}="{_label(v)}"' for k, v in labels)
+            lines.append(f"queen_{name}{{{inner}}} {value}")
+    return "\n".join(lines) + "\n" if lines else ""

@@ -242,9 +242,16 @@ class Settings:
         None, "JWT_AUDIENCE", "audience the aud claim must contain, when set"
     )
     jwt_skip_paths: str = _setting(
-        "/health,/metrics",
+        "/health,/metrics,/metrics/prometheus,/",
         "JWT_SKIP_PATHS",
-        "comma-separated public paths (an entry ending in / covers the paths below it)",
+        "comma-separated public paths (an entry ending in / covers the paths below it; "
+        "/ is the dashboard's page, which holds no data and asks for a token)",
+    )
+    cors_origins: str = _setting(
+        "",
+        "QUEEN_CORS_ORIGINS",
+        "comma-separated origins allowed to call the API from a browser (* for any; none by "
+        "default)",
     )
 
     @classmethod

@@ -405,6 +405,47 @@ async def consume_admin(client: Queen, q: str) -> dict[str, Any]:
     return out
 
 
+async def admin(client: Queen, q: str) -> dict[str, Any]:
+    """Every read of the client's Admin API, and a message deletion, as the client makes them."""
+    await client.queue(q).namespace(f"ns-{q}").create()
+    await client.queue(q).push([{"data": {"n": n}, "transactionId": f"a{n}"} for n in range(3)])
+    [first] = await client.queue(q).group(f"g-{q}").batch(1).wait(False).pop()
+    a = client.admin
+    out: dict[str, Any] = {}
+    listed = await a.list_queues(search=q, limit=10)
+    out["listed"] = [(x["name"], x["partitions"], x["messages"]["total"]) for x in listed["queues"]]
+    queue = await a.get_queue(q)
+    out["queue"] = [
+        queue["name"],
+        [p["name"] for p in queue["partitions"]],
+        queue["totals"]["total"],
+    ]
+    out["namespaces"] = [n["namespace"] for n in (await a.get_namespaces())["namespaces"]]
+    out["tasks"] = "tasks" in await a.get_tasks()
+    out["overview_queues"] = (await a.get_overview())["queues"] >= 1
+    msgs = await a.list_messages(queue=q, limit=10)
+    out["messages"] = [m["transactionId"] for m in msgs["messages"]]
+    pid = msgs["messages"][0]["partitionId"]
+    out["message"] = (await a.get_message(pid, "a1"))["payload"]
+    out["deleted"] = (await a.delete_message(pid, "a1"))["success"]
+    out["status"] = "messages" in await a.get_status()
+    out["queue_stats"] = [x["name"] for x in (await a.get_queue_stats(search=q))["queues"]]
+    out["queue_detail"] = (await a.get_queue_detail(q))["queue"]["name"]
+    out["analytics"] = "throughput" in await a.get_analytics()
+    groups = await a.list_consumer_groups()
+    out["group_lag"] = [g["totalLag"] for g in groups if g["name"] == f"g-{q}"]
+    detail = await a.get_consumer_group(f"g-{q}")
+    out["group_partitions"] = [p["offsetLag"] for p in detail[q]["partitions"]]
+    lagging = await a.get_lagging_consumers(min_lag_seconds=0)
+    out["lagging"] = any(g["name"] == f"g-{q}" for g in lagging)
+    out["refresh"] = (await a.refresh_consumer_stats())["success"]
+    out["system_metrics"] = "points" in await a.get_system_metrics()
+    out["worker_metrics"] = "throughput" in await a.get_worker_metrics()
+    await a.metrics()  # Prometheus text: the client reads it as no JSON
+    del first
+    return out
+
+
 FLOWS = {
     f.__name__: f
     for f in (
@@ -420,6 +461,7 @@ FLOWS = {
         authenticated,
         encrypted,
         consume_admin,
+        admin,
     )
 }
 

@@ -403,7 +403,8 @@ async def test_serve_with_auth_over_a_real_socket(
     assert [f["sub"] for f in await db.frames(queue, "p")] == ["svc-socket"]
     lines = [r.getMessage() for r in caplog.records if "authentication:" in r.getMessage()]
     assert lines == [
-        "authentication: JWT (HS256; HS256 from JWT_SECRET; public paths: /health, /metrics)"
+        "authentication: JWT (HS256; HS256 from JWT_SECRET; "
+        "public paths: /health, /metrics, /metrics/prometheus, /)"
     ]
 
 

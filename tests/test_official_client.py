@@ -251,3 +251,17 @@ async def test_retention_enabled_and_max_wait_time_with_the_client(
     assert outcome.evicted_messages >= 2
     r = await run_flow(client_python, settings, "retention_check", queue, tmp_path)
     assert r == {"keep": [{"n": 1}, {"n": 2}], "wait": []}
+
+
+async def test_admin_api_answers_every_read_of_the_clients_admin(flow: Any, queue: str) -> None:
+    r = await flow("admin")
+    assert r["listed"] == [[queue, 1, 3]]
+    assert r["queue"] == [queue, ["Default"], 3]
+    assert f"ns-{queue}" in r["namespaces"]
+    assert r["messages"] == ["a2", "a1", "a0"]
+    assert r["message"] == {"n": 1} and r["deleted"] is True
+    assert r["queue_stats"] == [queue] and r["queue_detail"] == queue
+    assert r["group_lag"] == [3] and r["group_partitions"] == [3] and r["lagging"] is True
+    for key in ("tasks", "overview_queues", "status", "analytics", "refresh"):
+        assert r[key] is True, key
+    assert r["system_metrics"] and r["worker_metrics"]

@@ -142,7 +142,10 @@ def test_settings_read_the_jwt_variables() -> None:
     defaults = Settings.from_env({})
     assert defaults.jwt_enabled is False and defaults.jwt_algorithm == "HS256"
     assert defaults.jwt_secret is None and defaults.jwt_audience is None
-    assert defaults.jwt_clock_skew_s == 30 and defaults.jwt_skip_paths == "/health,/metrics"
+    assert (
+        defaults.jwt_clock_skew_s == 30
+        and defaults.jwt_skip_paths == "/health,/metrics,/metrics/prometheus,/"
+    )
     assert (defaults.jwt_jwks_refresh_interval_s, defaults.jwt_jwks_timeout_ms) == (3600, 5000)
     assert Settings.from_env({"JWT_ENABLED": "false"}).jwt_enabled is False
     assert Settings.from_env({"JWT_ENABLED": ""}).jwt_enabled is False  # empty means unset

@@ -86,6 +86,9 @@ ROUTE_TABLE: Final[tuple[RouteAccess, ...]] = (
     _route("GET", "/api/v1/analytics/**", READ, "throughput and latency figures"),
     _route("GET", "/health", READ, "health (public while in JWT_SKIP_PATHS)"),
     _route("GET", "/metrics", READ, "Prometheus metrics (public while in JWT_SKIP_PATHS)"),
+    _route("GET", "/metrics/prometheus", READ, "Prometheus metrics (public by default)"),
+    _route("GET", "/", READ, "the dashboard's page (public by default; holds no data)"),
+    _route("GET", "/dashboard/**", READ, "the dashboard's views"),
     # System: admin.
     _route("GET", "/api/v1/system/maintenance", ADMIN, "push maintenance mode"),
     _route("POST", "/api/v1/system/maintenance", ADMIN, "switch push maintenance mode"),
@@ -100,6 +103,7 @@ ROUTE_TABLE: Final[tuple[RouteAccess, ...]] = (
         "delete a consumer group's state on one queue",
     ),
     _route("POST", "/api/v1/stats/refresh", ADMIN, "recompute statistics"),
+    _route("DELETE", "/api/v1/messages/<partition_id>/<transaction_id>", ADMIN, "delete a message"),
 )
 
 _PLACEHOLDER = re.compile(r"<[^<>]*>")

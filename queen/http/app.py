@@ -14,11 +14,24 @@ from quart import Response
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from queen.admin.service import AdminService
 from queen.auth import AccessGate, build_gate
 from queen.broker import Broker, BrokerClosed, PartitionsBusy
 from queen.cipher import PayloadUnreadable
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest, NotFound
-from queen.http import access, admin, consume, groups, health, maintenance, push, resources, traces
+from queen.http import (
+    access,
+    admin,
+    admin_api,
+    consume,
+    cors,
+    dashboard,
+    groups,
+    health,
+    maintenance,
+    push,
+    traces,
+)
 from queen.http.responses import error_response
 from queen.storage.base import StoreUnavailable
 
@@ -36,6 +49,9 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = broker.settings.max_body_bytes
     app.config["JSON_SORT_KEYS"] = False
     app.url_map.converters["group"] = groups.GroupName
+    service = AdminService(broker)
+    app.config["QUEEN_ADMIN"] = service
+    cors.install(app, broker.settings.cors_origins)  # preflights are answered before the gate
     access.install(app, gate if gate is not None else build_gate(broker.settings))
     app.register_blueprint(push.blueprint)
     app.register_blueprint(health.blueprint)
@@ -44,7 +60,12 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.register_blueprint(admin.blueprint)
     app.register_blueprint(groups.blueprint)
     app.register_blueprint(traces.blueprint)
-    app.register_blueprint(resources.blueprint)
+    app.register_blueprint(admin_api.blueprint)
+    app.register_blueprint(dashboard.blueprint)
+
+    @app.before_serving
+    async def start_history() -> None:
+        await app.nursery.start(service.history.run)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:

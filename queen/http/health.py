@@ -1,13 +1,24 @@
-"""``GET /health`` and ``GET /metrics``: public, never behind authentication."""
+"""``GET /health``, ``GET /metrics`` and ``GET /metrics/prometheus``: public unless removed
+from ``JWT_SKIP_PATHS``.
+
+``/metrics`` is the Prometheus text (this process's counters and gauges, and per-queue gauges)
+unless the client asks for ``application/json``: then the original broker's JSON figures.
+"""
 
 from __future__ import annotations
 
-from quart import Blueprint, Response, current_app
+from quart import Blueprint, Response, current_app, request
 
+from queen.admin.service import AdminService
 from queen.broker import Broker
+from queen.consume.errors import ConsumeUnavailable
 from queen.http.responses import json_response
+from queen.metrics import render_labelled_gauges
+from queen.storage.base import StoreError
 
 blueprint = Blueprint("health", __name__)
+
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 
 @blueprint.get("/health")
@@ -17,8 +28,43 @@ async def health() -> Response:
     return json_response(body, status=200 if healthy else 503)
 
 
+def _wants_json() -> bool:
+    accept = request.accept_mimetypes
+    return accept.best_match(["text/plain", "application/json"]) == "application/json" and (
+        accept["application/json"] > accept["text/plain"]
+    )
+
+
+async def _prometheus() -> Response:
+    broker: Broker = current_app.config["QUEEN_BROKER"]
+    admin: AdminService = current_app.config["QUEEN_ADMIN"]
+    text = broker.metrics.render_prometheus(broker.gauges())
+    try:
+        gauges = await admin.queue_gauges()
+    except (StoreError, ConsumeUnavailable):
+        gauges = None  # the database is away: the process figures still answer
+    if gauges is not None:
+        families: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        for name, values in gauges.items():
+            family = families.setdefault(name, {})
+            for key, value in values.items():
+                if name == "consumer_group_lag":
+                    queue, group = key.split("\x00", 1)
+                    family[(("queue", queue), ("consumer_group", group))] = value
+                else:
+                    family[(("queue", key),)] = value
+        text += render_labelled_gauges(families)
+    return Response(text, status=200, content_type=PROMETHEUS)
+
+
 @blueprint.get("/metrics")
 async def metrics() -> Response:
-    broker: Broker = current_app.config["QUEEN_BROKER"]
-    text = broker.metrics.render_prometheus(broker.gauges())
-    return Response(text, status=200, content_type="text/plain; version=0.0.4")
+    if _wants_json():
+        admin: AdminService = current_app.config["QUEEN_ADMIN"]
+        return json_response(admin.metrics_json())
+    return await _prometheus()
+
+
+@blueprint.get("/metrics/prometheus")
+async def prometheus() -> Response:
+    return await _prometheus()

@@ -45,7 +45,14 @@ _PUSH_ARRAYS_SQL = (
 
 # Applied in this order at every start-up; each file is idempotent. A room of the broker that
 # needs tables of its own adds its file here.
-SCHEMA_FILES = ("schema.sql", "system.sql", "consume.sql", "retention.sql", "spool.sql")
+SCHEMA_FILES = (
+    "schema.sql",
+    "system.sql",
+    "consume.sql",
+    "retention.sql",
+    "spool.sql",
+    "admin.sql",
+)
 
 
 def schema_sql() -> str:

@@ -1,0 +1,121 @@
+"""Recent counter history of this broker process, for rates and charts.
+
+:class:`History` keeps a snapshot of :class:`queen.metrics.Metrics` every ``step_s`` seconds
+for ``span_s`` seconds (a ring; the oldest point falls off). Rates are differences between
+points, so they are per process, like the counters. Sampling is synchronous and cheap (a dict
+copy): :meth:`sample` is called by the admin reads and by :meth:`run`, the loop that keeps it
+going while the broker serves.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import resource
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from queen.metrics import Metrics
+
+log = logging.getLogger("queen.admin")
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    at: float  # time.time()
+    counters: dict[str, int]
+    cpu_s: float  # user + system CPU seconds of this process
+    rss_bytes: int
+
+
+def _cpu_and_rss() -> tuple[float, int]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    rss = 0
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            rss = int(statm.read().split()[1]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        rss = usage.ru_maxrss * 1024
+    return usage.ru_utime + usage.ru_stime, rss
+
+
+class History:
+    def __init__(
+        self,
+        metrics: Metrics,
+        *,
+        step_s: float = 10.0,
+        span_s: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.metrics = metrics
+        self.step_s = step_s
+        self.clock = clock
+        self.points: deque[Point] = deque(maxlen=max(2, int(span_s / step_s) + 1))
+        self.started_at = clock()
+
+    def sample(self, *, force: bool = False) -> None:
+        """Record a point unless the newest one is younger than ``step_s`` (or ``force``)."""
+        now = self.clock()
+        if not force and self.points and now - self.points[-1].at < self.step_s:
+            return
+        cpu, rss = _cpu_and_rss()
+        self.points.append(Point(now, self.metrics.snapshot(), cpu, rss))
+
+    def series(self, since: float | None = None) -> list[dict[str, Any]]:
+        """One entry per interval between consecutive points: per-second rates of pushes,
+        pops, acks and DLQ moves, CPU share and memory at its end."""
+        out: list[dict[str, Any]] = []
+        points = list(self.points)
+        for before, after in itertools.pairwise(points):
+            if since is not None and after.at < since:
+                continue
+            span = max(after.at - before.at, 1e-9)
+
+            def rate(name: str, b: Point = before, a: Point = after, s: float = span) -> float:
+                return round((a.counters.get(name, 0) - b.counters.get(name, 0)) / s, 2)
+
+            out.append(
+                {
+                    "at": after.at,
+                    "seconds": round(span, 3),
+                    "ingestedPerSecond": rate("push_items_queued"),
+                    "popPerSecond": rate("pop_messages"),
+                    "processedPerSecond": rate("acks"),
+                    "deadLetterPerSecond": rate("acks_dlq"),
+                    "pushRequestsPerSecond": rate("push_requests"),
+                    "ingested": after.counters.get("push_items_queued", 0)
+                    - before.counters.get("push_items_queued", 0),
+                    "processed": after.counters.get("acks", 0) - before.counters.get("acks", 0),
+                    "cpuPercent": round(100 * (after.cpu_s - before.cpu_s) / span, 1),
+                    "rssBytes": after.rss_bytes,
+                }
+            )
+        return out
+
+    def latest_rates(self) -> dict[str, float]:
+        """The rates of the newest interval (zeros before there are two points)."""
+        series = self.series()
+        if not series:
+            return {"ingestedPerSecond": 0.0, "popPerSecond": 0.0, "processedPerSecond": 0.0}
+        last = series[-1]
+        return {
+            k: float(last[k]) for k in ("ingestedPerSecond", "popPerSecond", "processedPerSecond")
+        }
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Sample every ``step_s`` until cancelled. Owns nothing but the ring; an error in a
+        sample is logged and the loop goes on."""
+        self.sample(force=True)
+        task_status.started()
+        while True:
+            await trio.sleep(self.step_s)
+            try:
+                self.sample()
+            except Exception:  # a sample must never end the process
+                log.exception("metrics history sample failed")

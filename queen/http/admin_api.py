@@ -1,0 +1,157 @@
+"""The admin and observability routes (the original broker's paths and shapes).
+
+Thin: the query string goes to :class:`queen.admin.service.AdminService`, which validates it
+(400 on bad input) and answers; unknown queues, groups and messages are 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, Response, current_app, request
+
+from queen.admin.service import AdminService, check_name
+from queen.http.responses import error_response, json_response
+
+blueprint = Blueprint("admin_api", __name__)
+
+
+def admin() -> AdminService:
+    service: AdminService = current_app.config["QUEEN_ADMIN"]
+    return service
+
+
+def _found(answer: Any, what: str) -> Response:
+    return error_response(404, f"{what} not found") if answer is None else json_response(answer)
+
+
+# --- resources -------------------------------------------------------------------------------
+
+
+@blueprint.get("/api/v1/resources/queues")
+async def list_queues() -> Response:
+    return json_response(await admin().queues(request.args))
+
+
+@blueprint.get("/api/v1/resources/queues/<queue>")
+async def queue_resources(queue: str) -> Response:
+    name = check_name(queue, "queue")
+    return _found(await admin().queue_resources(name, request.args), f"queue {name!r}")
+
+
+@blueprint.get("/api/v1/resources/namespaces")
+async def namespaces() -> Response:
+    return json_response(await admin().namespaces())
+
+
+@blueprint.get("/api/v1/resources/tasks")
+async def tasks() -> Response:
+    return json_response(await admin().tasks())
+
+
+@blueprint.get("/api/v1/resources/overview")
+async def overview() -> Response:
+    return json_response(await admin().overview())
+
+
+# --- messages --------------------------------------------------------------------------------
+
+
+@blueprint.get("/api/v1/messages")
+async def messages() -> Response:
+    return json_response(await admin().messages(request.args))
+
+
+@blueprint.get("/api/v1/messages/<partition_id>/<path:transaction_id>")
+async def message(partition_id: str, transaction_id: str) -> Response:
+    return _found(await admin().message(partition_id, transaction_id), "Message")
+
+
+@blueprint.delete("/api/v1/messages/<partition_id>/<path:transaction_id>")
+async def delete_message(partition_id: str, transaction_id: str) -> Response:
+    status, answer = await admin().delete_message(partition_id, transaction_id)
+    return json_response(answer, status=status)
+
+
+# --- status and analytics --------------------------------------------------------------------
+
+
+@blueprint.get("/api/v1/status")
+async def status() -> Response:
+    return json_response(await admin().status(request.args))
+
+
+@blueprint.get("/api/v1/status/queues")
+async def status_queues() -> Response:
+    return json_response(await admin().queues(request.args))
+
+
+@blueprint.get("/api/v1/status/queues/<queue>")
+async def status_queue(queue: str) -> Response:
+    name = check_name(queue, "queue")
+    return _found(await admin().queue_status(name, request.args), f"queue {name!r}")
+
+
+@blueprint.get("/api/v1/status/queues/<queue>/messages")
+async def status_queue_messages(queue: str) -> Response:
+    name = check_name(queue, "queue")
+    return json_response(await admin().messages(request.args, queue=name))
+
+
+@blueprint.get("/api/v1/status/analytics")
+async def status_analytics() -> Response:
+    return json_response(await admin().analytics(request.args))
+
+
+@blueprint.get("/api/v1/analytics/worker-metrics")
+async def worker_metrics() -> Response:
+    return json_response(await admin().analytics(request.args))
+
+
+@blueprint.get("/api/v1/analytics/system-metrics")
+async def system_metrics() -> Response:
+    return json_response(await admin().system_metrics(request.args))
+
+
+@blueprint.get("/api/v1/analytics/queue-lag")
+async def queue_lag() -> Response:
+    return json_response(await admin().queue_lag(request.args))
+
+
+@blueprint.get("/api/v1/analytics/queue-ops")
+async def queue_ops() -> Response:
+    return json_response(await admin().queue_ops(request.args))
+
+
+@blueprint.get("/api/v1/analytics/retention")
+async def retention() -> Response:
+    return json_response(await admin().retention())
+
+
+@blueprint.get("/api/v1/analytics/postgres-stats")
+async def postgres_stats() -> Response:
+    return json_response(await admin().postgres())
+
+
+# --- consumer groups -------------------------------------------------------------------------
+
+
+@blueprint.get("/api/v1/consumer-groups")
+async def consumer_groups() -> Response:
+    return json_response(await admin().groups(request.args))
+
+
+@blueprint.get("/api/v1/consumer-groups/lagging")
+async def lagging() -> Response:
+    return json_response(await admin().lagging(request.args))
+
+
+@blueprint.get("/api/v1/consumer-groups/<group:group>")
+async def consumer_group(group: str) -> Response:
+    name = check_name(group, "consumer group")
+    return _found(await admin().group(name, request.args), f"consumer group {name!r}")
+
+
+@blueprint.post("/api/v1/stats/refresh")
+async def refresh() -> Response:
+    return json_response(await admin().refresh())

@@ -1,0 +1,188 @@
+"""The PostgreSQL side of the admin API: read-only figures and the message browser
+(``admin.sql``). Every call is one statement in autocommit mode; rows come back as dicts keyed
+by column name, and :mod:`queen.admin` shapes them into answers.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from queen.storage.pool import ConnectionPool
+
+Row = dict[str, Any]
+
+
+class PgAdminStore:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+
+    async def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+        def call(conn: psycopg.Connection[Any]) -> list[Row]:
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(sql, params)
+                return cur.fetchall()
+
+        return await self.pool.run(call)
+
+    async def queues(
+        self,
+        *,
+        name: str | None = None,
+        search: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        limit: int,
+        offset: int,
+    ) -> list[Row]:
+        """One page of queues (name order) with queue mode's totals and ``full_count``."""
+        return await self._rows(
+            "SELECT * FROM queen.admin_queues(%s, %s, %s, %s, %s, %s)",
+            (name, search, namespace, task, limit, offset),
+        )
+
+    async def queue(self, name: str) -> Row | None:
+        """The queue's row with its options, or None."""
+        rows = await self._rows("SELECT * FROM queen.queues WHERE name = %s", (name,))
+        return rows[0] if rows else None
+
+    async def partitions(self, queue_id: int, *, limit: int, offset: int) -> list[Row]:
+        """One page of a queue's partitions (name order) with their figures."""
+        return await self._rows(
+            """SELECT * FROM queen.admin_partition_stats(ARRAY[%s]::bigint[])
+               ORDER BY name LIMIT %s OFFSET %s""",
+            (queue_id, limit, offset),
+        )
+
+    async def dlq_by_partition(self, queue_id: int) -> dict[int, int]:
+        rows = await self._rows(
+            """SELECT partition_id, count(*) AS n FROM queen.dlq WHERE queue_id = %s
+               GROUP BY partition_id""",
+            (queue_id,),
+        )
+        return {int(r["partition_id"]): int(r["n"]) for r in rows}
+
+    async def groupings(self, column: str) -> list[Row]:
+        """Queues and partitions per namespace or per task (``column``), with totals."""
+        if column not in ("namespace", "task"):
+            raise ValueError(column)
+        return await self._rows(
+            f"""SELECT q.{column} AS key, count(DISTINCT q.id) AS queues,
+                       count(s.partition_id) AS partitions,
+                       coalesce(sum(s.held), 0)::bigint AS held,
+                       coalesce(sum(s.undone), 0)::bigint AS undone,
+                       coalesce(sum(s.processing), 0)::bigint AS processing
+                FROM queen.queues q
+                LEFT JOIN queen.admin_partition_stats(
+                    ARRAY(SELECT id FROM queen.queues)) s ON s.queue_id = q.id
+                WHERE q.{column} <> ''
+                GROUP BY q.{column} ORDER BY q.{column}"""
+        )
+
+    async def totals(self) -> Row:
+        """Every queue together: counts of queues, partitions, namespaces, tasks, groups and
+        queue mode's message totals."""
+        rows = await self._rows(
+            """SELECT (SELECT count(*) FROM queen.queues) AS queues,
+                      (SELECT count(DISTINCT namespace) FROM queen.queues
+                       WHERE namespace <> '') AS namespaces,
+                      (SELECT count(DISTINCT task) FROM queen.queues WHERE task <> '') AS tasks,
+                      (SELECT count(*) FROM queen.consumer_groups) AS named_groups,
+                      (SELECT count(*) FROM queen.dlq) AS dead_letter,
+                      count(s.partition_id) AS partitions,
+                      coalesce(sum(s.held), 0)::bigint AS held,
+                      coalesce(sum(s.undone), 0)::bigint AS undone,
+                      coalesce(sum(s.processing), 0)::bigint AS processing,
+                      coalesce(sum(s.failed), 0)::bigint AS failed,
+                      min(s.start_at) AS oldest_pending_at
+               FROM queen.admin_partition_stats(ARRAY(SELECT id FROM queen.queues)) s"""
+        )
+        return rows[0]
+
+    async def groups(
+        self,
+        *,
+        group: str | None = None,
+        queue: str | None = None,
+        limit: int,
+        offset: int,
+    ) -> list[Row]:
+        """One page of (consumer group, queue) pairs with their lag and ``full_count``."""
+        return await self._rows(
+            "SELECT * FROM queen.admin_groups(%s, %s, %s, %s)", (group, queue, limit, offset)
+        )
+
+    async def group_partitions(
+        self, group: str, queue_id: int, *, limit: int, offset: int
+    ) -> list[Row]:
+        return await self._rows(
+            "SELECT * FROM queen.admin_group_partitions(%s, %s, %s, %s)",
+            (group, queue_id, limit, offset),
+        )
+
+    async def messages(
+        self,
+        *,
+        queue: str | None,
+        partition: str | None,
+        namespace: str | None,
+        task: str | None,
+        status: str | None,
+        since: datetime,
+        until: datetime,
+        limit: int,
+        offset: int,
+    ) -> list[Row]:
+        """Stored messages, newest first (no payloads)."""
+        return await self._rows(
+            "SELECT * FROM queen.admin_messages(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (queue, partition, namespace, task, status, since, until, limit, offset),
+        )
+
+    async def message(self, partition_id: int, transaction_id: str) -> Row | None:
+        rows = await self._rows(
+            "SELECT * FROM queen.admin_message(%s, %s)", (partition_id, transaction_id)
+        )
+        return rows[0] if rows else None
+
+    async def delete_message(self, partition_id: int, transaction_id: str) -> str:
+        """``deleted``, ``leased`` (inside a live lease: left alone) or ``missing``."""
+        rows = await self._rows(
+            "SELECT queen.admin_delete_message(%s, %s) AS outcome",
+            (partition_id, transaction_id),
+        )
+        return str(rows[0]["outcome"])
+
+    async def dlq_by_queue(self) -> dict[str, int]:
+        rows = await self._rows(
+            """SELECT q.name, count(*) AS n FROM queen.dlq d JOIN queen.queues q
+               ON q.id = d.queue_id GROUP BY q.name"""
+        )
+        return {str(r["name"]): int(r["n"]) for r in rows}
+
+    async def postgres(self) -> Row:
+        """The database server: version, size, connections, transaction and cache figures,
+        and the size of the broker's tables."""
+        rows = await self._rows(
+            """SELECT current_setting('server_version') AS version,
+                      pg_database_size(current_database()) AS database_bytes,
+                      (SELECT count(*) FROM pg_stat_activity
+                       WHERE datname = current_database()) AS connections,
+                      (SELECT count(*) FROM pg_stat_activity
+                       WHERE datname = current_database() AND state = 'active') AS active,
+                      current_setting('max_connections')::integer AS max_connections,
+                      d.xact_commit, d.xact_rollback, d.blks_read, d.blks_hit, d.deadlocks,
+                      d.tup_inserted, d.tup_updated, d.tup_deleted,
+                      (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                                  'table', c.relname,
+                                  'bytes', pg_total_relation_size(c.oid),
+                                  'rows', greatest(c.reltuples, 0)::bigint)
+                              ORDER BY c.relname), '[]')
+                       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                       WHERE n.nspname = 'queen' AND c.relkind = 'r') AS tables
+               FROM pg_stat_database d WHERE d.datname = current_database()"""
+        )
+        return rows[0]

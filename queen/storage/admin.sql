@@ -1,0 +1,356 @@
+-- Queen on Trio admin reads: what queues hold, where consumers stand, stored messages.
+-- Idempotent; applied after consume.sql. Nothing here counts messages by reading them: a
+-- partition's depth comes from its next_offset, its lowest stored offset (one probe of the
+-- segments primary key) and its cursors, so a figure costs a few index probes per partition
+-- whatever the number of messages.
+
+-- Per partition of the given queues: what it holds, and where queue mode stands.
+--   held        messages stored (next_offset - lowest stored offset)
+--   undone      of those, not done by queue mode (acked or dead-lettered)
+--   processing  of those, inside a live lease
+--   start_at    created_at of the segment holding the first undone message (null if none)
+--   newest_at   created_at of the newest segment (null if none)
+CREATE OR REPLACE FUNCTION queen.admin_partition_stats(p_queue_ids bigint[])
+RETURNS TABLE (queue_id bigint, partition_id bigint, name text, created_at timestamptz,
+               next_offset bigint, low_offset bigint, cursor_offset bigint, held bigint,
+               undone bigint, processing bigint, failed bigint, lease_expires_at timestamptz,
+               start_at timestamptz, newest_at timestamptz)
+LANGUAGE sql STABLE AS $fn$
+    SELECT p.queue_id, p.id, p.name, p.created_at, p.next_offset, b.low, b.start,
+           p.next_offset - b.low,
+           b.undone,
+           CASE WHEN c.lease_expires_at > now()
+                THEN least(b.undone, greatest(0, c.lease_end - b.start - b.ahead))
+                ELSE 0 END,
+           (SELECT count(*) FROM queen.failures f
+            WHERE f.partition_id = p.id AND f.consumer_group = '__QUEUE_MODE__'),
+           CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END,
+           CASE WHEN b.undone > 0 THEN
+               (SELECT s.created_at FROM queen.segments s
+                WHERE s.partition_id = p.id AND s.first_offset <= b.start
+                ORDER BY s.first_offset DESC LIMIT 1) END,
+           (SELECT s.created_at FROM queen.segments s
+            WHERE s.partition_id = p.id ORDER BY s.first_offset DESC LIMIT 1)
+    FROM queen.partitions p
+    LEFT JOIN queen.cursors c
+           ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+    CROSS JOIN LATERAL (
+        SELECT coalesce((SELECT s.first_offset FROM queen.segments s
+                         WHERE s.partition_id = p.id ORDER BY s.first_offset LIMIT 1),
+                        p.next_offset) AS low) l
+    CROSS JOIN LATERAL (
+        SELECT l.low,
+               greatest(l.low, coalesce(c.next_offset, l.low)) AS start,
+               coalesce(cardinality(c.acked), 0) AS ahead,
+               greatest(0, p.next_offset - greatest(l.low, coalesce(c.next_offset, l.low))
+                           - coalesce(cardinality(c.acked), 0)) AS undone) b
+    WHERE p.queue_id = ANY (p_queue_ids)
+$fn$;
+
+-- The queues matching the filters (p_name: that queue only), one page in name order, with their totals and the number
+-- of queues matching (full_count). Totals are queue mode's; dead_letter counts every group.
+CREATE OR REPLACE FUNCTION queen.admin_queues(
+    p_name text, p_search text, p_namespace text, p_task text, p_limit integer, p_offset integer)
+RETURNS TABLE (id bigint, name text, namespace text, task text, priority integer,
+               created_at timestamptz, partitions bigint, held bigint, undone bigint,
+               processing bigint, failed bigint, dead_letter bigint, oldest_pending_at timestamptz,
+               newest_at timestamptz, full_count bigint)
+LANGUAGE sql STABLE AS $fn$
+    WITH page AS (
+        SELECT q.id, q.name, q.namespace, q.task, q.priority, q.created_at,
+               count(*) OVER () AS full_count
+        FROM queen.queues q
+        WHERE (p_name IS NULL OR q.name = p_name)
+          AND (p_search IS NULL OR strpos(lower(q.name), lower(p_search)) > 0)
+          AND (p_namespace IS NULL OR q.namespace = p_namespace)
+          AND (p_task IS NULL OR q.task = p_task)
+        ORDER BY q.name
+        LIMIT p_limit OFFSET p_offset
+    ),
+    stats AS (
+        SELECT s.queue_id, count(*) AS partitions, sum(s.held)::bigint AS held,
+               sum(s.undone)::bigint AS undone, sum(s.processing)::bigint AS processing,
+               sum(s.failed)::bigint AS failed, min(s.start_at) AS oldest_pending_at,
+               max(s.newest_at) AS newest_at
+        FROM queen.admin_partition_stats(ARRAY(SELECT page.id FROM page)) s
+        GROUP BY s.queue_id
+    )
+    SELECT page.id, page.name, page.namespace, page.task, page.priority, page.created_at,
+           coalesce(stats.partitions, 0), coalesce(stats.held, 0), coalesce(stats.undone, 0),
+           coalesce(stats.processing, 0), coalesce(stats.failed, 0),
+           (SELECT count(*) FROM queen.dlq d WHERE d.queue_id = page.id),
+           stats.oldest_pending_at, stats.newest_at, page.full_count
+    FROM page LEFT JOIN stats ON stats.queue_id = page.id
+    ORDER BY page.name
+$fn$;
+
+-- Every consumer group's standing on every queue it reads (queue mode included), one page in
+-- (group, queue) order. lag = messages stored after the group's cursors and not yet done;
+-- oldest_at = created_at of the oldest of them. p_group / p_queue narrow the list.
+CREATE OR REPLACE FUNCTION queen.admin_groups(
+    p_group text, p_queue text, p_limit integer, p_offset integer)
+RETURNS TABLE (consumer_group text, queue_id bigint, queue_name text, partitions bigint,
+               lag bigint, leased bigint, oldest_at timestamptz, last_delivered_at timestamptz,
+               subscription_mode text, subscribed_at timestamptz, subscription_created_at timestamptz,
+               full_count bigint)
+LANGUAGE sql STABLE AS $fn$
+    WITH keys AS (
+        SELECT DISTINCT c.consumer_group, c.queue_id
+        FROM queen.cursors c
+        WHERE (p_group IS NULL OR c.consumer_group = p_group)
+          AND (p_queue IS NULL
+               OR c.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = p_queue))
+        UNION
+        SELECT g.consumer_group, g.queue_id
+        FROM queen.consumer_groups g
+        WHERE (p_group IS NULL OR g.consumer_group = p_group)
+          AND (p_queue IS NULL
+               OR g.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = p_queue))
+    ),
+    page AS (
+        SELECT k.consumer_group, k.queue_id, q.name AS queue_name, count(*) OVER () AS full_count
+        FROM keys k JOIN queen.queues q ON q.id = k.queue_id
+        ORDER BY k.consumer_group, q.name
+        LIMIT p_limit OFFSET p_offset
+    ),
+    per AS (
+        SELECT page.consumer_group, page.queue_id, p.id AS partition_id,
+               greatest(0, p.next_offset - c.next_offset - cardinality(c.acked)) AS lag,
+               c.next_offset, c.lease_expires_at > now() AS leased, c.delivered_at
+        FROM page
+        JOIN queen.cursors c
+          ON c.queue_id = page.queue_id AND c.consumer_group = page.consumer_group
+        JOIN queen.partitions p ON p.id = c.partition_id
+    ),
+    agg AS (
+        SELECT per.consumer_group, per.queue_id, count(*) AS partitions,
+               sum(per.lag)::bigint AS lag, count(*) FILTER (WHERE per.leased) AS leased,
+               min((SELECT s.created_at FROM queen.segments s
+                    WHERE s.partition_id = per.partition_id
+                      AND s.first_offset <= per.next_offset
+                    ORDER BY s.first_offset DESC LIMIT 1)) FILTER (WHERE per.lag > 0)
+                   AS oldest_at,
+               max(per.delivered_at) AS last_delivered_at
+        FROM per
+        GROUP BY per.consumer_group, per.queue_id
+    )
+    SELECT page.consumer_group, page.queue_id, page.queue_name,
+           coalesce(agg.partitions, 0), coalesce(agg.lag, 0), coalesce(agg.leased, 0),
+           agg.oldest_at, agg.last_delivered_at,
+           g.subscription_mode, g.subscribed_at, g.created_at, page.full_count
+    FROM page
+    LEFT JOIN agg ON agg.consumer_group = page.consumer_group AND agg.queue_id = page.queue_id
+    LEFT JOIN queen.consumer_groups g
+           ON g.queue_id = page.queue_id AND g.consumer_group = page.consumer_group
+    ORDER BY page.consumer_group, page.queue_name
+$fn$;
+
+-- One group's cursors on one queue, partition by partition (one page in partition name order).
+CREATE OR REPLACE FUNCTION queen.admin_group_partitions(
+    p_group text, p_queue_id bigint, p_limit integer, p_offset integer)
+RETURNS TABLE (partition_id bigint, partition_name text, next_offset bigint,
+               cursor_offset bigint, lag bigint, oldest_at timestamptz,
+               lease_expires_at timestamptz, delivered_at timestamptz)
+LANGUAGE sql STABLE AS $fn$
+    SELECT p.id, p.name, p.next_offset, c.next_offset,
+           greatest(0, p.next_offset - c.next_offset - cardinality(c.acked)),
+           CASE WHEN p.next_offset - c.next_offset - cardinality(c.acked) > 0 THEN
+               (SELECT s.created_at FROM queen.segments s
+                WHERE s.partition_id = p.id AND s.first_offset <= c.next_offset
+                ORDER BY s.first_offset DESC LIMIT 1) END,
+           CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END,
+           c.delivered_at
+    FROM queen.cursors c JOIN queen.partitions p ON p.id = c.partition_id
+    WHERE c.queue_id = p_queue_id AND c.consumer_group = p_group
+    ORDER BY p.name
+    LIMIT p_limit OFFSET p_offset
+$fn$;
+
+-- Stored messages, newest first: of the partitions matching the filters, the newest segments
+-- created in [p_from, p_to), at most p_limit + p_offset of them per partition and overall
+-- (each holds one message at least), then their frames. A status filter keeps the segments
+-- that can hold such a message (before or after queue mode's cursor) and then the frames.
+-- Status is queue mode's: completed, processing (inside a live lease), pending; dead_letter
+-- when a copy of the message is in the DLQ of any group.
+CREATE OR REPLACE FUNCTION queen.admin_messages(
+    p_queue text, p_partition text, p_namespace text, p_task text, p_status text,
+    p_from timestamptz, p_to timestamptz, p_limit integer, p_offset integer)
+RETURNS TABLE (partition_id bigint, queue_name text, partition_name text, namespace text,
+               task text, msg_offset bigint, message_id uuid, transaction_id text,
+               producer_sub text, trace_id uuid, created_at timestamptz, status text,
+               lease_expires_at timestamptz)
+LANGUAGE sql STABLE AS $fn$
+    WITH parts AS (
+        SELECT p.id, q.id AS queue_id, q.name AS queue_name, p.name AS partition_name,
+               q.namespace, q.task,
+               coalesce(c.next_offset, 0) AS cursor_offset, coalesce(c.acked, '{}') AS acked,
+               CASE WHEN c.lease_expires_at > now() THEN c.lease_end END AS lease_end,
+               CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease_expires_at
+        FROM queen.queues q
+        JOIN queen.partitions p ON p.queue_id = q.id
+        LEFT JOIN queen.cursors c
+               ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+        WHERE (p_queue IS NULL OR q.name = p_queue)
+          AND (p_partition IS NULL OR p.name = p_partition)
+          AND (p_namespace IS NULL OR q.namespace = p_namespace)
+          AND (p_task IS NULL OR q.task = p_task)
+    ),
+    segs AS (
+        SELECT x.partition_id, x.first_offset, x.created_at
+        FROM parts
+        CROSS JOIN LATERAL (
+            SELECT s.partition_id, s.first_offset, s.created_at
+            FROM queen.segments s
+            WHERE s.partition_id = parts.id
+              AND s.created_at >= p_from AND s.created_at < p_to
+              AND (p_status IS NULL OR p_status = 'dead_letter'
+                   OR (p_status = 'completed' AND s.first_offset < parts.cursor_offset)
+                   OR (p_status IN ('pending', 'processing')
+                       AND s.last_offset >= parts.cursor_offset))
+            ORDER BY s.created_at DESC
+            LIMIT p_limit + p_offset) x
+        ORDER BY x.created_at DESC, x.partition_id, x.first_offset DESC
+        LIMIT CASE WHEN p_status IS NULL THEN p_limit + p_offset END
+    ),
+    frames AS (
+        SELECT parts.id AS partition_id, parts.queue_id, parts.queue_name,
+               parts.partition_name, parts.namespace, parts.task,
+               s.first_offset + f.i - 1 AS msg_offset, f.mid, f.txid, s.producer_subs[f.i] AS sub,
+               s.trace_ids[f.i] AS trace, s.created_at,
+               CASE WHEN s.first_offset + f.i - 1 < parts.cursor_offset
+                         OR s.first_offset + f.i - 1 = ANY (parts.acked) THEN 'completed'
+                    WHEN s.first_offset + f.i - 1 < parts.lease_end THEN 'processing'
+                    ELSE 'pending' END AS queue_status,
+               parts.lease_expires_at
+        FROM segs
+        JOIN parts ON parts.id = segs.partition_id
+        JOIN queen.segments s
+          ON s.partition_id = segs.partition_id AND s.first_offset = segs.first_offset
+        CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids)
+             WITH ORDINALITY AS f (mid, txid, i)
+    ),
+    judged AS (
+        SELECT fr.*,
+               CASE WHEN EXISTS (SELECT 1 FROM queen.dlq d
+                                 WHERE d.queue_id = fr.queue_id
+                                   AND d.partition_id = fr.partition_id
+                                   AND d.msg_offset = fr.msg_offset)
+                    THEN 'dead_letter' ELSE fr.queue_status END AS status
+        FROM frames fr
+    )
+    SELECT j.partition_id, j.queue_name, j.partition_name, j.namespace, j.task, j.msg_offset,
+           j.mid, j.txid, j.sub, j.trace, j.created_at, j.status,
+           CASE WHEN j.status = 'processing' THEN j.lease_expires_at END
+    FROM judged j
+    WHERE p_status IS NULL OR j.status = p_status
+    ORDER BY j.created_at DESC, j.partition_id, j.msg_offset DESC
+    LIMIT p_limit OFFSET p_offset
+$fn$;
+
+-- The offset of a message in a partition, by transaction id: the dedup sidecar first (one
+-- probe of its hash index), else the partition's segments.
+CREATE OR REPLACE FUNCTION queen.admin_find_offset(p_partition_id bigint, p_txid text)
+RETURNS bigint
+LANGUAGE sql STABLE AS $fn$
+    SELECT coalesce(
+        (SELECT max(d.msg_offset) FROM queen.dedup d
+         WHERE d.key_hash = hashtextextended(p_txid, p_partition_id)
+           AND d.partition_id = p_partition_id AND d.transaction_id = p_txid
+           AND EXISTS (SELECT 1 FROM queen.segments s
+                       WHERE s.partition_id = p_partition_id
+                         AND d.msg_offset BETWEEN s.first_offset AND s.last_offset)),
+        (SELECT max(s.first_offset + f.i - 1)
+         FROM queen.segments s
+         CROSS JOIN LATERAL unnest(s.transaction_ids) WITH ORDINALITY AS f (txid, i)
+         WHERE s.partition_id = p_partition_id AND f.txid = p_txid))
+$fn$;
+
+-- One message, by partition id and transaction id, with its queue and every group's view of it.
+CREATE OR REPLACE FUNCTION queen.admin_message(p_partition_id bigint, p_txid text)
+RETURNS TABLE (partition_id bigint, queue_name text, partition_name text, namespace text,
+               task text, msg_offset bigint, message_id uuid, transaction_id text,
+               payload text, producer_sub text, trace_id uuid, created_at timestamptz,
+               lease_time_s integer, retry_limit integer, retry_delay_ms integer, ttl_s integer,
+               priority integer, groups jsonb, dlq jsonb)
+LANGUAGE sql STABLE AS $fn$
+    SELECT p.id, q.name, p.name, q.namespace, q.task, o.off,
+           s.message_ids[o.off - s.first_offset + 1], s.transaction_ids[o.off - s.first_offset + 1],
+           s.payloads[o.off - s.first_offset + 1], s.producer_subs[o.off - s.first_offset + 1],
+           s.trace_ids[o.off - s.first_offset + 1], s.created_at,
+           q.lease_time_s, q.retry_limit, q.retry_delay_ms, q.ttl_s, q.priority,
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'name', c.consumer_group,
+                       'consumed', o.off < c.next_offset OR o.off = ANY (c.acked),
+                       'leased', c.lease_expires_at > now() AND o.off >= c.next_offset
+                                 AND o.off < c.lease_end,
+                       'leaseExpiresAt', CASE WHEN c.lease_expires_at > now()
+                                              THEN c.lease_expires_at END)
+                   ORDER BY c.consumer_group), '[]')
+            FROM queen.cursors c WHERE c.partition_id = p.id),
+           (SELECT jsonb_agg(jsonb_build_object(
+                       'consumerGroup', d.consumer_group, 'errorMessage', d.error_message,
+                       'retryCount', d.retry_count, 'failedAt', d.failed_at)
+                   ORDER BY d.failed_at DESC)
+            FROM queen.dlq d
+            WHERE d.queue_id = q.id AND d.partition_id = p.id AND d.msg_offset = o.off)
+    FROM queen.partitions p
+    JOIN queen.queues q ON q.id = p.queue_id
+    CROSS JOIN LATERAL (SELECT queen.admin_find_offset(p.id, p_txid) AS off) o
+    JOIN queen.segments s
+      ON s.partition_id = p.id AND s.first_offset <= o.off AND s.last_offset >= o.off
+    WHERE p.id = p_partition_id
+$fn$;
+
+-- Remove one stored message: its segment is cut around it (offsets are kept; the pop steps
+-- over the gap as it does over what retention removed). The partition's cursors are locked
+-- FOR SHARE first, in the consume side's order, and a message inside a live lease is left
+-- alone. Answers 'deleted', 'leased' or 'missing'.
+CREATE OR REPLACE FUNCTION queen.admin_delete_message(p_partition_id bigint, p_txid text)
+RETURNS text
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_off bigint;
+    v_seg queen.segments%ROWTYPE;
+    v_i   integer;
+    v_n   integer;
+BEGIN
+    PERFORM 1 FROM queen.cursors c WHERE c.partition_id = p_partition_id
+    ORDER BY c.partition_id, c.consumer_group FOR SHARE;
+    v_off := queen.admin_find_offset(p_partition_id, p_txid);
+    IF v_off IS NULL THEN
+        RETURN 'missing';
+    END IF;
+    IF EXISTS (SELECT 1 FROM queen.cursors c
+               WHERE c.partition_id = p_partition_id AND c.lease_expires_at > now()
+                 AND v_off >= c.next_offset AND v_off < c.lease_end) THEN
+        RETURN 'leased';
+    END IF;
+    DELETE FROM queen.segments s
+    WHERE s.partition_id = p_partition_id AND s.first_offset <= v_off AND s.last_offset >= v_off
+    RETURNING * INTO v_seg;
+    IF NOT FOUND THEN
+        RETURN 'missing';
+    END IF;
+    v_i := (v_off - v_seg.first_offset + 1)::integer;
+    v_n := cardinality(v_seg.message_ids);
+    IF v_i > 1 THEN
+        INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at,
+                                    message_ids, transaction_ids, payloads, producer_subs,
+                                    trace_ids)
+        VALUES (p_partition_id, v_seg.first_offset, v_off - 1, v_seg.created_at,
+                v_seg.message_ids[1 : v_i - 1], v_seg.transaction_ids[1 : v_i - 1],
+                v_seg.payloads[1 : v_i - 1], v_seg.producer_subs[1 : v_i - 1],
+                v_seg.trace_ids[1 : v_i - 1]);
+    END IF;
+    IF v_i < v_n THEN
+        INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at,
+                                    message_ids, transaction_ids, payloads, producer_subs,
+                                    trace_ids)
+        VALUES (p_partition_id, v_off + 1, v_seg.last_offset, v_seg.created_at,
+                v_seg.message_ids[v_i + 1 : v_n], v_seg.transaction_ids[v_i + 1 : v_n],
+                v_seg.payloads[v_i + 1 : v_n], v_seg.producer_subs[v_i + 1 : v_n],
+                v_seg.trace_ids[v_i + 1 : v_n]);
+    END IF;
+    RETURN 'deleted';
+END
+$fn$;

@@ -1,0 +1,206 @@
+"""The admin API on the real database: queues, partitions, messages, groups, status, metrics,
+CORS. Figures are checked against what the test pushed, popped and acknowledged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from queen.broker import Broker
+from queen.http.app import create_app
+from queen.settings import Settings
+
+
+async def push(client: Any, queue: str, partition: str, *txids: str) -> None:
+    items = [
+        {"queue": queue, "partition": partition, "transactionId": t, "payload": {"tx": t}}
+        for t in txids
+    ]
+    resp = await client.post("/api/v1/push", json={"items": items})
+    assert resp.status_code == 201
+
+
+async def pop(client: Any, queue: str, batch: int, group: str | None = None) -> list[Any]:
+    extra = f"&consumerGroup={group}" if group else ""
+    resp = await client.get(f"/api/v1/pop/queue/{queue}?batch={batch}&wait=false{extra}")
+    return [] if resp.status_code == 204 else (await resp.get_json())["messages"]
+
+
+async def test_queue_list_and_detail_count_from_offsets(client: Any, queue: str) -> None:
+    await push(client, queue, "a", "1", "2", "3")
+    await push(client, queue, "b", "4")
+    [first] = await pop(client, queue, 1)  # leased: processing
+    ack = {
+        "transactionId": first["transactionId"],
+        "partitionId": first["partitionId"],
+        "leaseId": first["leaseId"],
+        "status": "completed",
+    }
+    assert (await client.post("/api/v1/ack", json=ack)).status_code == 200
+    listed = await (await client.get(f"/api/v1/resources/queues?search={queue}")).get_json()
+    [item] = listed["queues"]
+    assert item["name"] == queue and item["partitions"] == 2 and listed["total"] == 1
+    assert item["messages"]["total"] == 4
+    assert item["messages"]["completed"] == 1
+    assert item["messages"]["pending"] + item["messages"]["processing"] == 3
+
+    detail = await (await client.get(f"/api/v1/resources/queues/{queue}")).get_json()
+    assert detail["name"] == queue and detail["partitionCount"] == 2
+    assert (detail["segments"], detail["messages"], detail["sidecarEntries"]) == (2, 4, 4)
+    assert [p["name"] for p in detail["partitions"]] == ["a", "b"]
+    assert detail["partitions"][0]["offsets"] == {"low": 0, "next": 3, "cursor": 1}
+    assert detail["totals"]["total"] == 4
+
+    status = await (await client.get(f"/api/v1/status/queues/{queue}")).get_json()
+    assert status["queue"]["config"]["leaseTime"] == 300
+    assert status["totals"]["completed"] == 1
+    assert [g["name"] for g in status["consumerGroups"]] == ["__QUEUE_MODE__"]
+
+
+async def test_lists_are_paginated_and_bad_input_is_a_400(client: Any, queue: str) -> None:
+    for n in range(3):
+        await push(client, f"{queue}-{n}", "p", "x")
+    page = await (await client.get(f"/api/v1/resources/queues?search={queue}&limit=2")).get_json()
+    assert len(page["queues"]) == 2 and page["total"] == 3
+    rest = await client.get(f"/api/v1/resources/queues?search={queue}&limit=2&offset=2")
+    assert [q["name"] for q in (await rest.get_json())["queues"]] == [f"{queue}-2"]
+    for bad in ("limit=0", "limit=abc", "offset=-1", "limit=100000"):
+        resp = await client.get(f"/api/v1/resources/queues?{bad}")
+        assert resp.status_code == 400 and "error" in await resp.get_json()
+    assert (await client.get("/api/v1/messages?status=weird")).status_code == 400
+    assert (await client.get("/api/v1/messages?from=yesterday")).status_code == 400
+    assert (await client.get("/api/v1/messages/notanid/tx")).status_code == 400
+    assert (await client.get("/api/v1/resources/queues/nope-" + queue)).status_code == 404
+    assert (await client.get("/api/v1/status/queues/nope-" + queue)).status_code == 404
+    assert (await client.get("/api/v1/consumer-groups/nope-" + queue)).status_code == 404
+
+
+async def test_messages_browse_view_and_delete(client: Any, queue: str) -> None:
+    await push(client, queue, "p", "m1", "m2", "m3")
+    listed = await (await client.get(f"/api/v1/messages?queue={queue}")).get_json()
+    assert [m["transactionId"] for m in listed["messages"]] == ["m3", "m2", "m1"]
+    assert {m["status"] for m in listed["messages"]} == {"pending"}
+    one = await (await client.get(f"/api/v1/messages?queue={queue}&limit=1&offset=1")).get_json()
+    assert [m["transactionId"] for m in one["messages"]] == ["m2"]
+
+    pid = listed["messages"][0]["partitionId"]
+    viewed = await (await client.get(f"/api/v1/messages/{pid}/m2")).get_json()
+    assert viewed["payload"] == {"tx": "m2"} and viewed["offset"] == 1
+    assert viewed["status"] == "pending"
+
+    deleted = await client.delete(f"/api/v1/messages/{pid}/m2")
+    assert deleted.status_code == 200 and (await deleted.get_json())["success"] is True
+    assert (await client.get(f"/api/v1/messages/{pid}/m2")).status_code == 404
+    assert (await client.delete(f"/api/v1/messages/{pid}/m2")).status_code == 404
+    got = [
+        m["data"]["tx"] if "data" in m else m["payload"]["tx"] for m in await pop(client, queue, 10)
+    ]
+    assert got == ["m1", "m3"]  # the pop steps over the removed message
+    left = await (await client.get(f"/api/v1/messages?queue={queue}&status=processing")).get_json()
+    assert sorted(m["transactionId"] for m in left["messages"]) == ["m1", "m3"]
+
+
+async def test_a_leased_message_is_not_deleted(client: Any, queue: str) -> None:
+    await push(client, queue, "p", "only")
+    [msg] = await pop(client, queue, 1)
+    resp = await client.delete(f"/api/v1/messages/{msg['partitionId']}/only")
+    assert resp.status_code == 409
+    assert (await client.get(f"/api/v1/messages/{msg['partitionId']}/only")).status_code == 200
+
+
+async def test_consumer_groups_and_lag(client: Any, queue: str) -> None:
+    await push(client, queue, "p", "1", "2", "3")
+    assert len(await pop(client, queue, 1, group=f"g-{queue}")) == 1
+    groups = await (await client.get(f"/api/v1/consumer-groups?queue={queue}")).get_json()
+    [g] = [g for g in groups if g["name"] == f"g-{queue}"]
+    assert g["queueName"] == queue and g["totalLag"] == 3 and g["members"] == 1
+    detail = await (await client.get(f"/api/v1/consumer-groups/g-{queue}")).get_json()
+    [part] = detail[queue]["partitions"]
+    assert part["offsetLag"] == 3 and part["leaseActive"] is True
+    lagging = await (await client.get("/api/v1/consumer-groups/lagging?minLagSeconds=0")).get_json()
+    assert any(x["name"] == f"g-{queue}" for x in lagging)
+    far = await (await client.get("/api/v1/consumer-groups/lagging?minLagSeconds=3600")).get_json()
+    assert not any(x["name"] == f"g-{queue}" for x in far)
+
+
+async def test_overview_status_analytics_and_refresh(client: Any, queue: str) -> None:
+    await push(client, queue, "p", "1", "2")
+    ns = await (await client.get("/api/v1/resources/namespaces")).get_json()
+    assert "namespaces" in ns
+    overview = await (await client.get("/api/v1/resources/overview")).get_json()
+    assert overview["queues"] >= 1 and overview["messages"]["total"] >= 2
+    assert overview["maintenance"] == {"push": False, "pop": False}
+    for path in (
+        "/api/v1/status",
+        "/api/v1/status/queues",
+        "/api/v1/status/analytics",
+        "/api/v1/resources/tasks",
+        f"/api/v1/status/queues/{queue}/messages",
+        "/api/v1/analytics/system-metrics",
+        "/api/v1/analytics/worker-metrics",
+        "/api/v1/analytics/queue-lag",
+        "/api/v1/analytics/queue-ops",
+        "/api/v1/analytics/retention",
+        "/api/v1/analytics/postgres-stats",
+    ):
+        resp = await client.get(path)
+        assert resp.status_code == 200, path
+    pg = await (await client.get("/api/v1/analytics/postgres-stats")).get_json()
+    assert any(t["table"] == "segments" for t in pg["tables"])
+    refreshed = await client.post("/api/v1/stats/refresh")
+    assert (await refreshed.get_json())["success"] is True
+
+
+async def test_metrics_text_json_and_queue_gauges(client: Any, broker: Broker, queue: str) -> None:
+    await push(client, queue, "p", "1", "2")
+    text = await (await client.get("/metrics/prometheus")).get_data(as_text=True)
+    assert f'queen_queue_depth{{queue="{queue}"}} 2' in text
+    assert f'queen_queue_dlq_depth{{queue="{queue}"}} 0' in text
+    assert "# TYPE queen_queue_oldest_pending_age_seconds gauge" in text
+    plain = await client.get("/metrics")
+    assert plain.content_type.startswith("text/plain")
+    assert "queen_push_items_total" in await plain.get_data(as_text=True)
+    as_json = await client.get("/metrics", headers={"Accept": "application/json"})
+    body = await as_json.get_json()
+    assert body["messages"]["total"] == broker.metrics.push_items_queued
+    assert {"uptime", "requests", "database", "memory", "cpu"} <= body.keys()
+
+
+async def test_cors_allows_configured_origins_and_preflight_needs_no_token(
+    settings: Settings,
+) -> None:
+    from queen.lifecycle import open_broker
+
+    changed = settings.with_changes(
+        cors_origins="https://ops.example", jwt_enabled=True, jwt_secret="s" * 32
+    )
+    async with open_broker(changed) as broker:
+        client = create_app(broker).test_client()
+        preflight = {
+            "Origin": "https://ops.example",
+            "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "authorization",
+        }
+        ok = await client.options("/api/v1/resources/queues", headers=preflight)
+        assert ok.status_code == 204
+        assert ok.headers["Access-Control-Allow-Origin"] == "https://ops.example"
+        assert "Authorization" in ok.headers["Access-Control-Allow-Headers"]
+        other = await client.options(
+            "/api/v1/resources/queues", headers={**preflight, "Origin": "https://evil.example"}
+        )
+        assert other.status_code == 403 and "Access-Control-Allow-Origin" not in other.headers
+        # The answer itself (here a 401: no token) carries the header for the allowed origin.
+        refused = await client.get(
+            "/api/v1/resources/queues", headers={"Origin": "https://ops.example"}
+        )
+        assert refused.status_code == 401
+        assert refused.headers["Access-Control-Allow-Origin"] == "https://ops.example"
+
+
+async def test_without_cors_origins_no_origin_is_allowed(client: Any) -> None:
+    resp = await client.get("/health", headers={"Origin": "https://ops.example"})
+    assert "Access-Control-Allow-Origin" not in resp.headers
+    preflight = await client.options(
+        "/health",
+        headers={"Origin": "https://ops.example", "Access-Control-Request-Method": "GET"},
+    )
+    assert preflight.status_code == 403
