@@ -11,6 +11,18 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+echo "== browser for the dashboard tests (Debian's chromium and chromium-driver)"
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get -o DPkg::Lock::Timeout=600 update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+            chromium chromium-driver >/dev/null
+    else
+        echo "missing /usr/bin/chromium or /usr/bin/chromedriver; as root run:" >&2
+        echo "  apt-get install chromium chromium-driver" >&2
+        exit 1
+    fi
+fi
 echo "== official client (.venv-client)"
 .venv/bin/python -m tests.client_env
 echo "== ruff"

@@ -1,7 +1,181 @@
-"""The dashboard (filled in below)."""
+"""The dashboard: ``GET /`` serves one page (no data in it, public by default) whose small
+script asks for a token when the broker wants one, then loads the views below with it and
+refreshes them every few seconds without reloading the page.
+
+Each view (``GET /dashboard/view/...``, read role) is HTML rendered here from the answers of
+:class:`queen.admin.service.AdminService` with the templates in ``templates/``; charts are SVG
+drawn by :mod:`queen.admin.charts`. Actions (delete, seek, maintenance switches) are buttons
+that call the API itself after a confirmation, so the API's access table decides who may.
+"""
 
 from __future__ import annotations
 
-from quart import Blueprint
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
 
-blueprint = Blueprint("dashboard", __name__)
+import orjson
+from quart import Blueprint, Response, current_app, render_template, request
+
+from queen.admin import charts, params
+from queen.admin.service import AdminService, check_name
+from queen.broker import Broker
+from queen.consume import requests
+from queen.consume.errors import ConsumeUnavailable
+
+blueprint = Blueprint("dashboard", __name__, template_folder="templates")
+
+REFRESH_MS = 5000
+HTML = "text/html; charset=utf-8"
+
+
+def _admin() -> AdminService:
+    service: AdminService = current_app.config["QUEEN_ADMIN"]
+    return service
+
+
+def _broker() -> Broker:
+    broker: Broker = current_app.config["QUEEN_BROKER"]
+    return broker
+
+
+async def _page(template: str, status: int = 200, **context: Any) -> Response:
+    html = await render_template(template, args=request.args, **context)
+    return Response(html, status=status, content_type=HTML)
+
+
+def _extra(*keys: str) -> str:
+    """The filters of the current view, to carry over to its next page."""
+    kept = {k: request.args[k] for k in keys if request.args.get(k)}
+    return "&" + urlencode(kept) if kept else ""
+
+
+@blueprint.get("/")
+async def shell() -> Response:
+    return await _page("dashboard.html", refresh_ms=REFRESH_MS)
+
+
+@blueprint.get("/dashboard/view/overview")
+async def overview() -> Response:
+    admin = _admin()
+    overview = await admin.overview()
+    queues = await admin.queues(request.args)
+    series = admin.history.series()[-90:]
+    rates = charts.line_chart(
+        [
+            ("push", [p["ingestedPerSecond"] for p in series]),
+            ("pop", [p["popPerSecond"] for p in series]),
+            ("ack", [p["processedPerSecond"] for p in series]),
+        ],
+        unit="/s",
+        title="messages per second, this process (10 s samples)",
+    )
+    top = sorted(
+        queues["queues"],
+        key=lambda q: q["messages"]["pending"] + q["messages"]["processing"],
+        reverse=True,
+    )[:8]
+    depth = charts.bar_chart(
+        [(q["name"], q["messages"]["pending"] + q["messages"]["processing"]) for q in top],
+        title="deepest queues (pending + processing)",
+    )
+    return await _page(
+        "overview.html", o=overview, queues=queues, rates_chart=rates, depth_chart=depth
+    )
+
+
+@blueprint.get("/dashboard/view/queue/<path:queue>")
+async def queue(queue: str) -> Response:
+    name = check_name(queue, "queue")
+    admin = _admin()
+    status = await admin.queue_status(name, request.args)
+    resources = await admin.queue_resources(name, {"limit": "1"})
+    if status is None or resources is None:
+        return Response(f"queue {name} does not exist", status=404, content_type=HTML)
+    return await _page("queue.html", s=status, r=resources, page=params.page(request.args))
+
+
+@blueprint.get("/dashboard/view/messages")
+async def messages() -> Response:
+    found = await _admin().messages(request.args)
+    return await _page(
+        "messages.html",
+        m=found,
+        page=params.page(request.args, default_limit=50),
+        extra=_extra("queue", "partition", "status", "from", "to"),
+    )
+
+
+@blueprint.get("/dashboard/view/message/<partition_id>/<path:transaction_id>")
+async def message(partition_id: str, transaction_id: str) -> Response:
+    found = await _admin().message(partition_id, transaction_id)
+    if found is None:
+        return Response("message not found", status=404, content_type=HTML)
+    pretty = orjson.dumps(found["payload"], option=orjson.OPT_INDENT_2).decode()
+    return await _page("message.html", x=found, pretty=pretty)
+
+
+@blueprint.get("/dashboard/view/dlq")
+async def dlq() -> Response:
+    query = requests.dlq_query(request.args)
+    found = await _broker().consume.dlq(query)
+    return await _page(
+        "dlq.html",
+        d=found,
+        page=params.Page(query.limit, query.offset),
+        extra=_extra("queue", "consumerGroup"),
+    )
+
+
+@blueprint.get("/dashboard/view/groups")
+async def groups() -> Response:
+    admin = _admin()
+    group = params.optional_name(request.args, "group")
+    listed = await admin.groups(request.args)
+    if group is not None:
+        listed = [g for g in listed if g["name"] == group]
+    top = sorted(listed, key=lambda g: g["totalLag"], reverse=True)[:8]
+    lag = charts.bar_chart(
+        [(f"{g['name']} · {g['queueName']}", g["totalLag"]) for g in top],
+        title="largest lag (messages behind)",
+    )
+    return await _page(
+        "groups.html",
+        groups=listed,
+        lag_chart=lag,
+        page=params.page(request.args),
+        extra=_extra("queue", "group"),
+    )
+
+
+@blueprint.get("/dashboard/view/traces")
+async def traces() -> Response:
+    return await _page("traces.html")
+
+
+@blueprint.get("/dashboard/view/system")
+async def system() -> Response:
+    admin = _admin()
+    broker = _broker()
+    try:
+        pop_on = bool((await broker.consume.pop_maintenance())["popMaintenanceMode"])
+    except ConsumeUnavailable:
+        pop_on = False
+    series = admin.history.series()[-90:]
+    cpu = charts.line_chart(
+        [("cpu %", [p["cpuPercent"] for p in series])],
+        unit="%",
+        title="CPU of this process",
+        width=460,
+    )
+    overview = await admin.overview()
+    return await _page(
+        "system.html",
+        push_on=broker.maintenance.enabled,
+        pop_on=pop_on,
+        p=overview["process"],
+        pg=await admin.postgres(),
+        ret=await admin.retention(),
+        cpu_chart=cpu,
+        now=datetime.now(UTC),
+    )

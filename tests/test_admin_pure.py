@@ -1,0 +1,66 @@
+"""Pure parts of the admin side: query parameters, the history's rates, the SVG charts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from queen.admin import charts, params
+from queen.admin.history import History
+from queen.consume.errors import InvalidRequest
+from queen.metrics import Metrics, render_labelled_gauges
+
+
+def test_pages_are_bounded() -> None:
+    assert params.page({}) == params.Page(100, 0)
+    assert params.page({"limit": "5", "offset": "10"}) == params.Page(5, 10)
+    for bad in ({"limit": "0"}, {"limit": "1001"}, {"offset": "-1"}, {"limit": "x"}):
+        with pytest.raises(InvalidRequest):
+            params.page(bad)
+
+
+def test_window_defaults_and_order() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert params.window({}, default=timedelta(hours=1), now=now) == (
+        now - timedelta(hours=1),
+        now,
+    )
+    with pytest.raises(InvalidRequest):
+        params.window(
+            {"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
+            default=timedelta(hours=1),
+        )
+    assert params.status({"status": "dlq"}) == "dead_letter"
+
+
+def test_history_rates_are_differences_per_second() -> None:
+    metrics = Metrics()
+    now = [1000.0]
+    history = History(metrics, step_s=10, span_s=60, clock=lambda: now[0])
+    history.sample()
+    metrics.push_items_queued += 50
+    metrics.acks += 20
+    now[0] += 10
+    history.sample()
+    now[0] += 5
+    history.sample()  # younger than a step: not recorded
+    [point] = history.series()
+    assert (point["ingestedPerSecond"], point["processedPerSecond"]) == (5.0, 2.0)
+    assert history.latest_rates()["ingestedPerSecond"] == 5.0
+    for _ in range(20):
+        now[0] += 10
+        history.sample()
+    assert len(history.points) == 7  # the ring keeps span / step + 1 points
+
+
+def test_charts_escape_their_text() -> None:
+    svg = charts.bar_chart([("<script>", 3.0)], title="a & b")
+    assert "<script>" not in svg and "&lt;script&gt;" in svg and "a &amp; b" in svg
+    line = charts.line_chart([("push", [0.0, 2.0, 4.0])], title="t")
+    assert line.count("<polyline") == 1
+
+
+def test_labelled_gauges_escape_label_values() -> None:
+    text = render_labelled_gauges({"queue_depth": {(("queue", 'a"b\\c'),): 3}})
+    assert text == '# TYPE queen_queue_depth gauge\nqueen_queue_depth{queue="a\\"b\\\\c"} 3\n'
