@@ -204,3 +204,30 @@ async def test_without_cors_origins_no_origin_is_allowed(client: Any) -> None:
         headers={"Origin": "https://ops.example", "Access-Control-Request-Method": "GET"},
     )
     assert preflight.status_code == 403
+
+
+async def test_message_status_filters_are_exact(client: Any, queue: str) -> None:
+    for n in range(4):  # one segment per push
+        await push(client, queue, "p", f"s{2 * n}", f"s{2 * n + 1}")
+    first = await pop(client, queue, 3)  # s0 s1 s2 leased
+    done = {
+        "transactionId": "s0",
+        "partitionId": first[0]["partitionId"],
+        "leaseId": first[0]["leaseId"],
+        "status": "completed",
+    }
+    assert (await client.post("/api/v1/ack", json=done)).status_code == 200
+
+    async def listed(status: str, limit: int = 50) -> list[str]:
+        url = f"/api/v1/messages?queue={queue}&status={status}&limit={limit}"
+        return [m["transactionId"] for m in (await (await client.get(url)).get_json())["messages"]]
+
+    assert await listed("completed") == ["s0"]
+    assert await listed("processing") == ["s2", "s1"]
+    assert await listed("pending") == ["s7", "s6", "s5", "s4", "s3"]
+    assert await listed("pending", limit=4) == ["s7", "s6", "s5", "s4"]
+    assert await listed("dead_letter") == []
+    dead = {**done, "transactionId": "s1", "status": "dlq"}
+    assert (await client.post("/api/v1/ack", json=dead)).status_code == 200
+    assert await listed("dead_letter") == ["s1"]
+    assert await listed("processing") == ["s2"]

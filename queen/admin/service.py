@@ -186,6 +186,7 @@ class AdminService:
                 },
             },
             "partitions": partitions,
+            "partitionCount": int(totals_row["partitions"]) if totals_row else 0,
             "pagination": pagination,
             "totals": totals,
             "messages": totals,

@@ -89,10 +89,9 @@ async def queue(queue: str) -> Response:
     name = check_name(queue, "queue")
     admin = _admin()
     status = await admin.queue_status(name, request.args)
-    resources = await admin.queue_resources(name, {"limit": "1"})
-    if status is None or resources is None:
+    if status is None:
         return Response(f"queue {name} does not exist", status=404, content_type=HTML)
-    return await _page("queue.html", s=status, r=resources, page=params.page(request.args))
+    return await _page("queue.html", s=status, page=params.page(request.args))
 
 
 @blueprint.get("/dashboard/view/messages")

@@ -167,9 +167,10 @@ LANGUAGE sql STABLE AS $fn$
 $fn$;
 
 -- Stored messages, newest first: of the partitions matching the filters, the newest segments
--- created in [p_from, p_to), at most p_limit + p_offset of them per partition and overall
--- (each holds one message at least), then their frames. A status filter keeps the segments
--- that can hold such a message (before or after queue mode's cursor) and then the frames.
+-- created in [p_from, p_to) that can hold a matching message (by offset: before or after queue
+-- mode's cursor, inside its lease, or holding a dead-lettered offset), at most p_limit +
+-- p_offset of them per partition, then overall the newest ones until they can hold p_limit +
+-- p_offset messages; only then their frames are read and judged one by one.
 -- Status is queue mode's: completed, processing (inside a live lease), pending; dead_letter
 -- when a copy of the message is in the DLQ of any group.
 CREATE OR REPLACE FUNCTION queen.admin_messages(
@@ -195,22 +196,56 @@ LANGUAGE sql STABLE AS $fn$
           AND (p_namespace IS NULL OR q.namespace = p_namespace)
           AND (p_task IS NULL OR q.task = p_task)
     ),
-    segs AS (
-        SELECT x.partition_id, x.first_offset, x.created_at
+    dead AS (   -- the dead-lettered offsets of those partitions (a status filter of its own)
+        SELECT DISTINCT d.partition_id, d.msg_offset
+        FROM queen.dlq d
+        WHERE p_status = 'dead_letter'
+          AND d.queue_id IN (SELECT DISTINCT parts.queue_id FROM parts)
+          AND d.partition_id IN (SELECT parts.id FROM parts)
+    ),
+    cand AS (   -- per partition, its newest segments that can hold a matching message, and
+                -- how many they can hold at most (n)
+        SELECT x.partition_id, x.first_offset, x.created_at, x.n
         FROM parts
         CROSS JOIN LATERAL (
-            SELECT s.partition_id, s.first_offset, s.created_at
+            SELECT s.partition_id, s.first_offset, s.created_at,
+                   CASE p_status
+                       WHEN 'completed'
+                           THEN least(s.last_offset, parts.cursor_offset - 1) - s.first_offset + 1
+                       WHEN 'pending'
+                           THEN s.last_offset - greatest(s.first_offset, parts.cursor_offset,
+                                                         coalesce(parts.lease_end, 0)) + 1
+                       WHEN 'processing'
+                           THEN least(s.last_offset, parts.lease_end - 1)
+                                - greatest(s.first_offset, parts.cursor_offset) + 1
+                       WHEN 'dead_letter'
+                           THEN (SELECT count(*) FROM dead
+                                 WHERE dead.partition_id = s.partition_id
+                                   AND dead.msg_offset BETWEEN s.first_offset AND s.last_offset)
+                       ELSE s.last_offset - s.first_offset + 1
+                   END AS n
             FROM queen.segments s
             WHERE s.partition_id = parts.id
               AND s.created_at >= p_from AND s.created_at < p_to
-              AND (p_status IS NULL OR p_status = 'dead_letter'
+              AND (p_status IS NULL
+                   OR (p_status = 'dead_letter'
+                       AND EXISTS (SELECT 1 FROM dead WHERE dead.partition_id = parts.id))
                    OR (p_status = 'completed' AND s.first_offset < parts.cursor_offset)
-                   OR (p_status IN ('pending', 'processing')
-                       AND s.last_offset >= parts.cursor_offset))
+                   OR (p_status = 'processing' AND parts.lease_end IS NOT NULL
+                       AND s.last_offset >= parts.cursor_offset
+                       AND s.first_offset < parts.lease_end)
+                   OR (p_status = 'pending' AND s.last_offset >= parts.cursor_offset))
             ORDER BY s.created_at DESC
             LIMIT p_limit + p_offset) x
-        ORDER BY x.created_at DESC, x.partition_id, x.first_offset DESC
-        LIMIT CASE WHEN p_status IS NULL THEN p_limit + p_offset END
+        WHERE x.n > 0
+    ),
+    segs AS (   -- the newest candidates overall, until they can fill the page
+        SELECT c.partition_id, c.first_offset, c.created_at
+        FROM (SELECT c.*,
+                     sum(c.n) OVER (ORDER BY c.created_at DESC, c.partition_id,
+                                             c.first_offset DESC) - c.n AS before
+              FROM cand c) c
+        WHERE c.before < p_limit + p_offset
     ),
     frames AS (
         SELECT parts.id AS partition_id, parts.queue_id, parts.queue_name,
