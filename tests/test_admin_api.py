@@ -231,3 +231,18 @@ async def test_message_status_filters_are_exact(client: Any, queue: str) -> None
     assert (await client.post("/api/v1/ack", json=dead)).status_code == 200
     assert await listed("dead_letter") == ["s1"]
     assert await listed("processing") == ["s2"]
+
+
+async def test_messages_across_partitions_are_newest_first_page_by_page(
+    client: Any, queue: str
+) -> None:
+    order = [("a", "1"), ("b", "2"), ("a", "3"), ("c", "4"), ("a", "5"), ("b", "6")]
+    for partition, tx in order:  # one segment each, in this time order
+        await push(client, queue, partition, tx)
+    pages = []
+    for offset in range(0, 6, 2):
+        url = f"/api/v1/messages?queue={queue}&limit=2&offset={offset}"
+        pages += [
+            m["transactionId"] for m in (await (await client.get(url)).get_json())["messages"]
+        ]
+    assert pages == ["6", "5", "4", "3", "2", "1"]

@@ -203,6 +203,21 @@ LANGUAGE sql STABLE AS $fn$
           AND d.queue_id IN (SELECT DISTINCT parts.queue_id FROM parts)
           AND d.partition_id IN (SELECT parts.id FROM parts)
     ),
+    -- Without a status filter only the partitions whose newest segment is among the
+    -- p_limit + p_offset newest of all can hold a segment of the page (any other partition has
+    -- that many newer segments elsewhere): one probe per partition picks them.
+    recent AS (
+        SELECT parts.id
+        FROM parts
+        CROSS JOIN LATERAL (
+            SELECT s.created_at FROM queen.segments s
+            WHERE s.partition_id = parts.id
+              AND s.created_at >= p_from AND s.created_at < p_to
+            ORDER BY s.created_at DESC LIMIT 1) x
+        WHERE p_status IS NULL
+        ORDER BY x.created_at DESC
+        LIMIT p_limit + p_offset
+    ),
     cand AS (   -- per partition, its newest segments that can hold a matching message, and
                 -- how many they can hold at most (n)
         SELECT x.partition_id, x.first_offset, x.created_at, x.n
@@ -238,6 +253,7 @@ LANGUAGE sql STABLE AS $fn$
             ORDER BY s.created_at DESC
             LIMIT p_limit + p_offset) x
         WHERE x.n > 0
+          AND (p_status IS NOT NULL OR parts.id IN (SELECT recent.id FROM recent))
     ),
     segs AS (   -- the newest candidates overall, until they can fill the page
         SELECT c.partition_id, c.first_offset, c.created_at
