@@ -246,3 +246,20 @@ async def test_messages_across_partitions_are_newest_first_page_by_page(
             m["transactionId"] for m in (await (await client.get(url)).get_json())["messages"]
         ]
     assert pages == ["6", "5", "4", "3", "2", "1"]
+
+
+async def test_an_encrypted_message_is_shown_decrypted(settings: Settings, queue: str) -> None:
+    from queen.lifecycle import open_broker
+
+    async with open_broker(settings.with_changes(encryption_key="3a" * 32)) as broker:
+        client = create_app(broker).test_client()
+        body = {"queue": queue, "options": {"encryptionEnabled": True}}
+        assert (await client.post("/api/v1/configure", json=body)).status_code == 200
+        await push(client, queue, "p", "secret-1")
+        [item] = (await (await client.get(f"/api/v1/messages?queue={queue}")).get_json())[
+            "messages"
+        ]
+        shown = await (
+            await client.get(f"/api/v1/messages/{item['partitionId']}/secret-1")
+        ).get_json()
+        assert shown["payload"] == {"tx": "secret-1"} and shown["isEncrypted"] is True

@@ -471,6 +471,7 @@ class AdminService:
         else:
             status = "pending"
         latest_dlq = row["dlq"][0] if row["dlq"] else None
+        shown = decode_payload(row["payload"], str(row["message_id"]), self.broker.encryption)
         return {
             "id": str(row["message_id"]),
             "transactionId": row["transaction_id"],
@@ -482,8 +483,9 @@ class AdminService:
             "task": row["task"],
             "offset": int(row["msg_offset"]),
             "status": status,
-            "payload": decode_payload(row["payload"]),
-            "isEncrypted": False,
+            "payload": shown.value,
+            "isEncrypted": shown.encrypted,
+            "payloadError": shown.error,
             "traceId": None if row["trace_id"] is None else str(row["trace_id"]),
             "producerSub": row["producer_sub"],
             "createdAt": iso(row["created_at"]),
