@@ -11,9 +11,17 @@ from typing import Any
 from quart import Blueprint, Response, current_app, request
 
 from queen.admin.service import AdminService, check_name
+from queen.http.groups import GroupName
 from queen.http.responses import error_response, json_response
 
 blueprint = Blueprint("admin_api", __name__)
+
+
+class GroupDetailName(GroupName):
+    """A group name as :class:`GroupName` takes it, except ``lagging`` alone: that path is the
+    list of lagging groups (a group of that name is still listed by the other routes)."""
+
+    regex = r"(?!lagging(?![^/]))" + GroupName.regex
 
 
 def admin() -> AdminService:
@@ -146,7 +154,7 @@ async def lagging() -> Response:
     return json_response(await admin().lagging(request.args))
 
 
-@blueprint.get("/api/v1/consumer-groups/<group:group>")
+@blueprint.get("/api/v1/consumer-groups/<group_detail:group>")
 async def consumer_group(group: str) -> Response:
     name = check_name(group, "consumer group")
     return _found(await admin().group(name, request.args), f"consumer group {name!r}")

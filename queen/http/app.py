@@ -49,6 +49,7 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = broker.settings.max_body_bytes
     app.config["JSON_SORT_KEYS"] = False
     app.url_map.converters["group"] = groups.GroupName
+    app.url_map.converters["group_detail"] = admin_api.GroupDetailName
     service = AdminService(broker)
     app.config["QUEEN_ADMIN"] = service
     cors.install(app, broker.settings.cors_origins)  # preflights are answered before the gate
