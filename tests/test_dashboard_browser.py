@@ -21,7 +21,15 @@ from tests import browser
 
 pytestmark = pytest.mark.slow
 
-PAGES = ("overview", "queue/{q}", "messages?queue={q}", "dlq", "groups", "traces", "system")
+PAGES = (
+    "overview",
+    "queue/{q}",
+    "messages?queue={q}",
+    "dlq",
+    "groups",
+    "traces?name=trace-{q}",
+    "system",
+)
 
 
 def call(base: str, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
@@ -41,7 +49,19 @@ def seed(base: str, queue: str, token: str | None = None) -> None:
         for n in range(12)
     ]
     call(base, "POST", "/api/v1/push", {"items": items}, token)
-    call(base, "GET", f"/api/v1/pop/queue/{queue}?batch=2&wait=false&consumerGroup=g1", None, token)
+    popped = call(
+        base, "GET", f"/api/v1/pop/queue/{queue}?batch=2&wait=false&consumerGroup=g1", None, token
+    )
+    first = popped["messages"][0]
+    trace = {
+        "transactionId": first["transactionId"],
+        "partitionId": first["partitionId"],
+        "consumerGroup": "g1",
+        "eventType": "processed",
+        "traceNames": f"trace-{queue}",
+        "data": {"step": 1},
+    }
+    call(base, "POST", "/api/v1/traces", trace, token)
 
 
 def wait_for(driver: Any, condition: Callable[[Any], Any], what: str) -> Any:
@@ -89,6 +109,8 @@ def run_pages(base: str, queue: str) -> dict[str, Any]:
             out["errors"][page] = console_errors(driver)
             if page == "overview":
                 out["overview_text"] = main_text(driver)
+            if page.startswith("traces"):
+                out["traces_text"] = main_text(driver)
         # Open a message from the browser's list.
         driver.get(f"{base}/#/messages?queue={queue}&partition=p1")
         wait_for(driver, view_loaded(f"/messages?queue={queue}&partition=p1"), "message list")
@@ -141,6 +163,7 @@ async def test_every_page_loads_and_a_message_opens(
     assert out["headings"]["overview"] == "Overview"
     assert out["headings"]["queue/{q}"] == f"Queue {queue}"
     assert queue in out["overview_text"]
+    assert f"trace-{queue}" in out["traces_text"] and "processed" in out["traces_text"]
     assert out["opened"].startswith("tx-")
     assert out["payload"] == {"n": int(out["opened"].removeprefix("tx-"))}
     assert out["refreshed"]

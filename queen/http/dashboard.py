@@ -111,7 +111,8 @@ async def message(partition_id: str, transaction_id: str) -> Response:
     if found is None:
         return Response("message not found", status=404, content_type=HTML)
     pretty = orjson.dumps(found["payload"], option=orjson.OPT_INDENT_2).decode()
-    return await _page("message.html", x=found, pretty=pretty)
+    traces = await _broker().consume.traces.for_message(int(found["partitionId"]), transaction_id)
+    return await _page("message.html", x=found, pretty=pretty, traces=traces)
 
 
 @blueprint.get("/dashboard/view/dlq")
@@ -149,7 +150,17 @@ async def groups() -> Response:
 
 @blueprint.get("/dashboard/view/traces")
 async def traces() -> Response:
-    return await _page("traces.html")
+    tracing = _broker().consume.traces
+    name = request.args.get("name") or None
+    found = await tracing.by_name(name, request.args) if name else None
+    names = await tracing.names({"limit": "100"})
+    return await _page(
+        "traces.html",
+        found=found,
+        names=names,
+        page=params.page(request.args, default_limit=100),
+        extra=_extra("name"),
+    )
 
 
 @blueprint.get("/dashboard/view/system")
