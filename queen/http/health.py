@@ -39,10 +39,12 @@ async def _prometheus() -> Response:
     broker: Broker = current_app.config["QUEEN_BROKER"]
     admin: AdminService = current_app.config["QUEEN_ADMIN"]
     text = broker.metrics.render_prometheus(broker.gauges())
-    try:
-        gauges = await admin.queue_gauges()
-    except (StoreError, ConsumeUnavailable):
-        gauges = None  # the database is away: the process figures still answer
+    gauges = None  # with the database away, the process figures still answer at once
+    if broker.db_health.up:
+        try:
+            gauges = await admin.queue_gauges()
+        except (StoreError, ConsumeUnavailable):
+            gauges = None
     if gauges is not None:
         families: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
         for name, values in gauges.items():
