@@ -25,6 +25,7 @@ import psycopg
 from bench import procfs
 from queen.storage.database import redact
 from queen.storage.embedded import EmbeddedPostgres
+from queen.storage.pool import session_options
 from queen.storage.postgres import migrate_sync
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,10 @@ class Database:
         return procfs.tree_cpu_s([self.postmaster_pid])
 
     def connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.conninfo, autocommit=True)
+        # the broker's own session settings (jit off), no statement timeout
+        return psycopg.connect(
+            self.conninfo, autocommit=True, options=session_options(self.conninfo, 0)
+        )
 
 
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
