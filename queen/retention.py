@@ -18,6 +18,10 @@ their queue's time, and never one holding a message under a live lease (see the 
 removes only sidecar rows older than their queue's *current* window, and the probe looks no
 further back than that window anyway, so a pruned row could never have matched.
 
+A pass ends with ``queen.refresh_statistics``: the broker's tables whose size has doubled since
+their planner statistics were taken are analysed, so no session keeps plans made for a table
+a fraction of its present size (autovacuum's own analysis may come much later).
+
 The loop owns nothing but its timer; a failed pass (database away) is logged and retried at the
 next interval. Cancelling ``run`` stops it between batches at the latest.
 """
@@ -78,6 +82,8 @@ class RetentionLoop:
             )
         if outcome.traces:
             log.info("retention removed %d traces of removed messages", outcome.traces)
+        if outcome.tables_analyzed:
+            log.debug("analysed %d tables that outgrew their statistics", outcome.tables_analyzed)
         return outcome
 
     async def run(

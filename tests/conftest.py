@@ -1,6 +1,10 @@
 """Shared fixtures: one embedded PostgreSQL for the session, a broker per test, an HTTP client.
 
-Set QUEEN_TEST_DATABASE_URL to run the suite against another PostgreSQL server instead.
+Set QUEEN_TEST_DATABASE_URL to run the suite against another PostgreSQL server instead, or
+QUEEN_TEST_PG to a major version (``15``: the binaries of Debian's ``postgresql-15`` package,
+``/usr/lib/postgresql/15/bin``) or to a directory of server binaries: the session then starts
+that server in a temporary directory with PostgreSQL's default settings (``jit`` on), as an
+operator's server would run.
 """
 
 from __future__ import annotations
@@ -45,13 +49,29 @@ def embedded_pg_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def installed_server_bin_dir(wanted: str) -> Path:
+    """The binaries QUEEN_TEST_PG names: a major version or a directory."""
+    path = Path(wanted) if "/" in wanted else Path(f"/usr/lib/postgresql/{wanted}/bin")
+    if not (path / "pg_ctl").exists():
+        pytest.fail(
+            f"QUEEN_TEST_PG={wanted}: no PostgreSQL server binaries in {path} "
+            f"(Debian: apt-get install postgresql-{wanted})",
+            pytrace=False,
+        )
+    return path
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[EmbeddedPostgres | None]:
     if os.environ.get("QUEEN_TEST_DATABASE_URL"):
         yield None
         return
+    wanted = os.environ.get("QUEEN_TEST_PG", "")
     with embedded_pg_dir() as data:
-        server = EmbeddedPostgres(data, server_options=TEST_SERVER_OPTIONS)
+        if wanted:
+            server = EmbeddedPostgres(data, bin_dir=installed_server_bin_dir(wanted), tuned=False)
+        else:
+            server = EmbeddedPostgres(data, server_options=TEST_SERVER_OPTIONS)
         server.start()
         try:
             yield server

@@ -385,8 +385,9 @@ $fn$;
 
 -- For the acks of one (partition, group): each ack (in order) with the offset and content
 -- of the message it names, the first one among [p_next, p_hi) not yet done; NULLs if none.
--- The segments are read once and matched by hash: the planner believes unnest yields one
--- row and would otherwise re-read them for every ack.
+-- The segments are read and unnested once, and acks meet their frames by one sort on the
+-- transaction id (a window), never through a join: the planner believes unnest yields a
+-- handful of rows, and a nested loop re-read every frame for every ack.
 CREATE OR REPLACE FUNCTION queen.ack_targets(
     p_pid bigint, p_group text, p_pids bigint[], p_groups text[], p_txids text[],
     p_statuses text[], p_errors text[], p_leases uuid[], p_from bigint, p_hi bigint,
@@ -394,7 +395,6 @@ CREATE OR REPLACE FUNCTION queen.ack_targets(
 RETURNS TABLE (ord integer, tx text, st text, err text, lease uuid, off bigint, mid uuid,
                pl text, sub text, tr uuid)
 LANGUAGE sql STABLE
-SET enable_nestloop = off
 AS $fn$
     WITH items AS (
         SELECT u.ord::integer AS ord, u.tx, u.st, u.err, u.lease
@@ -410,15 +410,27 @@ AS $fn$
              WITH ORDINALITY AS f (mid, tx, pl, sub, tr, i)
         WHERE s.partition_id = p_pid AND s.first_offset >= p_from AND s.first_offset < p_hi
     ),
-    open AS (
-        SELECT * FROM frames fr
+    side_by_side AS (   -- acks (ord set) and the open frames (off set)
+        SELECT i.ord, i.tx, i.st, i.err, i.lease, NULL::bigint AS off, NULL::uuid AS mid,
+               NULL::text AS pl, NULL::text AS sub, NULL::uuid AS tr
+        FROM items i
+        UNION ALL
+        SELECT NULL, fr.tx, NULL, NULL, NULL, fr.off, fr.mid, fr.pl, fr.sub, fr.tr
+        FROM frames fr
         WHERE fr.off >= p_next AND fr.off < p_hi AND fr.off <> ALL (p_acked)
+    ),
+    matched AS (   -- per transaction id, its first open frame comes first (NULLs if none)
+        SELECT x.ord, x.tx, x.st, x.err, x.lease,
+               first_value(x.off) OVER w AS off, first_value(x.mid) OVER w AS mid,
+               first_value(x.pl) OVER w AS pl, first_value(x.sub) OVER w AS sub,
+               first_value(x.tr) OVER w AS tr
+        FROM side_by_side x
+        WINDOW w AS (PARTITION BY x.tx ORDER BY x.off NULLS LAST)
     )
-    SELECT DISTINCT ON (items.ord) items.ord, items.tx, items.st, items.err, items.lease,
-           o.off, o.mid, o.pl, o.sub, o.tr
-    FROM items
-    LEFT JOIN open o ON o.tx = items.tx
-    ORDER BY items.ord, o.off
+    SELECT m.ord, m.tx, m.st, m.err, m.lease, m.off, m.mid, m.pl, m.sub, m.tr
+    FROM matched m
+    WHERE m.ord IS NOT NULL
+    ORDER BY m.ord
 $fn$;
 
 -- Acknowledge messages: one element per ack in every array (p_leases[i] NULL = unfenced).

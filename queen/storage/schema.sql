@@ -56,6 +56,37 @@ CREATE TABLE IF NOT EXISTS queen.dedup (
 );
 CREATE INDEX IF NOT EXISTS dedup_probe ON queen.dedup (key_hash);
 
+-- Analyse every table of schema queen (or those of p_tables) whose size has at least doubled
+-- since the planner last recorded it (8 pages at least), and return how many were analysed.
+-- Sessions keep the plans of the broker's functions, made with the sizes seen then; a table
+-- analysed while nearly empty and then grown fast (thousands of partitions created within
+-- seconds, before autovacuum's next round) would keep them reading the whole table. Analysing
+-- invalidates every session's plans on that table, so they are made again for its present
+-- size, with present statistics; a table growing from empty to N pages is analysed about
+-- log2(N) times. A table the current user does not own is skipped (ANALYZE warns).
+CREATE OR REPLACE FUNCTION queen.refresh_statistics(p_tables regclass[] DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_table regclass;
+    v_count integer := 0;
+BEGIN
+    FOR v_table IN
+        SELECT c.oid::regclass
+        FROM pg_class c
+        WHERE c.relnamespace = 'queen'::regnamespace AND c.relkind = 'r'
+          AND (p_tables IS NULL OR c.oid = ANY (p_tables))
+          AND pg_relation_size(c.oid) / current_setting('block_size')::bigint
+              >= greatest(8, 2 * c.relpages)
+        ORDER BY c.oid
+    LOOP
+        EXECUTE format('ANALYZE %s', v_table);
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END
+$fn$;
+
 -- Return the id of (queue, partition), creating the queue and the partition on first use.
 CREATE OR REPLACE FUNCTION queen.ensure_partition(p_queue text, p_partition text)
 RETURNS bigint
@@ -64,9 +95,10 @@ DECLARE
     v_queue bigint;
     v_id    bigint;
 BEGIN
-    SELECT p.id INTO v_id
-    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-    WHERE q.name = p_queue AND p.name = p_partition;
+    SELECT p.id INTO v_id   -- both by key: the queue by name, then its partition by name
+    FROM queen.partitions p
+    WHERE p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = p_queue)
+      AND p.name = p_partition;
     IF FOUND THEN
         RETURN v_id;
     END IF;
@@ -85,6 +117,8 @@ BEGIN
     IF v_id IS NULL THEN
         SELECT id INTO STRICT v_id FROM queen.partitions
         WHERE queue_id = v_queue AND name = p_partition;
+    ELSE
+        PERFORM queen.refresh_statistics('{queen.queues,queen.partitions}');
     END IF;
     RETURN v_id;
 END
@@ -95,17 +129,18 @@ $fn$;
 -- at once (even in two broker processes) wait for each other in one order and never
 -- deadlock; this call takes no lock a push transaction holds (those lock existing rows).
 -- Every partition is looked up alone, through both columns of its (queue_id, name) index. A
--- join, or a sequential scan, left the planner free to read every partition of the queue for
--- every name: with statistics taken while the table was nearly empty (autovacuum analyses it
--- a minute later at best), that cost 15-30 ms per call while 10,000 partitions were created
--- in 10 s, instead of about one.
+-- join left the planner free to read every partition of the queue for every name; and plans
+-- made while the table was nearly empty read all of it for every name once it had grown
+-- (15-30 ms per call while 10,000 partitions were created in 10 s, instead of about one):
+-- so when this call has added partitions, it analyses the tables that outgrew their
+-- statistics (queen.refresh_statistics), and every session plans them again.
 CREATE OR REPLACE FUNCTION queen.ensure_partitions(p_queues text[], p_partitions text[])
 RETURNS bigint[]
 LANGUAGE plpgsql
-SET enable_seqscan = off
 AS $fn$
 DECLARE
-    v_ids bigint[];
+    v_ids   bigint[];
+    v_added bigint;
 BEGIN
     INSERT INTO queen.queues (name)
     SELECT DISTINCT u.q FROM unnest(p_queues) AS u (q)
@@ -124,6 +159,10 @@ BEGIN
            WHERE x.queue_id = k.qid AND x.name = k.p LIMIT 1) IS NULL
     ORDER BY k.qid, k.p
     ON CONFLICT (queue_id, name) DO NOTHING;
+    GET DIAGNOSTICS v_added = ROW_COUNT;
+    IF v_added > 0 THEN
+        PERFORM queen.refresh_statistics('{queen.queues,queen.partitions}');
+    END IF;
 
     SELECT array_agg(
                (SELECT x.id FROM queen.partitions x
@@ -147,7 +186,8 @@ DROP FUNCTION IF EXISTS queen.push_frames(bigint[], uuid[], text[], text[], text
                                           integer[]);
 
 -- The general store step, for batches with duplicates (see queen.push_frames, which calls it
--- with the partitions already locked).
+-- with the partitions locked and what it read of them: p_ids, their next_offset p_next and
+-- their queue's dedup window p_win).
 --
 -- The arrays are parallel, one element per frame; the frames of one partition are consecutive
 -- and in body order. p_leaders holds, for every frame, the position (1-based) of the first
@@ -155,42 +195,35 @@ DROP FUNCTION IF EXISTS queen.push_frames(bigint[], uuid[], text[], text[], text
 -- writer computed it. Returns one status character per frame, in input order: '0' stored,
 -- '1' duplicate, '2' partition row missing; and, comma-joined in the same order, the message id
 -- each duplicate names.
+--
+-- No step joins two sets whose size depends on the batch: a cached plan cannot see how many
+-- frames arrive, and a nested loop between frames and probe hits turns quadratic (100 ms
+-- instead of 10 for 1,000 duplicates in 100 partitions). A frame finds its partition's values
+-- by position in p_ids; frames and the sidecar rows found are put side by side and matched
+-- by window functions over (partition, transaction id); a duplicate takes its leader's answer
+-- through a window over the leader's position. Sorts, whatever the plan.
+DROP FUNCTION IF EXISTS queen.store_frames_general(bigint[], uuid[], text[], text[], text[],
+                                                   uuid[], integer[]);
 CREATE OR REPLACE FUNCTION queen.store_frames_general(
     p_pids bigint[], p_mids uuid[], p_txids text[], p_payloads text[], p_subs text[],
-    p_traces uuid[], p_leaders integer[], OUT statuses text, OUT originals text)
-LANGUAGE plpgsql
--- Planner settings, for both push functions: a cached plan cannot see how many frames arrive,
--- and statistics lag behind a table that grows fast. Left alone the planner picked nested loops
--- that turn quadratic on large batches (100 ms instead of 11 ms for 1,000 duplicates) and, on a
--- young sidecar, a sequential scan testing every row against every probed hash (60 ms instead
--- of 1). Every table here is reached by key, and hash or merge joins suit every batch size.
--- The batch's partitions are read by key (``id = ANY``, once per statement) and their queues
--- by scalar look-ups, never through a join the planner may turn into a scan of the whole
--- table: with statistics taken while the table was nearly empty, a merge join with
--- queen.queues read all 10,000 partitions for every batch (3 ms a statement instead of 0.1).
-SET enable_nestloop = off
-SET enable_seqscan = off
-AS $fn$
+    p_traces uuid[], p_leaders integer[], p_ids bigint[], p_next bigint[], p_win integer[],
+    OUT statuses text, OUT originals text)
+LANGUAGE plpgsql AS $fn$
 BEGIN
     -- The caller holds the partition locks; this statement's snapshot is newer than them, so
     -- the probe sees every write committed before. Probe, allocate offsets, store.
     WITH item AS (
         SELECT u.pid, u.mid, u.txid, u.payload, u.sub, u.trace, u.lead, u.ord,
-               hashtextextended(u.txid, u.pid) AS h
+               hashtextextended(u.txid, u.pid) AS h, array_position(p_ids, u.pid) AS k
         FROM unnest(p_pids, p_mids, p_txids, p_payloads, p_subs, p_traces, p_leaders)
              WITH ORDINALITY AS u (pid, mid, txid, payload, sub, trace, lead, ord)
     ),
-    part AS MATERIALIZED (   -- the batch's partitions, each read by key
-        SELECT b.id, b.next_offset, b.win, now() - make_interval(secs => b.win) AS since
-        FROM (SELECT p.id, p.next_offset,
-                     (SELECT q.dedup_window_seconds FROM queen.queues q
-                      WHERE q.id = p.queue_id) AS win
-              FROM queen.partitions p WHERE p.id = ANY (p_pids)) b
-    ),
-    ranked AS (   -- with dedup off (window 0) every frame leads itself
-        SELECT i.*, part.next_offset, part.win, part.since,
-               CASE WHEN part.win > 0 THEN i.lead ELSE i.ord END AS leader
-        FROM item i JOIN part ON part.id = i.pid
+    ranked AS MATERIALIZED (   -- with dedup off (window 0) every frame leads itself
+        SELECT i.pid, i.mid, i.txid, i.payload, i.sub, i.trace, i.ord, i.h,
+               i.k IS NULL AS missing, p_next[i.k] AS next_offset, p_win[i.k] AS win,
+               now() - make_interval(secs => p_win[i.k]) AS since,
+               CASE WHEN p_win[i.k] > 0 THEN i.lead ELSE i.ord END AS leader
+        FROM item i
     ),
     -- One pass of the dedup_probe index over the sorted leader hashes. The age test stays
     -- outside the scan (OFFSET 0 keeps it out): given it, PostgreSQL 18 may choose a skip scan
@@ -203,25 +236,35 @@ BEGIN
               WHERE d.key_hash = ANY (ARRAY(SELECT r.h FROM ranked r
                                             WHERE r.win > 0 AND r.leader = r.ord ORDER BY r.h))
               OFFSET 0) h
-        WHERE h.created_at > (SELECT min(part.since) FROM part)
+        WHERE h.created_at > (SELECT min(r.since) FROM ranked r WHERE r.win > 0)
     ),
-    newest AS (   -- per key, the newest stored offset inside that partition's own window
-        SELECT h.partition_id, h.transaction_id, max(h.msg_offset) AS orig_offset
-        FROM hits h JOIN part ON part.id = h.partition_id
-        WHERE h.created_at > part.since
-        GROUP BY h.partition_id, h.transaction_id
-    ),
-    probed AS (   -- leaders only
-        SELECT r.*, n.orig_offset
+    side_by_side AS (   -- frames (ord set) and sidecar rows found (hit_* set)
+        SELECT r.ord, r.pid, r.txid, r.mid, r.payload, r.sub, r.trace, r.h, r.missing,
+               r.next_offset, r.win, r.since, r.leader,
+               NULL::bigint AS hit_offset, NULL::timestamptz AS hit_at
         FROM ranked r
-        LEFT JOIN newest n ON n.partition_id = r.pid AND n.transaction_id = r.txid
-        WHERE r.leader = r.ord
+        UNION ALL
+        SELECT NULL, h.partition_id, h.transaction_id, NULL, NULL, NULL, NULL, NULL, NULL,
+               NULL, NULL, NULL, NULL, h.msg_offset, h.created_at
+        FROM hits h
+    ),
+    keyed AS (   -- every row learns its key's window (from the frames of that key)
+        SELECT x.*, max(x.since) OVER (PARTITION BY x.pid, x.txid) AS key_since
+        FROM side_by_side x
+    ),
+    probed AS (   -- every frame, with the newest stored offset of its key inside the window
+        SELECT y.*
+        FROM (SELECT k.*,
+                     max(k.hit_offset) FILTER (WHERE k.hit_at > k.key_since)
+                         OVER (PARTITION BY k.pid, k.txid) AS orig_offset
+              FROM keyed k) y
+        WHERE y.ord IS NOT NULL
     ),
     fresh AS (    -- what gets stored, at consecutive offsets in input order
         SELECT p.pid, p.mid, p.txid, p.payload, p.sub, p.trace, p.ord, p.win, p.h,
                p.next_offset + row_number() OVER (PARTITION BY p.pid ORDER BY p.ord) - 1 AS off
         FROM probed p
-        WHERE p.orig_offset IS NULL
+        WHERE NOT p.missing AND p.leader = p.ord AND (p.win = 0 OR p.orig_offset IS NULL)
     ),
     seg AS (
         INSERT INTO queen.segments (partition_id, first_offset, last_offset, message_ids,
@@ -246,10 +289,11 @@ BEGIN
         FROM (SELECT f.pid, count(*) AS n FROM fresh f GROUP BY f.pid) c
         WHERE p.id = c.pid AND p.id = ANY (p_pids)
     ),
-    leader_out AS (   -- the id a leader reports; a duplicate reads it from the covering segment
-        SELECT p.ord,
-               p.orig_offset IS NOT NULL AS dup,
-               CASE WHEN p.orig_offset IS NULL THEN p.mid
+    answered AS (   -- a leader's answer; a duplicate reads the id from the covering segment
+        SELECT p.ord, p.leader, p.missing,
+               p.leader = p.ord AND p.win > 0 AND p.orig_offset IS NOT NULL AS dup,
+               CASE WHEN p.leader <> p.ord THEN NULL
+                    WHEN p.win = 0 OR p.orig_offset IS NULL THEN p.mid
                     ELSE coalesce(
                         (SELECT CASE WHEN s.last_offset >= p.orig_offset
                                      THEN s.message_ids[p.orig_offset - s.first_offset + 1] END
@@ -260,15 +304,14 @@ BEGIN
                END AS res_mid
         FROM probed p
     ),
-    outcome AS (
-        SELECT r.ord,
-               CASE WHEN r.ord = r.leader AND NOT l.dup THEN '0' ELSE '1' END AS st,
-               CASE WHEN r.ord = r.leader AND NOT l.dup THEN NULL ELSE l.res_mid END AS orig
-        FROM ranked r JOIN leader_out l ON l.ord = r.leader
-        UNION ALL
-        SELECT i.ord, '2', NULL
-        FROM item i
-        WHERE NOT EXISTS (SELECT 1 FROM part WHERE part.id = i.pid)
+    outcome AS (   -- a leader comes first among its followers (it is the first of them)
+        SELECT a.ord,
+               CASE WHEN a.missing THEN '2'
+                    WHEN a.ord = a.leader AND NOT a.dup THEN '0' ELSE '1' END AS st,
+               CASE WHEN a.missing OR (a.ord = a.leader AND NOT a.dup) THEN NULL
+                    ELSE first_value(a.res_mid) OVER (PARTITION BY a.leader ORDER BY a.ord)
+               END AS orig
+        FROM answered a
     )
     SELECT string_agg(o.st, '' ORDER BY o.ord),
            string_agg(o.orig::text, ',' ORDER BY o.ord)
@@ -296,8 +339,6 @@ CREATE OR REPLACE FUNCTION queen.push_frames(
     p_wpids bigint[], p_wcounts integer[], p_mids uuid[], p_txids text[], p_payloads text[],
     p_subs text[], p_traces uuid[], p_leaders integer[], OUT statuses text, OUT originals text)
 LANGUAGE plpgsql
-SET enable_nestloop = off  -- see queen.store_frames_general
-SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_candidates boolean;
@@ -380,7 +421,8 @@ BEGIN
         ARRAY(SELECT u.pid FROM unnest(p_wpids, p_wcounts) WITH ORDINALITY AS u (pid, cnt, o)
               CROSS JOIN LATERAL generate_series(1, u.cnt) ORDER BY u.o),
         p_mids, p_txids, p_payloads, p_subs, p_traces,
-        coalesce(p_leaders, ARRAY(SELECT generate_series(1, cardinality(p_mids))))) g;
+        coalesce(p_leaders, ARRAY(SELECT generate_series(1, cardinality(p_mids)))),
+        v_ids, v_next, v_win) g;
 END
 $fn$;
 

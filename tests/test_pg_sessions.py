@@ -1,0 +1,163 @@
+"""What keeps the broker fast on every PostgreSQL version with its default settings: the broker's
+sessions run without JIT, no function of its schema steers the planner with ``enable_*``
+settings, and tables that outgrew their statistics are analysed, so the plans sessions keep
+follow the tables' size. Run on the embedded PostgreSQL 18 and, by ``scripts/test.sh``, on a
+PostgreSQL 15 with default settings (``QUEEN_TEST_PG=15``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import trio
+from psycopg.conninfo import make_conninfo
+
+from queen import open_broker
+from queen.broker import Broker
+from queen.settings import Settings
+from queen.storage.pool import ConnectionPool, connection_kwargs
+from queen.storage.postgres import PUSH_SQL_PSYCOPG, migrate_sync
+from tests.conftest import Db
+
+SEP = "\x1f"
+
+
+def pool_of(broker: Broker) -> ConnectionPool:
+    pool = broker.store.pool  # type: ignore[attr-defined]
+    assert isinstance(pool, ConnectionPool)
+    return pool
+
+
+def jit_of(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SELECT current_setting('jit')").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+async def test_every_broker_session_runs_without_jit(broker: Broker) -> None:
+    pool = pool_of(broker)
+    assert await pool.run(jit_of) == "off"  # calls through a worker thread
+    rows = await pool.query("test_jit", b"SELECT current_setting('jit')", [])
+    assert rows == [(b"off",)]  # the push path's direct calls
+    conn = await trio.to_thread.run_sync(pool.connect_sync)  # as the push listener opens it
+    try:
+        assert jit_of(conn) == "off"
+    finally:
+        conn.close()
+
+
+async def test_options_of_the_database_url_are_kept_beside_the_broker_session_settings(
+    settings: Settings,
+) -> None:
+    url = make_conninfo(settings.database_url or "", options="-c work_mem=7MB")
+    async with open_broker(dataclasses.replace(settings, database_url=url)) as b:
+
+        def read(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:
+            return conn.execute(
+                "SELECT current_setting('work_mem'), current_setting('jit')"
+            ).fetchone()
+
+        assert await pool_of(b).run(read) == ("7MB", "off")
+
+
+async def test_no_function_of_the_schema_sets_planner_switches(broker: Broker, db: Db) -> None:
+    functions = await db.value(
+        "SELECT count(*) FROM pg_proc WHERE pronamespace = 'queen'::regnamespace"
+    )
+    assert functions > 10  # the schema is there
+    steering = await db.rows(
+        """SELECT p.proname, c FROM pg_proc p CROSS JOIN LATERAL unnest(p.proconfig) AS c
+           WHERE p.pronamespace = 'queen'::regnamespace AND c LIKE 'enable%%'"""
+    )
+    assert steering == []
+
+
+async def test_a_table_is_analysed_each_time_it_has_doubled_since_its_statistics(
+    broker: Broker, db: Db
+) -> None:
+    table = f"queen.growth_{uuid.uuid4().hex[:8]}"
+    refresh = f"SELECT queen.refresh_statistics(ARRAY['{table}'::regclass])"
+    pages = f"SELECT relpages FROM pg_class WHERE oid = '{table}'::regclass"
+    fill = f"INSERT INTO {table} SELECT g, repeat('x', 200) FROM generate_series(1, %s) g"
+    await db.rows(f"CREATE TABLE {table} (id integer, pad text)")
+    try:
+        await db.rows(f"ANALYZE {table}")
+        assert await db.value(pages) == 0  # statistics of an empty table
+        await db.rows(fill, 1000)  # about 30 pages
+        assert await db.value(refresh) == 1
+        analysed = await db.value(pages)
+        assert analysed >= 8
+        assert await db.value(refresh) == 0  # not grown since
+        await db.rows(fill, 300)  # grown, but not doubled
+        assert await db.value(refresh) == 0
+        await db.rows(fill, 2000)
+        assert await db.value(refresh) == 1
+        assert await db.value(pages) >= 2 * analysed
+    finally:
+        await db.rows(f"DROP TABLE {table}")
+
+
+def _grow_after_empty_statistics(url: str) -> list[str]:
+    """Statistics taken on empty tables, plans kept by a session while they are tiny, then
+    10,000 partitions created through that session: the plans of a push and of a partition
+    look-up afterwards, as auto_explain reports them."""
+    conn = psycopg.connect(url, **connection_kwargs(5, 0, conninfo=url))
+    try:
+        migrate_sync(conn)
+        conn.execute("ANALYZE queen.queues, queen.partitions, queen.segments, queen.dedup")
+
+        def ensure(names: list[str]) -> list[int]:
+            row = conn.execute(
+                "SELECT queen.ensure_partitions(string_to_array(%s, chr(31)), "
+                "string_to_array(%s, chr(31)))",
+                (SEP.join(["q"] * len(names)), SEP.join(names)),
+            ).fetchone()
+            assert row is not None
+            return list(row[0])
+
+        def push(pid: int) -> None:
+            mid = str(uuid.uuid4())
+            conn.execute(PUSH_SQL_PSYCOPG, (str(pid), "1", mid, mid, "{}", None, None, None))
+
+        warm = ensure(["w0", "w1"])
+        for _ in range(10):  # past the plan cache's five custom plans: the plans are kept
+            ensure(["w0", "w1"])
+            push(warm[0])
+        for b in range(50):
+            ids = ensure([f"n{b}-{i}" for i in range(200)])
+
+        plans: list[str] = []
+        conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        conn.execute("SET auto_explain.log_min_duration = 0")
+        conn.execute("SET auto_explain.log_nested_statements = on")
+        conn.execute("SET auto_explain.log_level = notice")
+        push(ids[-1])
+        ensure([f"n7-{i}" for i in range(200)])
+        return plans
+    finally:
+        conn.close()
+
+
+def _in_own_database(pg_url: str, work: Callable[[str], list[str]]) -> list[str]:
+    name = f"queen_growth_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        return work(make_conninfo(pg_url, dbname=name))
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+async def test_partitions_are_read_by_key_after_growing_from_empty_statistics(
+    pg_url: str,
+) -> None:
+    plans = await trio.to_thread.run_sync(_in_own_database, pg_url, _grow_after_empty_statistics)
+    text = "\n".join(plans)
+    assert "FOR UPDATE OF p" in text and "INSERT INTO queen.partitions" in text
+    assert "Seq Scan on partitions" not in text
+    assert "partitions_pkey" in text
