@@ -63,7 +63,8 @@ CREATE INDEX IF NOT EXISTS dedup_probe ON queen.dedup (key_hash);
 -- seconds, before autovacuum's next round) would keep them reading the whole table. Analysing
 -- invalidates every session's plans on that table, so they are made again for its present
 -- size, with present statistics; a table growing from empty to N pages is analysed about
--- log2(N) times. A table the current user does not own is skipped (ANALYZE warns).
+-- log2(N) times. A table the current user does not own is left to autovacuum, and one another
+-- session is analysing (or vacuuming) is skipped rather than waited for.
 CREATE OR REPLACE FUNCTION queen.refresh_statistics(p_tables regclass[] DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql AS $fn$
@@ -76,11 +77,12 @@ BEGIN
         FROM pg_class c
         WHERE c.relnamespace = 'queen'::regnamespace AND c.relkind = 'r'
           AND (p_tables IS NULL OR c.oid = ANY (p_tables))
+          AND pg_has_role(c.relowner, 'USAGE')
           AND pg_relation_size(c.oid) / current_setting('block_size')::bigint
               >= greatest(8, 2 * c.relpages)
         ORDER BY c.oid
     LOOP
-        EXECUTE format('ANALYZE %s', v_table);
+        EXECUTE format('ANALYZE (SKIP_LOCKED) %s', v_table);
         v_count := v_count + 1;
     END LOOP;
     RETURN v_count;
