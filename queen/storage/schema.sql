@@ -40,6 +40,14 @@ CREATE TABLE IF NOT EXISTS queen.segments (
     PRIMARY KEY (partition_id, first_offset),
     CHECK (last_offset >= first_offset)
 );
+-- No query filters or joins on the frame arrays: their statistics would only make every
+-- ANALYZE detoast and hash a sample of every message.
+ALTER TABLE queen.segments
+    ALTER COLUMN message_ids SET STATISTICS 0,
+    ALTER COLUMN transaction_ids SET STATISTICS 0,
+    ALTER COLUMN payloads SET STATISTICS 0,
+    ALTER COLUMN producer_subs SET STATISTICS 0,
+    ALTER COLUMN trace_ids SET STATISTICS 0;
 
 -- The dedup hash sidecar: one row per stored frame of a queue with a dedup window.
 -- key_hash = hashtextextended(transaction_id, partition_id): one probe of one index finds a
