@@ -117,8 +117,8 @@ async def test_a_table_is_analysed_each_time_it_has_doubled_since_its_statistics
 
 def _grow_after_empty_statistics(url: str) -> list[str]:
     """Statistics taken on empty tables, plans kept by a session while they are tiny, then
-    10,000 partitions created through that session: the plans of a push and of a partition
-    look-up afterwards, as auto_explain reports them."""
+    10,000 partitions created and 12,000 frames pushed through that session: the plans of a
+    push and of a partition look-up afterwards, as auto_explain reports them."""
     conn = psycopg.connect(url, **connection_kwargs(5, 0, conninfo=url))
     try:
         migrate_sync(conn)
@@ -133,9 +133,12 @@ def _grow_after_empty_statistics(url: str) -> list[str]:
             assert row is not None
             return list(row[0])
 
-        def push(pid: int) -> None:
-            mid = str(uuid.uuid4())
-            conn.execute(PUSH_SQL_PSYCOPG, (str(pid), "1", mid, mid, "{}", None, None, None))
+        def push(pid: int, frames: int = 1) -> None:
+            mids = SEP.join(str(uuid.uuid4()) for _ in range(frames))
+            conn.execute(
+                PUSH_SQL_PSYCOPG,
+                (str(pid), str(frames), mids, mids, SEP.join(["{}"] * frames), None, None, None),
+            )
 
         warm = ensure(["w0", "w1"])
         for _ in range(10):  # past the plan cache's five custom plans: the plans are kept
@@ -143,6 +146,8 @@ def _grow_after_empty_statistics(url: str) -> list[str]:
             push(warm[0])
         for b in range(50):
             ids = ensure([f"n{b}-{i}" for i in range(200)])
+        for pid in ids[:60]:  # and 12,000 rows in the sidecar
+            push(pid, 200)
 
         plans: list[str] = []
         conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
@@ -168,7 +173,7 @@ def _in_own_database(pg_url: str, work: Callable[[str], list[T]]) -> list[T]:
             admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-async def test_partitions_are_read_by_key_after_growing_from_empty_statistics(
+async def test_partitions_and_sidecar_are_read_by_key_after_growing_from_empty_statistics(
     pg_url: str,
 ) -> None:
     plans = await trio.to_thread.run_sync(_in_own_database, pg_url, _grow_after_empty_statistics)
@@ -176,3 +181,5 @@ async def test_partitions_are_read_by_key_after_growing_from_empty_statistics(
     assert "FOR UPDATE OF p" in text and "INSERT INTO queen.partitions" in text
     assert "Seq Scan on partitions" not in text
     assert "partitions_pkey" in text
+    assert "Seq Scan on dedup" not in text
+    assert "dedup_probe" in text

@@ -356,6 +356,17 @@ DECLARE
     v_next       bigint[];   -- their next_offset
     v_win        integer[];  -- and their queue's dedup window
 BEGIN
+    -- Pushes grow the sidecar and segments; plans of the probe made while the sidecar was
+    -- tiny read all of it (50-500 ms per batch while it grew to 100,000 rows). Before taking
+    -- any lock: when either outgrew its statistics, analyse it (see refresh_statistics;
+    -- about log2(size) times in a table's life; the check costs about 15 us).
+    IF (SELECT bool_or(pg_relation_size(c.oid)
+                       >= greatest(8, 2 * c.relpages) * current_setting('block_size')::bigint)
+        FROM pg_class c WHERE c.oid IN ('queen.dedup'::regclass, 'queen.segments'::regclass))
+    THEN
+        PERFORM queen.refresh_statistics('{queen.dedup,queen.segments}');
+    END IF;
+
     SELECT array_agg(l.id), array_agg(l.next_offset), array_agg(l.win)
     INTO v_ids, v_next, v_win
     FROM (SELECT p.id, p.next_offset,
