@@ -270,6 +270,10 @@ BEGIN
                       WHERE x.partition_id = p.id AND x.consumer_group = p_group)
     ORDER BY p.id
     ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    IF v_n > 0 THEN   -- plans kept on a tiny cursors table would read all of it
+        PERFORM queen.refresh_statistics('{queen.cursors}');
+    END IF;
 
     FOR c IN
         SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
