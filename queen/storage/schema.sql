@@ -362,7 +362,8 @@ BEGIN
     -- about log2(size) times in a table's life; the check costs about 15 us).
     IF (SELECT bool_or(pg_relation_size(c.oid)
                        >= greatest(8, 2 * c.relpages) * current_setting('block_size')::bigint)
-        FROM pg_class c WHERE c.oid IN ('queen.dedup'::regclass, 'queen.segments'::regclass))
+        FROM pg_class c WHERE c.oid IN ('queen.dedup'::regclass, 'queen.segments'::regclass)
+          AND pg_has_role(c.relowner, 'USAGE'))
     THEN
         PERFORM queen.refresh_statistics('{queen.dedup,queen.segments}');
     END IF;
