@@ -36,7 +36,7 @@ _UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "57P", "53")
 
 # Settings of every session the broker opens. JIT compilation pays off for long analytical
 # queries; the broker's calls are short, and compiling one costs far more than running it
-# (PostgreSQL 15-17 keep jit on by default: about 0.5 s per push call on PostgreSQL 15).
+# (PostgreSQL 15-17 keep jit on by default: about 0.4 s per push call on PostgreSQL 15).
 SESSION_SETTINGS = "-c jit=off"
 
 
