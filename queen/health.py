@@ -1,13 +1,22 @@
-"""Database health: one flag the whole broker trusts, and the probe that sets it back.
+"""Database health: one flag the whole broker trusts, and the probe that keeps it true.
 
 Writers report an unreachable database the moment a call fails (:meth:`report_down`); from
 then on pushes go straight to the spool without trying the database, so an outage costs no
-connect timeout per push. The probe loop pings with exponential back-off (``probe_min_s`` up to
-``probe_max_s``) while the database is down; the first answer (and, if the schema was never
-created because the broker started during an outage, a successful migration) marks it up
-again and wakes whoever waits for it (the spool replay).
+connect timeout per push.
 
-The monitor owns only the flag and its probe task; cancelling ``run`` stops probing.
+The probe loop (:meth:`run`) pings the database on a connection of its own:
+
+- while it is **up**, every ``probe_max_s``: a ping without an answer within
+  ``probe_timeout_s`` (a database that hangs without closing its connections) or failing marks
+  it down;
+- while it is **down**, with exponential back-off from ``probe_min_s`` up to ``probe_max_s``:
+  the first answer (and, if the schema was never created because the broker started during an
+  outage, a successful migration) marks it up again and wakes whoever waits for it (the spool
+  replay).
+
+:meth:`check` is what ``/health`` asks: it joins the probe in flight (or starts one) and waits
+for its answer at most ``wait_s``, then answers from the flag, so it never waits on the database
+longer than that whatever the database does. Only one probe runs at a time.
 """
 
 from __future__ import annotations
@@ -31,53 +40,100 @@ class DatabaseHealth:
         probe_min_s: float,
         probe_max_s: float,
         changed: Signal,
+        probe_timeout_s: float = 2.0,
         up: bool = True,
         on_up: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._ping = ping
         self._probe_min_s = probe_min_s
-        self._probe_max_s = probe_max_s
+        self._probe_max_s = max(probe_max_s, probe_min_s)
+        self._probe_timeout_s = probe_timeout_s
         self._changed = changed
         self._on_up = on_up
         self._up = up
         self._went_down = trio.Event()
-        if not up:
-            self._went_down.set()
+        self._came_up = trio.Event()
+        (self._came_up if up else self._went_down).set()
+        self._probing: trio.Event | None = None
+        self._nursery: trio.Nursery | None = None
 
     @property
     def up(self) -> bool:
         return self._up
 
     def report_down(self, reason: object) -> None:
-        """A database call failed because the database is unreachable."""
+        """A database call failed because the database is unreachable (or did not answer)."""
         if self._up:
             self._up = False
+            self._came_up = trio.Event()
             log.warning("database unreachable (%s); pushes go to the spool", reason)
             self._went_down.set()
             self._changed.fire()
 
+    def _mark_up(self) -> None:
+        if not self._up:
+            self._up = True
+            self._went_down = trio.Event()
+            log.warning("database reachable again; the spool will be replayed")
+            self._came_up.set()
+            self._changed.fire()
+
+    async def check(self, wait_s: float) -> bool:
+        """Probe now (or join the probe in flight) and wait for it at most ``wait_s``; then
+        the flag, fresh or as it was."""
+        if self._nursery is not None:
+            with trio.move_on_after(wait_s):
+                await self._probe()
+        return self._up
+
     async def run(
         self, *, task_status: trio.TaskStatus[DatabaseHealth] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        task_status.started(self)
-        while True:
-            await self._went_down.wait()
-            await self._probe_until_up()
-            self._went_down = trio.Event()
-            self._up = True
-            log.warning("database reachable again; the spool will be replayed")
-            self._changed.fire()
-
-    async def _probe_until_up(self) -> None:
-        delay = self._probe_min_s
-        while True:
-            await trio.sleep(delay)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             try:
-                with trio.fail_after(max(1.0, self._probe_max_s)):
-                    await self._ping()
-                    if self._on_up is not None:
-                        await self._on_up()
+                task_status.started(self)
+                delay = self._probe_min_s
+                while True:
+                    if self._up:
+                        delay = self._probe_min_s
+                        with trio.move_on_after(self._probe_max_s):
+                            await self._went_down.wait()
+                        if self._up:
+                            await self._probe()
+                    else:
+                        with trio.move_on_after(delay):
+                            await self._came_up.wait()
+                        if not self._up:
+                            await self._probe()
+                            delay = min(self._probe_max_s, delay * 2)
+            finally:
+                self._nursery = None
+
+    async def _probe(self) -> None:
+        """Wait for the probe in flight, starting one if none is."""
+        if self._probing is None:
+            if self._nursery is None:
                 return
-            except (StoreError, trio.TooSlowError) as exc:
+            self._probing = trio.Event()
+            self._nursery.start_soon(self._probe_once, self._probing)
+        await self._probing.wait()
+
+    async def _probe_once(self, done: trio.Event) -> None:
+        try:
+            with trio.move_on_after(self._probe_timeout_s) as deadline:
+                await self._ping()
+            if deadline.cancelled_caught:
+                raise StoreError(f"no answer within {self._probe_timeout_s:g} s")
+            if not self._up and self._on_up is not None:
+                await self._on_up()
+        except StoreError as exc:
+            if self._up:
+                self.report_down(exc)
+            else:
                 log.debug("database probe failed: %s", exc)
-            delay = min(self._probe_max_s, delay * 2)
+        else:
+            self._mark_up()
+        finally:
+            self._probing = None
+            done.set()

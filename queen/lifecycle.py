@@ -78,6 +78,7 @@ async def open_broker(
             opened.ping,
             probe_min_s=settings.db_probe_min_s,
             probe_max_s=settings.db_probe_max_s,
+            probe_timeout_s=settings.db_probe_timeout_s,
             changed=changed,
             up=ready,
             on_up=migrate_on_return,
@@ -129,9 +130,9 @@ async def open_broker(
                 opened, batcher, settings, metrics, router=router, encryption=encryption
             )
             await nursery.start(supervisor.run)
-            await supervisor.start_loop(db_health.run)
-            await supervisor.start_loop(maintenance.run)
-            await supervisor.start_loop(encryption.run)
+            await supervisor.start_loop("database-probe", db_health.run)
+            await supervisor.start_loop("maintenance-switch", maintenance.run)
+            await supervisor.start_loop("encryption-refresh", encryption.run)
             consume: ConsumeService | None = None
             retention: RetentionLoop | None = None
             if isinstance(opened, PgStore):  # the consume side and retention need PostgreSQL
@@ -139,7 +140,7 @@ async def open_broker(
                     PgConsumeStore(opened.pool), settings, metrics, encryption=encryption
                 )
                 batcher.add_commit_listener(consume.on_commit)
-                await nursery.start(consume.run)
+                await supervisor.start_loop("push-listener", consume.run)
                 retention = RetentionLoop(
                     PgRetentionStore(opened.pool),
                     metrics,
@@ -147,7 +148,7 @@ async def open_broker(
                     batch_limit=settings.retention_batch_limit,
                     max_batches=settings.retention_max_batches,
                 )
-                await supervisor.start_loop(retention.run)
+                await supervisor.start_loop("retention", retention.run)
             if parts is not None:
                 parts.replayer = Replayer(
                     Path(settings.file_buffer_dir),
@@ -163,7 +164,7 @@ async def open_broker(
                     scanner=router.scanner if isinstance(router, SpoolRouter) else None,
                     deleted_queues=deleted_queues_of(opened),
                 )
-                await supervisor.start_loop(parts.replayer.run)
+                await supervisor.start_loop("spool-replay", parts.replayer.run)
             broker = Broker(
                 settings,
                 opened,
@@ -209,6 +210,7 @@ async def _open_store(
             connect_timeout_s=settings.db_connect_timeout_s,
             statement_timeout_ms=settings.db_statement_timeout_ms,
             tcp_user_timeout_ms=settings.db_tcp_user_timeout_ms,
+            call_timeout_s=settings.db_call_timeout_s,
         )
         try:
             pg = PgStore(pool)

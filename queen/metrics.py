@@ -57,15 +57,34 @@ class Metrics:
     def snapshot(self) -> dict[str, int]:
         return dataclasses.asdict(self)
 
-    def render_prometheus(self, extra: dict[str, float] | None = None) -> str:
+    def render_prometheus(
+        self,
+        extra: dict[str, float] | None = None,
+        labelled: dict[str, tuple[str, dict[str, float]]] | None = None,
+    ) -> str:
+        """The counters, ``extra`` values and ``labelled`` families (name: (label, values by
+        label value)) in Prometheus' text format."""
         lines: list[str] = []
         values: dict[str, float] = {**self.snapshot(), **(extra or {})}
         for name, value in values.items():
-            kind = "gauge" if name in _GAUGES else "counter"
-            metric = f"queen_{name}" + ("_total" if kind == "counter" else "")
+            metric, kind = _metric(name)
             lines.append(f"# TYPE {metric} {kind}")
             lines.append(f"{metric} {value}")
+        for name, (label, by_value) in (labelled or {}).items():
+            metric, kind = _metric(name)
+            lines.append(f"# TYPE {metric} {kind}")
+            for key, value in by_value.items():
+                lines.append(f'{metric}{{{label}="{_escape(key)}"}} {value}')
         return "\n".join(lines) + "\n"
+
+
+def _metric(name: str) -> tuple[str, str]:
+    kind = "gauge" if name in _GAUGES else "counter"
+    return f"queen_{name}" + ("_total" if kind == "counter" else ""), kind
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 _GAUGES = {
@@ -80,6 +99,7 @@ _GAUGES = {
     "database_up",
     "maintenance_mode",
     "process_id",
+    "background_loop_failing",
 }
 
 

@@ -97,6 +97,22 @@ class Settings:
     db_statement_timeout_ms: int = _setting(
         30_000, "QUEEN_DB_STATEMENT_TIMEOUT_MS", "server-side limit for one statement"
     )
+    db_call_timeout_s: float = _setting(
+        35.0,
+        "QUEEN_DB_CALL_TIMEOUT_S",
+        "client-side deadline of one database call (keep it a few seconds above the statement "
+        "timeout); past it the connection is dropped and a push goes to the spool",
+    )
+    db_probe_timeout_s: float = _setting(
+        2.0,
+        "QUEEN_DB_PROBE_TIMEOUT_S",
+        "a health probe of the database that gets no answer this long marks it down",
+    )
+    loop_retry_max_s: float = _setting(
+        30.0,
+        "QUEEN_LOOP_RETRY_MAX_S",
+        "longest pause before a failed background loop (replay, retention, probe) is restarted",
+    )
     actor_idle_timeout_s: float = _setting(
         30.0, "QUEEN_ACTOR_IDLE_TIMEOUT_S", "a partition actor with no work stops after this long"
     )
@@ -150,7 +166,10 @@ class Settings:
         0.05, "QUEEN_DB_PROBE_MIN_S", "first retry of an unreachable database"
     )
     db_probe_max_s: float = _setting(
-        2.0, "QUEEN_DB_PROBE_MAX_S", "longest pause between probes of an unreachable database"
+        2.0,
+        "QUEEN_DB_PROBE_MAX_S",
+        "longest pause between probes of an unreachable database; pause between probes of a "
+        "reachable one",
     )
     pop_default_batch: int = _setting(
         1,
@@ -286,7 +305,12 @@ class Settings:
                 "QUEEN_DB_POOL_SIZE must be larger than QUEEN_WRITE_CONCURRENCY: push "
                 "transactions would take every connection and leave none for pops and acks"
             )
-        for name in ("keep_alive_timeout_s", "header_timeout_s"):
+        for name in (
+            "keep_alive_timeout_s",
+            "header_timeout_s",
+            "db_call_timeout_s",
+            "db_probe_timeout_s",
+        ):
             if getattr(self, name) <= 0:
                 variable = _FIELDS[name].metadata[_ENV]
                 raise ValueError(f"{variable} must be > 0, got {getattr(self, name)!r}")

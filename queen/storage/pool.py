@@ -3,18 +3,31 @@
 psycopg's async API is built on asyncio and does not run under Trio, so every database call is
 a plain function ``fn(connection)`` that runs in a worker thread while the Trio task waits.
 A call holds one connection for its whole duration (one call = one round trip in the push
-path), and is not abandoned on cancellation: a write that has started is allowed to finish, and
-the server-side ``statement_timeout`` bounds how long that can take.
+path).
 
-Failures are translated at this boundary: a connection that cannot be opened or that breaks
-becomes :class:`StoreUnavailable` (and is discarded); any other database error becomes
-:class:`StoreError`.
+**Deadlines.** Every call has a client-side deadline, ``call_timeout_s`` from its start
+(waiting for a connection included), because a server that hangs without closing its
+connections answers nothing and fires no server-side timeout. When the deadline passes the
+call raises :class:`StoreUnavailable` and its connection is dropped, never reused: a worker
+thread still blocked on it is woken by shutting the socket down, and closes it itself.
+
+**Cancellation.** A worker-thread call that has started is not abandoned when its caller is
+cancelled (a client going away): the write is allowed to finish, within the deadline. The
+libpq path of :meth:`ConnectionPool.query` runs in the Trio thread; cancelling it closes its
+connection.
+
+Failures are translated at this boundary: a connection that cannot be opened, that breaks or
+that passes its deadline becomes :class:`StoreUnavailable` (and is discarded); any other
+database error becomes :class:`StoreError`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import socket
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -81,8 +94,66 @@ def is_unavailable(exc: BaseException) -> bool:
     return False
 
 
+class _Call:
+    """One worker-thread call, shared by the Trio task and the thread: the connection in use,
+    a duplicate of its socket (so the Trio side can wake the thread without touching libpq),
+    and who is done with it."""
+
+    __slots__ = ("abandoned", "conn", "finished", "lock", "sock")
+
+    def __init__(self, conn: psycopg.Connection[Any] | None) -> None:
+        self.conn = conn
+        self.sock: socket.socket | None = None
+        self.lock = threading.Lock()
+        self.abandoned = False
+        self.finished = False
+
+    def attach(self, conn: psycopg.Connection[Any]) -> None:
+        """Thread side: ``conn`` is in use now (raises if the Trio side already gave up)."""
+        try:
+            sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
+        except (OSError, psycopg.Error):
+            sock = None  # no descriptor to spare: the call can still run, only not be woken
+        with self.lock:
+            self.conn, self.sock = conn, sock
+            if self.abandoned:
+                self._drop()
+                raise StoreUnavailable("PostgreSQL did not answer in time")
+
+    def finish(self) -> None:
+        """Thread side: the call is over; a connection nobody will take back is closed."""
+        with self.lock:
+            self.finished = True
+            if self.abandoned:
+                self._drop()
+            elif self.sock is not None:
+                self.sock.close()
+                self.sock = None
+
+    def abandon(self) -> None:
+        """Trio side: give up on the call; its connection is never reused."""
+        with self.lock:
+            self.abandoned = True
+            if self.finished:
+                self._drop()
+            elif self.sock is not None:
+                # wakes the thread blocked on the socket; it closes the connection itself
+                try:
+                    self.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _drop(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.conn is not None:
+            self.conn.close()
+
+
 class ConnectionPool:
-    """At most ``size`` connections, opened lazily, reused LIFO, replaced when broken."""
+    """At most ``size`` connections, opened lazily, reused LIFO, replaced when broken; plus
+    one connection of its own for :meth:`ping`."""
 
     def __init__(
         self,
@@ -92,14 +163,19 @@ class ConnectionPool:
         connect_timeout_s: float,
         statement_timeout_ms: int,
         tcp_user_timeout_ms: int = 5_000,
+        call_timeout_s: float | None = None,
     ) -> None:
         self._conninfo = conninfo
         self._kwargs = connection_kwargs(
             connect_timeout_s, statement_timeout_ms, tcp_user_timeout_ms, conninfo
         )
+        self.call_timeout_s = (
+            call_timeout_s if call_timeout_s is not None else statement_timeout_ms / 1000 + 5
+        )
         self._slots = trio.Semaphore(size)
-        self._limiter = trio.CapacityLimiter(size)
+        self._limiter = trio.CapacityLimiter(size + 1)  # + the ping
         self._idle: list[psycopg.Connection[Any]] = []
+        self._probe: psycopg.Connection[Any] | None = None
         self._closed = False
         # statements prepared by query(), per connection
         self._prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[str]] = (
@@ -113,18 +189,66 @@ class ConnectionPool:
         except psycopg.Error as exc:
             raise StoreUnavailable(f"cannot connect to PostgreSQL: {_short(exc)}") from exc
 
+    def _late(self) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"PostgreSQL did not answer within {self.call_timeout_s:g} s; connection dropped"
+        )
+
     async def run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``fn(connection)`` in a worker thread and return its result."""
+        """Run ``fn(connection)`` in a worker thread and return its result (see the module:
+        deadline, cancellation)."""
         if self._closed:
             raise StoreUnavailable("connection pool is closed")
-        async with self._slots:
-            holder: list[psycopg.Connection[Any] | None] = [
-                self._idle.pop() if self._idle else None
-            ]
-            try:
-                return await trio.to_thread.run_sync(self._call, holder, fn, limiter=self._limiter)
-            finally:
-                self._release(holder[0])
+        deadline = trio.current_time() + self.call_timeout_s
+        with trio.CancelScope(deadline=deadline) as waiting:
+            await self._slots.acquire()
+        if waiting.cancelled_caught:
+            raise self._late()
+        try:
+            call = _Call(self._idle.pop() if self._idle else None)
+            with trio.CancelScope(shield=True):  # the caller's cancellation waits for the call
+                with trio.CancelScope(deadline=deadline) as running:
+                    result = await trio.to_thread.run_sync(
+                        self._call, call, fn, limiter=self._limiter, abandon_on_cancel=True
+                    )
+                if running.cancelled_caught:
+                    call.abandon()
+                    raise self._late()
+            self._release(call.conn)
+            return result
+        finally:
+            self._slots.release()
+
+    async def ping(self) -> None:
+        """``SELECT 1`` on the pool's own probe connection, so a busy pool never delays the
+        answer. Cancelling it (a probe timeout) drops that connection."""
+        if self._closed:
+            raise StoreUnavailable("connection pool is closed")
+        call = _Call(self._probe)
+        self._probe = None
+
+        def select_one(conn: psycopg.Connection[Any]) -> None:
+            conn.execute("SELECT 1").fetchone()
+
+        try:
+            with trio.fail_after(self.call_timeout_s):
+                await trio.to_thread.run_sync(
+                    self._call, call, select_one, limiter=self._limiter, abandon_on_cancel=True
+                )
+        except trio.TooSlowError:
+            call.abandon()
+            raise self._late() from None
+        except BaseException:
+            call.abandon()
+            raise
+        if self.closed:  # closed meanwhile
+            call.abandon()
+        else:
+            self._probe = call.conn
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def _release(self, conn: psycopg.Connection[Any] | None) -> None:
         if conn is None or conn.closed:
@@ -134,17 +258,18 @@ class ConnectionPool:
         else:
             self._idle.append(conn)
 
-    def _call(
-        self,
-        holder: list[psycopg.Connection[Any] | None],
-        fn: Callable[[psycopg.Connection[Any]], T],
-    ) -> T:
-        conn = holder[0]
+    def _call(self, call: _Call, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        conn = call.conn
+        call.conn = None
         if conn is None or conn.closed or conn.broken:
             if conn is not None:
                 conn.close()
-            holder[0] = None
-            conn = holder[0] = self.connect_sync()
+            conn = self.connect_sync()
+        try:
+            call.attach(conn)
+        except BaseException:
+            call.finish()
+            raise
         try:
             return fn(conn)
         except psycopg.Error as exc:
@@ -155,6 +280,8 @@ class ConnectionPool:
         except BaseException:
             conn.close()
             raise
+        finally:
+            call.finish()
 
     async def query(
         self, name: str, sql: bytes, params: Sequence[bytes | None]
@@ -168,22 +295,46 @@ class ConnectionPool:
         """
         if self._closed:
             raise StoreUnavailable("connection pool is closed")
-        async with self._slots:
-            conn = self._idle.pop() if self._idle else None
-            if conn is None or conn.closed or conn.broken:
-                if conn is not None:
+        with trio.CancelScope(deadline=trio.current_time() + self.call_timeout_s):
+            async with self._slots:
+                conn = self._idle.pop() if self._idle else None
+                if conn is None or conn.closed or conn.broken:
+                    if conn is not None:
+                        conn.close()
+                    conn = await self._connect()
+                done = False
+                try:
+                    rows = await self._query(conn, name, sql, params)
+                    done = True
+                    return rows
+                finally:
+                    if done or conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+                        self._release(conn)
+                    else:
+                        conn.close()
+        raise self._late()  # only reached when the deadline cancelled the block
+
+    async def _connect(self) -> psycopg.Connection[Any]:
+        """Open a connection in a worker thread; a caller that gives up leaves the thread to
+        finish connecting, and the connection is closed."""
+        call = _Call(None)
+
+        def connect() -> psycopg.Connection[Any]:
+            conn = self.connect_sync()
+            with call.lock:
+                call.conn, call.finished = conn, True
+                if call.abandoned:
                     conn.close()
-                conn = await trio.to_thread.run_sync(self.connect_sync, limiter=self._limiter)
-            done = False
-            try:
-                rows = await self._query(conn, name, sql, params)
-                done = True
-                return rows
-            finally:
-                if done or conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
-                    self._release(conn)
-                else:
-                    conn.close()
+                    raise StoreUnavailable("PostgreSQL did not answer in time")
+            return conn
+
+        try:
+            return await trio.to_thread.run_sync(
+                connect, limiter=self._limiter, abandon_on_cancel=True
+            )
+        except BaseException:
+            call.abandon()
+            raise
 
     async def _query(
         self,
@@ -214,6 +365,9 @@ class ConnectionPool:
     async def aclose(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
+        if self._probe is not None:
+            idle.append(self._probe)
+            self._probe = None
         for conn in idle:
             await trio.to_thread.run_sync(conn.close)
 

@@ -111,7 +111,7 @@ class PgStore:
         self.migrated = True
 
     async def ping(self) -> None:
-        await self.pool.run(lambda conn: conn.execute("SELECT 1").fetchone())
+        await self.pool.ping()
 
     async def get_state(self, key: str) -> Any:
         """The JSON value stored under ``key`` in ``queen.system_state``, or None."""

@@ -1,0 +1,144 @@
+"""Background loops under supervision: no error in one of them ends the broker.
+
+Every loop started beside the routes (the database health probe, the maintenance switch refresh,
+retention, the spool replay, the push listener) runs through :meth:`Loops.run`. An exception
+(``Exception``, never a cancellation or ``KeyboardInterrupt``) is:
+
+- **logged**: with its traceback on the first failure of a streak, in one line after that;
+- **counted**: ``background_errors{loop=...}`` in ``/metrics``;
+- **retried**: the loop is started again after a pause that doubles with every failure of the
+  streak, from ``retry_min_s`` up to ``retry_max_s``;
+- **shown**: ``/health`` lists every loop as ``ok`` or ``failing`` (since when, how many errors,
+  the last one). A restarted loop is ``ok`` again, and its streak over, once it has run for
+  ``recover_s`` without failing.
+
+A loop is an ``async def run(*, task_status)`` that reports ready once. If it fails before that,
+the broker does not wait for it: it is reported ready (and failing), and retried like any other.
+A loop that returns has nothing (more) to do (e.g. a refresh with no database to read): it is
+``done`` and not restarted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import trio
+
+log = logging.getLogger("queen.supervisor")
+
+
+class Loop(Protocol):
+    def __call__(self, *, task_status: trio.TaskStatus[Any]) -> Awaitable[object]: ...
+
+
+@dataclass(slots=True)
+class LoopState:
+    """What ``/health`` and ``/metrics`` say about one loop."""
+
+    name: str
+    errors: int = 0  # every failure since start
+    streak: int = 0  # failures since the loop last ran ``recover_s`` without failing
+    failing_since: float | None = None  # wall clock, first failure of the streak
+    last_error: str | None = None
+    started_at: float = 0.0  # trio clock, last (re)start or failure
+    done: bool = False  # returned: nothing more to do
+
+    def failing(self, now: float, recover_s: float) -> bool:
+        return not self.done and self.streak > 0 and now - self.started_at < recover_s
+
+    def describe(self, now: float, recover_s: float) -> dict[str, Any]:
+        failing = self.failing(now, recover_s)
+        state = "done" if self.done else "failing" if failing else "ok"
+        body: dict[str, Any] = {"state": state, "errors": self.errors}
+        if failing and self.failing_since is not None:
+            body["failingSince"] = datetime.fromtimestamp(self.failing_since, UTC).isoformat()
+        if self.last_error is not None:
+            body["lastError"] = self.last_error
+        return body
+
+
+class _Ready:
+    """Passes ``started`` through to the caller's task status, once, and remembers it."""
+
+    def __init__(self, status: trio.TaskStatus[Any]) -> None:
+        self._status = status
+        self.done = False
+
+    def started(self, value: Any = None) -> None:
+        if not self.done:
+            self.done = True
+            self._status.started(value)
+
+
+class Loops:
+    """The supervised loops of one broker and their states."""
+
+    def __init__(
+        self, *, retry_min_s: float = 0.1, retry_max_s: float = 30.0, recover_s: float = 5.0
+    ) -> None:
+        self._retry_min_s = retry_min_s
+        self._retry_max_s = max(retry_max_s, retry_min_s)
+        self.recover_s = recover_s
+        self.states: dict[str, LoopState] = {}
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        now = trio.current_time()
+        return {n: s.describe(now, self.recover_s) for n, s in self.states.items()}
+
+    def failing(self) -> list[str]:
+        now = trio.current_time()
+        return [n for n, s in self.states.items() if s.failing(now, self.recover_s)]
+
+    def errors(self) -> dict[str, float]:
+        return {n: float(s.errors) for n, s in self.states.items()}
+
+    async def run(
+        self,
+        name: str,
+        loop: Callable[..., Awaitable[object]],
+        *,
+        task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run ``loop`` until cancelled, restarting it after every failure; see the module."""
+        state = self.states.setdefault(name, LoopState(name))
+        ready = _Ready(task_status)
+        while True:
+            state.started_at = trio.current_time()
+            try:
+                await loop(task_status=ready)
+            except Exception as exc:
+                pause = self._failed(state, f"{type(exc).__name__}: {exc}", exc)
+            else:
+                state.done = True
+                ready.started()
+                log.debug("background loop %s has nothing to do", name)
+                return
+            ready.started()  # start-up goes on without this loop
+            await trio.sleep(pause)
+
+    def _failed(self, state: LoopState, error: str, exc: Exception) -> float:
+        now = trio.current_time()
+        if state.streak and now - state.started_at >= self.recover_s:
+            state.streak = 0  # it ran long enough since the last failure: a new streak
+        state.started_at = now  # failing from now until it has run recover_s again
+        state.errors += 1
+        state.streak += 1
+        state.last_error = error
+        if state.streak == 1:
+            state.failing_since = time.time()
+            log.error(
+                "background loop %s failed: %s; restarting it", state.name, error, exc_info=exc
+            )
+        else:
+            log.warning(
+                "background loop %s failed again (%d in a row): %s",
+                state.name,
+                state.streak,
+                error,
+            )
+        return float(min(self._retry_max_s, self._retry_min_s * 2 ** (state.streak - 1)))
