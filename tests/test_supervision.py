@@ -1,0 +1,201 @@
+"""Supervised background loops (with fake loops and Trio's mock clock), the database probe's
+bounded answer, and the pool's deadline on a call stuck in a worker thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+import trio.testing
+
+from queen.broadcast import Signal
+from queen.health import DatabaseHealth
+from queen.metrics import Metrics
+from queen.storage.base import StoreUnavailable
+from queen.storage.pool import ConnectionPool
+from queen.supervision import Loops
+
+
+class FlakyLoop:
+    """Fails ``failures`` times (the first time before reporting ready), then runs."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.starts: list[float] = []
+        self.running = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.starts.append(trio.current_time())
+        if len(self.starts) == 1:
+            raise OSError(28, "No space left on device")
+        task_status.started()
+        if len(self.starts) <= self.failures:
+            raise OSError(24, "Too many open files")
+        self.running.set()
+        await trio.sleep_forever()
+
+
+async def test_a_failing_loop_is_restarted_with_back_off_and_reported(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    loops = Loops(retry_min_s=0.1, retry_max_s=0.4, recover_s=5.0)
+    loop = FlakyLoop(failures=5)
+    caplog.set_level(logging.WARNING, "queen.supervisor")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loops.run, "replay", loop.run)  # ready although it failed at once
+        await loop.running.wait()
+        pauses = [round(b - a, 3) for a, b in zip(loop.starts, loop.starts[1:], strict=False)]
+        assert pauses == [0.1, 0.2, 0.4, 0.4, 0.4]  # doubling, capped
+        state = loops.describe()["replay"]
+        assert state["state"] == "failing" and state["errors"] == 5
+        assert state["lastError"] == "OSError: [Errno 24] Too many open files"
+        assert "failingSince" in state
+        assert loops.failing() == ["replay"] and loops.errors() == {"replay": 5.0}
+        await trio.sleep(5)
+        assert loops.describe()["replay"]["state"] == "ok"
+        assert loops.failing() == []
+        nursery.cancel_scope.cancel()
+    with_traceback = [r for r in caplog.records if r.exc_info]
+    assert len(with_traceback) == 1, "the traceback is logged once per streak"
+    assert len(caplog.records) == 5
+
+
+async def test_a_new_streak_starts_from_the_shortest_pause(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    failures = 0
+
+    async def sometimes(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        nonlocal failures
+        task_status.started()
+        await trio.sleep(10 if failures == 2 else 0)  # the third run lasts past recover_s
+        failures += 1
+        raise RuntimeError(f"failure {failures}")
+
+    loops = Loops(retry_min_s=1.0, retry_max_s=8.0, recover_s=5.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loops.run, "retention", sometimes)
+        await trio.sleep(1 + 2 + 10 + 0.5)  # two failures, then a long run that fails
+        state = loops.states["retention"]
+        assert state.errors == 3 and state.streak == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_cancellation_is_never_caught() -> None:
+    loops = Loops()
+    cancelled = trio.Event()
+
+    async def forever(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    with trio.move_on_after(0.05) as scope:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(loops.run, "listener", forever)
+    assert scope.cancelled_caught and cancelled.is_set()
+    assert loops.states["listener"].errors == 0
+
+
+def test_metrics_render_labelled_families() -> None:
+    text = Metrics().render_prometheus(
+        {"database_up": 1.0},
+        {
+            "background_errors": ("loop", {"spool-replay": 3.0}),
+            "background_loop_failing": ("loop", {"spool-replay": 1.0}),
+        },
+    )
+    assert 'queen_background_errors_total{loop="spool-replay"} 3.0' in text
+    assert "# TYPE queen_background_loop_failing gauge" in text
+    assert 'queen_background_loop_failing{loop="spool-replay"} 1.0' in text
+
+
+async def test_health_check_answers_from_the_flag_when_the_probe_hangs() -> None:
+    release = trio.Event()
+    pings = 0
+
+    async def hanging_ping() -> None:
+        nonlocal pings
+        pings += 1
+        await release.wait()
+
+    health = DatabaseHealth(
+        hanging_ping, probe_min_s=0.01, probe_max_s=60, probe_timeout_s=60, changed=Signal()
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(health.run)
+        with trio.fail_after(1):
+            answers = [await health.check(0.05) for _ in range(3)]
+        assert answers == [True, True, True]
+        assert pings == 1, "checks join the probe in flight"
+        release.set()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_probe_without_answer_marks_the_database_down() -> None:
+    async def hanging_ping() -> None:
+        await trio.sleep_forever()
+
+    health = DatabaseHealth(
+        hanging_ping, probe_min_s=0.01, probe_max_s=60, probe_timeout_s=0.05, changed=Signal()
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(health.run)
+        with trio.fail_after(5):
+            while await health.check(1.0):
+                pass
+        assert not health.up
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_call_past_its_deadline_drops_its_connection(pg_url: str) -> None:
+    """A statement the server holds past the deadline (a lock wait stands in for a hung
+    server): the call raises StoreUnavailable at the deadline, its worker thread is woken (the
+    socket is shut down) while the server still holds the statement, and the next call gets a
+    new connection instead of the stuck one."""
+    pool = ConnectionPool(
+        pg_url, size=2, connect_timeout_s=3, statement_timeout_ms=60_000, call_timeout_s=0.5
+    )
+    holder_ready = threading.Event()
+    release = threading.Event()
+
+    def hold_lock() -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(424242)")
+            holder_ready.set()
+            release.wait(30)
+
+    waiter_done = threading.Event()
+
+    def waiter(conn: psycopg.Connection[Any]) -> None:
+        try:
+            conn.execute("SELECT pg_advisory_lock(424242)")
+        finally:
+            waiter_done.set()
+
+    def backend(conn: psycopg.Connection[Any]) -> int:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, hold_lock)
+            await trio.to_thread.run_sync(holder_ready.wait)
+            first = await pool.run(backend)
+            with trio.fail_after(10), pytest.raises(StoreUnavailable, match="did not answer"):
+                await pool.run(waiter)  # takes the idle connection of the first call
+            woken = await trio.to_thread.run_sync(waiter_done.wait, 10)
+            assert woken and not release.is_set(), "the stuck thread was not woken"
+            second = await pool.run(backend)
+            release.set()
+        assert second != first, "the stuck connection was used again"
+    finally:
+        release.set()
+        await pool.aclose()

@@ -1,0 +1,288 @@
+"""Operating conditions that must not end a real broker process: a full spool disk while the
+spool is replayed, the open-file limit reached by idle clients, a PostgreSQL whose processes
+stop answering without closing their connections."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import resource
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from queen.storage.embedded import EmbeddedPostgres
+from tests.conftest import Db
+from tests.procs import BrokerProcess, spool_files
+from tests.test_faults import broker_env, check_exactly_once_in_order, own_pg
+
+pytestmark = pytest.mark.slow
+__all__ = ["own_pg"]  # the fixture, used by name
+
+
+def push_body(queue: str, partition: str, seqs: range) -> dict[str, object]:
+    return {
+        "items": [
+            {
+                "queue": queue,
+                "partition": partition,
+                "payload": {"seq": s},
+                "transactionId": f"{partition}-{s:05d}",
+            }
+            for s in seqs
+        ]
+    }
+
+
+async def loop_state(broker: BrokerProcess, name: str) -> dict[str, object]:
+    health = await broker.get("/health")
+    state: dict[str, object] = health["loops"][name]
+    return state
+
+
+async def wait_loop_ok(broker: BrokerProcess, name: str) -> None:
+    """Ask /health (the state lives in the broker process) until the loop is ok again."""
+    with trio.fail_after(60):
+        while True:
+            if (await loop_state(broker, name))["state"] == "ok":
+                return
+            await trio.sleep(0.1)
+
+
+# --- a full spool disk -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir(parents=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Write ``path`` until the file system has no block left."""
+    with path.open("wb", buffering=0) as out:
+        for size in (65536, 4096, 512, 1):
+            while True:
+                try:
+                    out.write(b"\0" * size)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    break
+
+
+async def test_full_spool_disk_during_replay_fails_the_loop_not_the_broker(
+    own_pg: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    queue, per_partition = "disk-full", 200
+    with tiny_tmpfs(tmp_path / "spool", "1m") as spool:
+        env = broker_env(
+            own_pg,
+            spool,
+            QUEEN_SPOOL_REPLAY_CHUNK_ITEMS="20",  # progress marks are written during the file
+            QUEEN_LOOP_RETRY_MAX_S="0.5",
+        )
+        broker = BrokerProcess(env)
+        async with trio.open_nursery() as nursery:
+            await broker.start(nursery)
+            async with httpx.AsyncClient(base_url=broker.base, timeout=30) as http:
+                await trio.to_thread.run_sync(own_pg.stop, "fast")
+                for seq in range(0, per_partition, 20):
+                    resp = await http.post(
+                        "/api/v1/push", json=push_body(queue, "p0", range(seq, seq + 20))
+                    )
+                    assert {r["status"] for r in resp.json()} == {"buffered"}
+                await trio.to_thread.run_sync(fill, spool / "filler")
+                failed = broker.watch(r"background loop spool-replay failed: .*No space left")
+                await trio.to_thread.run_sync(own_pg.start)
+                with trio.fail_after(60):
+                    await failed.wait()
+
+                # alive, answering, and saying what fails
+                assert broker.proc is not None and broker.proc.returncode is None
+                health = (await http.get("/health")).json()
+                assert health["database"] == "connected"
+                state = health["loops"]["spool-replay"]
+                assert state["errors"] >= 1 and "No space left" in state["lastError"]
+                assert health["loops"]["retention"]["state"] == "ok"
+                errors = await broker.metric('queen_background_errors_total{loop="spool-replay"}')
+                assert errors >= 1
+                other = await http.post("/api/v1/push", json=push_body("elsewhere", "p", range(1)))
+                assert other.json()[0]["status"] == "queued"
+
+                # space back: the replay finishes by itself
+                (spool / "filler").unlink()
+                await broker.wait_spool_empty()
+                await wait_loop_ok(broker, "spool-replay")
+            await broker.stop()
+        assert spool_files(spool) == []
+    await check_exactly_once_in_order(Db(own_pg.conninfo), queue, 1, per_partition)
+
+
+# --- the open-file limit -------------------------------------------------------------------
+
+
+async def test_idle_connections_past_the_open_file_limit_do_not_end_the_broker(
+    own_pg: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    queue = "emfile"
+    broker = BrokerProcess(broker_env(own_pg, tmp_path / "spool"))
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery)
+        async with httpx.AsyncClient(base_url=broker.base, timeout=30) as http:
+            first = await http.post("/api/v1/push", json=push_body(queue, "p", range(1)))
+            assert first.json()[0]["status"] == "queued"
+        assert broker.proc is not None
+        pid = broker.proc.pid
+        in_use = len(os.listdir(f"/proc/{pid}/fd"))
+        _, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 8, hard))
+
+        replay_failed = broker.watch(r"background loop spool-replay failed: .*Too many open files")
+        idle: list[trio.SocketStream] = []
+        try:
+            for _ in range(60):  # far past the limit: the rest wait in the listen backlog
+                idle.append(await trio.open_tcp_stream("127.0.0.1", broker.port))
+            with trio.fail_after(60):
+                await replay_failed.wait()  # the replay's directory listing met EMFILE
+            assert broker.proc.returncode is None
+        finally:
+            for stream in idle:
+                await stream.aclose()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 64, hard))
+
+        async with httpx.AsyncClient(base_url=broker.base, timeout=30) as http:
+            health = (await http.get("/health")).json()
+            assert health["database"] == "connected"
+            assert "Too many open files" in health["loops"]["spool-replay"]["lastError"]
+            assert await broker.metric('queen_background_errors_total{loop="spool-replay"}') >= 1
+            pushed = await http.post("/api/v1/push", json=push_body(queue, "p", range(1, 2)))
+            assert pushed.json()[0]["status"] == "queued"
+            popped = await http.get(f"/api/v1/pop/queue/{queue}?batch=10")
+            assert [m["transactionId"] for m in popped.json()["messages"]] == ["p-00000", "p-00001"]
+            await wait_loop_ok(broker, "spool-replay")
+        assert any("accept returned EMFILE" in line for line in broker.log)
+        await broker.stop()
+    assert broker.proc.returncode == 0
+
+
+# --- PostgreSQL stopped with SIGSTOP ------------------------------------------------------
+
+
+def server_pids(server: EmbeddedPostgres) -> list[int]:
+    """The postmaster and every process it started."""
+    postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
+    pids = [postmaster]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
+                    pids.append(int(entry))
+    return pids
+
+
+def signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+async def test_hung_postgres_pushes_fail_over_to_the_spool_within_the_deadline(
+    own_pg: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    partitions, per_partition, items = 4, 150, 2
+    queue = "hung"
+    call_timeout_s = 2.0
+    env = broker_env(
+        own_pg,
+        tmp_path / "spool",
+        QUEEN_DB_CALL_TIMEOUT_S=str(call_timeout_s),
+        QUEEN_DB_PROBE_TIMEOUT_S="0.5",
+        QUEEN_DB_PROBE_MAX_S="0.5",
+    )
+    broker = BrokerProcess(env)
+    total = partitions * per_partition
+    statuses: list[str] = []
+    frozen_answers: list[tuple[str, float]] = []  # (status, seconds) of pushes during the freeze
+    frozen = False
+    one_third, two_thirds = trio.Event(), trio.Event()
+
+    async def producer(k: int, http: httpx.AsyncClient) -> None:
+        for seq in range(0, per_partition, items):
+            started = time.monotonic()
+            resp = await http.post(
+                "/api/v1/push", json=push_body(queue, f"p{k}", range(seq, seq + items))
+            )
+            assert resp.status_code == 201, resp.text
+            answered = [r["status"] for r in resp.json()]
+            statuses.extend(answered)
+            if frozen:
+                frozen_answers.append((answered[0], time.monotonic() - started))
+            if len(statuses) >= total // 3:
+                one_third.set()
+            if len(statuses) >= 2 * total // 3:
+                two_thirds.set()
+
+    async def health_answers_at_once(http: httpx.AsyncClient) -> dict[str, object]:
+        with trio.fail_after(1.0):
+            resp = await http.get("/health")
+        body: dict[str, object] = resp.json()
+        return body
+
+    async def freeze(http: httpx.AsyncClient) -> None:
+        nonlocal frozen
+        await one_third.wait()
+        pids = server_pids(own_pg)
+        signal_all(pids, signal.SIGSTOP)
+        frozen = True
+        try:
+            with trio.fail_after(60):
+                while (await health_answers_at_once(http))["database"] != "disconnected":
+                    pass
+                await two_thirds.wait()
+            health = await health_answers_at_once(http)
+            assert health["status"] == "unhealthy"
+        finally:
+            frozen = False
+            signal_all(pids, signal.SIGCONT)
+
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery)
+        async with (
+            httpx.AsyncClient(base_url=broker.base, timeout=60) as http,
+            trio.open_nursery() as load,
+        ):
+            load.start_soon(freeze, http)
+            for k in range(partitions):
+                load.start_soon(producer, k, http)
+        await broker.wait_spool_empty()
+        await broker.stop()
+
+    assert set(statuses) <= {"queued", "duplicate", "buffered"}
+    assert "buffered" in statuses and "queued" in statuses
+    assert "buffered" in {s for s, _ in frozen_answers}
+    slowest = max(seconds for _, seconds in frozen_answers)
+    # the deadline, then the spool (a push may also wait behind its partition's earlier one)
+    assert slowest < 4 * call_timeout_s, f"a push waited {slowest:.1f} s on the hung database"
+    assert any("no answer within" in line or "did not answer" in line for line in broker.log)
+    await check_exactly_once_in_order(Db(own_pg.conninfo), queue, partitions, per_partition)
+    assert spool_files(tmp_path / "spool") == []
