@@ -2,12 +2,12 @@
 (``queen serve`` and applications embedding the broker alike).
 
 ``open_broker`` opens the database (an embedded PostgreSQL when no URL is set), migrates the
-schema, starts the spool writer, the batcher, the supervisor and the consume service in a
-nursery of its own, then the supervisor's background loops (database health probe,
-maintenance switch and encrypted-queue refresh, retention, spool replay), and yields the
-:class:`Broker`. On exit it shuts down in two phases: new pushes are refused at once and
-waiting pops answer "nothing", pushes already accepted get ``shutdown_grace_s`` to finish,
-then everything left is cancelled.
+schema, starts the spool writer, the batcher and the supervisor in a nursery of its own, then
+the supervisor's supervised background loops (database health probe, maintenance switch and
+encrypted-queue refresh, the consume service's push listener, retention, spool replay), and
+yields the :class:`Broker`. On exit it shuts down in two phases: new pushes are refused at
+once and waiting pops answer "nothing", pushes already accepted get ``shutdown_grace_s`` to
+finish, then everything left is cancelled.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ waiting:
 - **Shutdown.** :meth:`stop_waiting` makes every waiting pop answer "nothing" at once, so
   a server can finish its requests promptly; new pops answer "nothing" from then on.
 
-The service's own task (:meth:`run`) hosts the push listener in a nursery of its own; it is
-cancelled with the broker's nursery.
+The service's own task (:meth:`run`) hosts the push listener in a nursery of its own; the
+supervisor runs it as a supervised background loop, cancelled with the broker's nursery.
 """
 
 from __future__ import annotations
