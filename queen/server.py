@@ -20,7 +20,8 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
@@ -36,6 +37,37 @@ from queen.spool import files
 from queen.storage.database import open_database
 
 log = logging.getLogger("queen.server")
+
+
+class AcceptErrorThrottle(logging.Filter):
+    """Out of descriptors, Trio's accept loop waits 0.1 s and retries, logging every retry with
+    its traceback. Keep the first record, then at most one line per ``period_s`` saying how
+    many were left out."""
+
+    def __init__(self, period_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._period_s = period_s
+        self._clock = clock
+        self._last: float | None = None
+        self._dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self._clock()
+        if self._last is not None and now - self._last < self._period_s:
+            self._dropped += 1
+            return False
+        if self._dropped:
+            record.msg = f"{record.msg} ({self._dropped} more since the last report)"
+            record.exc_info, record.exc_text = None, None
+        self._last, self._dropped = now, 0
+        return True
+
+
+def throttle_accept_errors() -> None:
+    """Install :class:`AcceptErrorThrottle` on Trio's accept loop logger (once)."""
+    logger = logging.getLogger("trio.serve_listeners")
+    if not any(isinstance(f, AcceptErrorThrottle) for f in logger.filters):
+        logger.addFilter(AcceptErrorThrottle())
 
 
 class StartupError(RuntimeError):
@@ -106,6 +138,7 @@ async def serve(
     async with open_broker(settings) as broker:
         await gate.warm_up()
         app = create_app(broker, gate=gate)
+        throttle_accept_errors()
         sock = listen_socket(settings.host, settings.port)
         port = sock.getsockname()[1]
         stop = trio.Event()

@@ -199,3 +199,36 @@ async def test_a_call_past_its_deadline_drops_its_connection(pg_url: str) -> Non
     finally:
         release.set()
         await pool.aclose()
+
+
+def test_accept_errors_are_logged_once_per_period() -> None:
+    from queen.server import AcceptErrorThrottle
+
+    now = [0.0]
+    throttle = AcceptErrorThrottle(period_s=10, clock=lambda: now[0])
+
+    def record() -> logging.LogRecord:
+        exc = OSError(24, "Too many open files")
+        return logging.LogRecord(
+            "trio.serve_listeners",
+            logging.ERROR,
+            __file__,
+            1,
+            "accept returned %s",
+            ("EMFILE",),
+            (OSError, exc, None),
+        )
+
+    kept = []
+    for _ in range(30):  # 0.1 s apart, as Trio retries
+        r = record()
+        if throttle.filter(r):
+            kept.append(r)
+        now[0] += 0.1
+    now[0] = 10.0
+    r = record()
+    assert throttle.filter(r)
+    kept.append(r)
+    assert len(kept) == 2
+    assert kept[0].exc_info is not None, "the first one keeps its traceback"
+    assert kept[1].getMessage() == "accept returned EMFILE (29 more since the last report)"

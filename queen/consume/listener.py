@@ -11,13 +11,16 @@ Lifetime: started with ``await nursery.start(listener.run)``; ready once the fir
 succeeded (or failed: the broker does not wait for the database here; waiting pops then rely
 on their periodic re-check). If the connection breaks it is reopened every ``retry_s``, and
 ``on_reconnect`` runs (notifications may have been missed meanwhile). Cancelling the task
-stops it at once, and the connection is closed on the way out. Opening a connection runs in
-a worker thread, bounded by the connect timeout.
+stops it at once, and the connection is closed on the way out. Opening a connection and
+sending LISTEN runs in a worker thread, within ``open_timeout_s`` (a server that hangs without
+closing would otherwise hold it forever): past it the attempt is abandoned (the thread closes
+whatever it opened when it returns) and retried.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -39,11 +42,13 @@ class PushListener:
         *,
         on_reconnect: Callable[[], None] = lambda: None,
         retry_s: float = 1.0,
+        open_timeout_s: float = 10.0,
     ) -> None:
         self._connect = connect
         self._on_queues = on_queues
         self._on_reconnect = on_reconnect
         self._retry_s = retry_s
+        self._open_timeout_s = open_timeout_s
         self.connected = False
 
     async def run(
@@ -55,8 +60,8 @@ class PushListener:
             conn: psycopg.Connection[Any] | None = None
             try:
                 try:
-                    conn = await trio.to_thread.run_sync(self._open)
-                except (StoreError, psycopg.Error) as exc:
+                    conn = await self._open_bounded()
+                except (StoreError, psycopg.Error, trio.TooSlowError) as exc:
                     log.warning("push listener cannot connect (%s); retrying", exc)
                 if conn is not None:
                     self.connected = True
@@ -73,6 +78,29 @@ class PushListener:
                 if conn is not None:
                     conn.close()
             await trio.sleep(self._retry_s)
+
+    async def _open_bounded(self) -> psycopg.Connection[Any]:
+        lock = threading.Lock()
+        opened: list[psycopg.Connection[Any]] = []
+        abandoned = False
+
+        def work() -> psycopg.Connection[Any]:
+            conn = self._open()
+            with lock:
+                opened.append(conn)
+                if abandoned:
+                    conn.close()
+            return conn
+
+        try:
+            with trio.fail_after(self._open_timeout_s):
+                return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except BaseException:
+            with lock:
+                abandoned = True
+                for conn in opened:
+                    conn.close()
+            raise
 
     def _open(self) -> psycopg.Connection[Any]:
         """Worker thread: connect and LISTEN."""

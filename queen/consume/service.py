@@ -90,6 +90,7 @@ class ConsumeService:
             self._listen_connection,
             self.wakeups.fire,
             on_reconnect=self.wakeups.fire_all,
+            open_timeout_s=self.store.pool.call_timeout_s,
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(self.listener.run)
