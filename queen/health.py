@@ -8,7 +8,8 @@ The probe loop (:meth:`run`) pings the database on a connection of its own:
 
 - while it is **up**, every ``probe_max_s``: a ping without an answer within
   ``probe_timeout_s`` (a database that hangs without closing its connections) or failing marks
-  it down;
+  it down; without an answer, ``on_hang`` also gives up the database calls in flight (they
+  would otherwise wait for their own deadline), so their pushes go to the spool at once;
 - while it is **down**, with exponential back-off from ``probe_min_s`` up to ``probe_max_s``:
   the first answer (and, if the schema was never created because the broker started during an
   outage, a successful migration) marks it up again and wakes whoever waits for it (the spool
@@ -43,6 +44,7 @@ class DatabaseHealth:
         probe_timeout_s: float = 2.0,
         up: bool = True,
         on_up: Callable[[], Awaitable[None]] | None = None,
+        on_hang: Callable[[], int] | None = None,
     ) -> None:
         self._ping = ping
         self._probe_min_s = probe_min_s
@@ -50,6 +52,7 @@ class DatabaseHealth:
         self._probe_timeout_s = probe_timeout_s
         self._changed = changed
         self._on_up = on_up
+        self._on_hang = on_hang
         self._up = up
         self._went_down = trio.Event()
         self._came_up = trio.Event()
@@ -110,6 +113,16 @@ class DatabaseHealth:
             finally:
                 self._nursery = None
 
+    def _hung(self) -> None:
+        if self._up and self._on_hang is not None:
+            dropped = self._on_hang()
+            if dropped:
+                log.warning(
+                    "database gave no answer to a probe within %g s: %d calls in flight given up",
+                    self._probe_timeout_s,
+                    dropped,
+                )
+
     async def _probe(self) -> None:
         """Wait for the probe in flight, starting one if none is."""
         if self._probing is None:
@@ -124,6 +137,7 @@ class DatabaseHealth:
             with trio.move_on_after(self._probe_timeout_s) as deadline:
                 await self._ping()
             if deadline.cancelled_caught:
+                self._hung()
                 raise StoreError(f"no answer within {self._probe_timeout_s:g} s")
             if not self._up and self._on_up is not None:
                 await self._on_up()

@@ -82,6 +82,7 @@ async def open_broker(
             changed=changed,
             up=ready,
             on_up=migrate_on_return,
+            on_hang=opened.pool.interrupt if isinstance(opened, PgStore) else None,
         )
         maintenance = MaintenanceSwitch(
             opened if isinstance(opened, StateStore) else None,

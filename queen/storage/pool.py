@@ -176,6 +176,7 @@ class ConnectionPool:
         self._limiter = trio.CapacityLimiter(size + 1)  # + the ping
         self._idle: list[psycopg.Connection[Any]] = []
         self._probe: psycopg.Connection[Any] | None = None
+        self._in_flight: set[trio.CancelScope] = set()  # deadlines of the calls running
         self._closed = False
         # statements prepared by query(), per connection
         self._prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[str]] = (
@@ -191,8 +192,16 @@ class ConnectionPool:
 
     def _late(self) -> StoreUnavailable:
         return StoreUnavailable(
-            f"PostgreSQL did not answer within {self.call_timeout_s:g} s; connection dropped"
+            f"PostgreSQL did not answer within {self.call_timeout_s:g} s (or stopped answering "
+            "the health probe); connection dropped"
         )
+
+    def interrupt(self) -> int:
+        """Give up every call in flight now, as if its deadline had passed (the health probe
+        found the database hung); returns how many."""
+        for scope in self._in_flight:
+            scope.cancel()
+        return len(self._in_flight)
 
     async def run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``fn(connection)`` in a worker thread and return its result (see the module:
@@ -208,9 +217,13 @@ class ConnectionPool:
             call = _Call(self._idle.pop() if self._idle else None)
             with trio.CancelScope(shield=True):  # the caller's cancellation waits for the call
                 with trio.CancelScope(deadline=deadline) as running:
-                    result = await trio.to_thread.run_sync(
-                        self._call, call, fn, limiter=self._limiter, abandon_on_cancel=True
-                    )
+                    self._in_flight.add(running)
+                    try:
+                        result = await trio.to_thread.run_sync(
+                            self._call, call, fn, limiter=self._limiter, abandon_on_cancel=True
+                        )
+                    finally:
+                        self._in_flight.discard(running)
                 if running.cancelled_caught:
                     call.abandon()
                     raise self._late()
@@ -295,24 +308,33 @@ class ConnectionPool:
         """
         if self._closed:
             raise StoreUnavailable("connection pool is closed")
-        with trio.CancelScope(deadline=trio.current_time() + self.call_timeout_s):
-            async with self._slots:
-                conn = self._idle.pop() if self._idle else None
-                if conn is None or conn.closed or conn.broken:
-                    if conn is not None:
-                        conn.close()
-                    conn = await self._connect()
-                done = False
-                try:
-                    rows = await self._query(conn, name, sql, params)
-                    done = True
-                    return rows
-                finally:
-                    if done or conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
-                        self._release(conn)
-                    else:
-                        conn.close()
-        raise self._late()  # only reached when the deadline cancelled the block
+        with trio.CancelScope(deadline=trio.current_time() + self.call_timeout_s) as scope:
+            self._in_flight.add(scope)
+            try:
+                return await self._query_within(name, sql, params)
+            finally:
+                self._in_flight.discard(scope)
+        raise self._late()  # only reached when the deadline (or interrupt) cancelled the call
+
+    async def _query_within(
+        self, name: str, sql: bytes, params: Sequence[bytes | None]
+    ) -> list[tuple[bytes | None, ...]]:
+        async with self._slots:
+            conn = self._idle.pop() if self._idle else None
+            if conn is None or conn.closed or conn.broken:
+                if conn is not None:
+                    conn.close()
+                conn = await self._connect()
+            done = False
+            try:
+                rows = await self._query(conn, name, sql, params)
+                done = True
+                return rows
+            finally:
+                if done or conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+                    self._release(conn)
+                else:
+                    conn.close()
 
     async def _connect(self) -> psycopg.Connection[Any]:
         """Open a connection in a worker thread; a caller that gives up leaves the thread to
