@@ -85,6 +85,24 @@ async def test_a_new_streak_starts_from_the_shortest_pause(
         nursery.cancel_scope.cancel()
 
 
+async def test_a_loop_that_returns_is_done_not_restarted() -> None:
+    loops = Loops(retry_min_s=0.01)
+    runs = 0
+
+    async def nothing_to_do(
+        *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        nonlocal runs
+        runs += 1
+        task_status.started()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loops.run, "encryption-refresh", nothing_to_do)
+    assert runs == 1
+    assert loops.describe()["encryption-refresh"] == {"state": "done", "errors": 0}
+    assert loops.failing() == []
+
+
 async def test_cancellation_is_never_caught() -> None:
     loops = Loops()
     cancelled = trio.Event()
