@@ -10,6 +10,7 @@ maintenance switch reached through it. :func:`queen.lifecycle.open_broker` build
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Sequence
@@ -105,6 +106,7 @@ class Broker:
         self.spool = spool
         self._changed = changed
         self._closing = False
+        _version()  # read now, while descriptors are free
         self._in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -472,7 +474,9 @@ class Broker:
         await self._idle.wait()
 
 
+@functools.cache
 def _version() -> str:
+    """Read once: /health must not need a file (or a free descriptor) to answer."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -8,12 +8,15 @@ The probe loop (:meth:`run`) pings the database on a connection of its own:
 
 - while it is **up**, every ``probe_max_s``: a ping without an answer within
   ``probe_timeout_s`` (a database that hangs without closing its connections) or failing marks
-  it down; without an answer, ``on_hang`` also gives up the database calls in flight (they
-  would otherwise wait for their own deadline), so their pushes go to the spool at once;
+  it down;
 - while it is **down**, with exponential back-off from ``probe_min_s`` up to ``probe_max_s``:
   the first answer (and, if the schema was never created because the broker started during an
   outage, a successful migration) marks it up again and wakes whoever waits for it (the spool
   replay).
+
+A probe without an answer also calls ``on_hang``, which gives up the database calls in flight
+(they would otherwise wait for their own deadline): their pushes go to the spool at once, a pop
+answers 503.
 
 :meth:`check` is what ``/health`` asks: it joins the probe in flight (or starts one) and waits
 for its answer at most ``wait_s``, then answers from the flag, so it never waits on the database
@@ -114,7 +117,7 @@ class DatabaseHealth:
                 self._nursery = None
 
     def _hung(self) -> None:
-        if self._up and self._on_hang is not None:
+        if self._on_hang is not None:
             dropped = self._on_hang()
             if dropped:
                 log.warning(

@@ -43,6 +43,7 @@ def push_body(queue: str, partition: str, seqs: range) -> dict[str, object]:
 
 async def loop_state(broker: BrokerProcess, name: str) -> dict[str, object]:
     health = await broker.get("/health")
+    assert isinstance(health, dict) and "loops" in health, "\n".join([str(health), *broker.log])
     state: dict[str, object] = health["loops"][name]
     return state
 
@@ -144,12 +145,22 @@ async def test_idle_connections_past_the_open_file_limit_do_not_end_the_broker(
     own_pg: EmbeddedPostgres, tmp_path: Path
 ) -> None:
     queue = "emfile"
-    broker = BrokerProcess(broker_env(own_pg, tmp_path / "spool"))
-    async with trio.open_nursery() as nursery:
+    env = broker_env(
+        own_pg,
+        tmp_path / "spool",
+        QUEEN_LOOP_RETRY_MAX_S="1",
+        QUEEN_SHUTDOWN_GRACE_S="1",  # connections the server still holds do not delay the end
+    )
+    broker = BrokerProcess(env)
+    async with (
+        trio.open_nursery() as nursery,
+        # one connection, opened before the limit is reached and kept alive through it
+        httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=1)) as kept,
+    ):
         await broker.start(nursery)
-        async with httpx.AsyncClient(base_url=broker.base, timeout=30) as http:
-            first = await http.post("/api/v1/push", json=push_body(queue, "p", range(1)))
-            assert first.json()[0]["status"] == "queued"
+        first = await kept.post(f"{broker.base}/api/v1/push", json=push_body(queue, "p", range(1)))
+        assert first.json()[0]["status"] == "queued"
+        assert (await kept.get(f"{broker.base}/health")).status_code == 200  # probe connected
         assert broker.proc is not None
         pid = broker.proc.pid
         in_use = len(os.listdir(f"/proc/{pid}/fd"))
@@ -163,16 +174,24 @@ async def test_idle_connections_past_the_open_file_limit_do_not_end_the_broker(
                 idle.append(await trio.open_tcp_stream("127.0.0.1", broker.port))
             with trio.fail_after(60):
                 await replay_failed.wait()  # the replay's directory listing met EMFILE
+
+            # out of descriptors: alive, and a connection it already has is still served
             assert broker.proc.returncode is None
+            during = await kept.get(f"{broker.base}/health")
+            assert during.status_code == 200, during.text
+            replay = during.json()["loops"]["spool-replay"]
+            assert replay["state"] == "failing" and "Too many open files" in replay["lastError"]
         finally:
             for stream in idle:
                 await stream.aclose()
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 64, hard))
 
+        # Descriptors free again: the idle clients are gone and the limit has room again (the
+        # server keeps a connection whose client left before sending a request until its
+        # keep-alive timeout, so room comes back with the limit here).
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 64 + len(idle), hard))
         async with httpx.AsyncClient(base_url=broker.base, timeout=30) as http:
             health = (await http.get("/health")).json()
             assert health["database"] == "connected"
-            assert "Too many open files" in health["loops"]["spool-replay"]["lastError"]
             assert await broker.metric('queen_background_errors_total{loop="spool-replay"}') >= 1
             pushed = await http.post("/api/v1/push", json=push_body(queue, "p", range(1, 2)))
             assert pushed.json()[0]["status"] == "queued"
@@ -230,6 +249,7 @@ async def test_hung_postgres_pushes_fail_over_to_the_spool_within_the_deadline(
     statuses: list[str] = []
     frozen_answers: list[tuple[str, float]] = []  # (status, seconds) of pushes during the freeze
     frozen = False
+    pop_answers: list[tuple[int, float]] = []  # a pop during the freeze: (status, seconds)
     one_third, two_thirds = trio.Event(), trio.Event()
 
     async def producer(k: int, http: httpx.AsyncClient) -> None:
@@ -267,6 +287,9 @@ async def test_hung_postgres_pushes_fail_over_to_the_spool_within_the_deadline(
                 await two_thirds.wait()
             health = await health_answers_at_once(http)
             assert health["status"] == "unhealthy"
+            started = time.monotonic()
+            popped = await http.get(f"/api/v1/pop/queue/{queue}?batch=1")
+            pop_answers.append((popped.status_code, time.monotonic() - started))
         finally:
             frozen = False
             signal_all(pids, signal.SIGCONT)
@@ -291,6 +314,8 @@ async def test_hung_postgres_pushes_fail_over_to_the_spool_within_the_deadline(
     # partition's earlier one); far below the other limit
     bound_s = 4 * min(call_timeout_s, 0.5 + probe_timeout_s)
     assert slowest < bound_s, f"a push waited {slowest:.1f} s on the hung database"
+    [(pop_status, pop_seconds)] = pop_answers
+    assert pop_status == 503 and pop_seconds < bound_s, pop_answers
     assert any("no answer within" in line or "did not answer" in line for line in broker.log)
     await check_exactly_once_in_order(Db(own_pg.conninfo), queue, partitions, per_partition)
     assert spool_files(tmp_path / "spool") == []
