@@ -61,7 +61,7 @@ class PushListener:
             try:
                 try:
                     conn = await self._open_bounded()
-                except (StoreError, psycopg.Error, trio.TooSlowError) as exc:
+                except (StoreError, psycopg.Error) as exc:
                     log.warning("push listener cannot connect (%s); retrying", exc)
                 if conn is not None:
                     self.connected = True
@@ -92,14 +92,21 @@ class PushListener:
                     conn.close()
             return conn
 
-        try:
-            with trio.fail_after(self._open_timeout_s):
-                return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
-        except BaseException:
+        def give_up() -> None:
+            nonlocal abandoned
             with lock:
                 abandoned = True
                 for conn in opened:
                     conn.close()
+
+        try:
+            with trio.fail_after(self._open_timeout_s):
+                return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except trio.TooSlowError:
+            give_up()
+            raise StoreError(f"no answer within {self._open_timeout_s:g} s") from None
+        except BaseException:
+            give_up()
             raise
 
     def _open(self) -> psycopg.Connection[Any]:
