@@ -21,6 +21,7 @@ A loop that returns has nothing (more) to do (e.g. a refresh with no database to
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ class LoopState:
     streak: int = 0  # failures since the loop last ran ``recover_s`` without failing
     failing_since: float | None = None  # wall clock, first failure of the streak
     last_error: str | None = None
-    started_at: float = 0.0  # trio clock, last (re)start or failure
+    started_at: float = 0.0  # trio clock, last (re)start; infinite while paused after a failure
     done: bool = False  # returned: nothing more to do
 
     def failing(self, now: float, recover_s: float) -> bool:
@@ -125,7 +126,7 @@ class Loops:
         now = trio.current_time()
         if state.streak and now - state.started_at >= self.recover_s:
             state.streak = 0  # it ran long enough since the last failure: a new streak
-        state.started_at = now  # failing from now until it has run recover_s again
+        state.started_at = math.inf  # failing through the pause, and recover_s after it
         state.errors += 1
         state.streak += 1
         state.last_error = error

@@ -12,11 +12,15 @@ import pytest
 import trio
 import trio.testing
 
+from queen import open_broker
 from queen.broadcast import Signal
 from queen.health import DatabaseHealth
+from queen.http.app import create_app
 from queen.metrics import Metrics
+from queen.settings import Settings
 from queen.storage.base import StoreUnavailable
 from queen.storage.pool import ConnectionPool
+from queen.storage.retention import PassOutcome, PgRetentionStore
 from queen.supervision import Loops
 
 
@@ -250,3 +254,46 @@ def test_accept_errors_are_logged_once_per_period() -> None:
     assert len(kept) == 2
     assert kept[0].exc_info is not None, "the first one keeps its traceback"
     assert kept[1].getMessage() == "accept returned EMFILE (29 more since the last report)"
+
+
+async def test_a_failing_loop_of_a_running_broker_is_reported_and_recovers(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real broker whose retention pass raises something no loop expects (OSError): the
+    routes go on, /health says degraded (200) with the loop's error, /metrics counts it, and
+    once the cause is gone the loop is ok again."""
+
+    async def disk_full(self: PgRetentionStore, *args: object) -> PassOutcome:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(PgRetentionStore, "run_pass", disk_full)
+    settings = settings.with_changes(retention_interval_s=0.01, loop_retry_max_s=0.05)
+    async with open_broker(settings) as broker:
+        client = create_app(broker).test_client()
+        loops = broker.supervisor.loops
+        with trio.fail_after(10):
+            while True:
+                if loops.states["retention"].errors >= 2:
+                    break
+                await trio.sleep(0.01)
+        resp = await client.get("/health")
+        body = await resp.get_json()
+        assert resp.status_code == 200 and body["status"] == "degraded"
+        retention = body["loops"]["retention"]
+        assert retention["state"] == "failing"
+        assert retention["lastError"] == "OSError: [Errno 28] No space left on device"
+        assert body["loops"]["spool-replay"]["state"] == "ok"
+        text = (await (await client.get("/metrics")).get_data()).decode()
+        assert 'queen_background_errors_total{loop="retention"}' in text
+        assert 'queen_background_loop_failing{loop="retention"} 1.0' in text
+        pushed = await broker.push([{"queue": "still-served", "payload": 1}])
+        assert pushed[0]["status"] == "queued"
+
+        monkeypatch.undo()
+        with trio.fail_after(10):
+            while True:
+                if not loops.failing():
+                    break
+                await trio.sleep(0.01)
+        body = await (await client.get("/health")).get_json()
+        assert body["status"] == "healthy" and body["loops"]["retention"]["state"] == "ok"

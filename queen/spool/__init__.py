@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from queen.spool import files
@@ -25,7 +26,7 @@ __all__ = ["Replayer", "SpoolError", "SpoolIndex", "SpoolRouter", "SpoolWriter",
 
 def describe(index: SpoolIndex, writer: SpoolWriter, replayer: Replayer | None) -> dict[str, Any]:
     """The spool's state for /health and the maintenance routes."""
-    ranges, size = files.quarantined(writer.directory)
+    ranges, size = _quarantined(writer.directory)
     return {
         "directory": str(writer.directory),
         "pendingItems": index.total,
@@ -35,3 +36,17 @@ def describe(index: SpoolIndex, writer: SpoolWriter, replayer: Replayer | None) 
         "healthy": writer.healthy,
         "quarantined": {"ranges": ranges, "bytes": size},
     }
+
+
+_last_quarantined: dict[Path, tuple[int, int]] = {}
+
+
+def _quarantined(directory: Path) -> tuple[int, int]:
+    """The quarantine's counts; when the folder cannot be read now (no descriptor to spare,
+    say), the last counts read, so /health still answers."""
+    try:
+        counts = files.quarantined(directory)
+    except OSError:
+        return _last_quarantined.get(directory, (0, 0))
+    _last_quarantined[directory] = counts
+    return counts
