@@ -281,10 +281,14 @@ async def test_hung_postgres_pushes_fail_over_to_the_spool_within_the_deadline(
         signal_all(pids, signal.SIGSTOP)
         frozen = True
         try:
-            with trio.fail_after(60):
-                while (await health_answers_at_once(http))["database"] != "disconnected":
-                    pass
+            with trio.move_on_after(60) as waiting:
+                async with httpx.AsyncClient(base_url=broker.base, timeout=60) as own:
+                    while (await health_answers_at_once(own))["database"] != "disconnected":
+                        pass
                 await two_thirds.wait()
+            assert not waiting.cancelled_caught, "\n".join(
+                [f"stopped {pids}; {len(statuses)} answers", *broker.log[-60:]]
+            )
             health = await health_answers_at_once(http)
             assert health["status"] == "unhealthy"
             started = time.monotonic()
