@@ -146,7 +146,9 @@ async def test_traces_go_with_their_messages(api: Api, broker: Broker, queue: st
     assert (await trace(api, {**body, "data": 2}))[0] == 201
 
     outcome = await broker.run_retention_pass()
-    assert outcome.segments == 2 and outcome.traces == 2
+    # a pass covers every queue of the shared database: other tests' segments and traces that
+    # expired meanwhile may go with these two; what this queue keeps is checked below
+    assert outcome.segments >= 2 and outcome.traces >= 2
     remaining = await db.rows(
         "SELECT t.transaction_id FROM queen.traces t JOIN queen.queues q ON q.id = t.queue_id "
         "WHERE q.name = %s",
