@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.pg_ceiling import VARIANTS
-from bench.report import markdown, terminal
-from bench.runner import Options, Run
+from bench.report import markdown, merge_results, terminal
+from bench.runner import Options, Run, plan
 from bench.scenarios import SCENARIOS, select
 from bench.wrk import WrkError, ensure_wrk
 from queen.settings import Settings
@@ -104,7 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             doc = json.loads(args.render.read_text())
         else:
             options = _options(args)
-            wrk = ensure_wrk()
+            # wrk drives the HTTP steps only: E and C steps run without it.
+            needs_wrk = any(step.kind in ("http", "broker") for step in plan(options))
+            wrk = ensure_wrk() if needs_wrk else ""
             doc = Run(options, wrk, log=lambda line: print(line, flush=True)).execute()
             doc["command"] = shlex.join(["./bench/run.sh", *argv])
             output = args.output or HERE / "results" / f"{doc['run_id']}.json"
@@ -116,7 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nresults: {output}")
         if args.write_results:
             command = doc.get("command") or "./bench/run.sh --write-results"
-            args.write_results.write_text(markdown(doc, command=command) + "\n")
+            path: Path = args.write_results
+            existing = path.read_text() if path.exists() else None
+            path.write_text(merge_results(existing, markdown(doc, command=command)))
             print(f"written: {args.write_results}")
     except (WrkError, ValueError, RuntimeError, OSError) as exc:
         print(f"bench: {exc}", file=sys.stderr)

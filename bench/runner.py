@@ -5,9 +5,12 @@ JSON-ready dict) that :mod:`bench.report` renders."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -19,7 +22,17 @@ from typing import Any
 from bench import counters, machine
 from bench.measure import Window, measure, per_100k, window_record
 from bench.pg_ceiling import VARIANTS, run_pg_ceiling
-from bench.scenarios import HTTP_CEILINGS, PG_SHAPES, SCENARIOS, Load, Scenario
+from bench.scenarios import (
+    CONSUME,
+    EMBEDDED,
+    HTTP_CEILINGS,
+    PG_SHAPES,
+    SCENARIOS,
+    AnyScenario,
+    ConsumeLoad,
+    Embedded,
+    Load,
+)
 from bench.servers import (
     Database,
     Server,
@@ -32,11 +45,13 @@ from bench.servers import (
 from bench.wrk import WrkReport, run_wrk, wrk_version
 
 COVER_LIMIT_S = 120.0  # longest extra warm-up spent giving every partition its actor
+CONSUME_STEP_S = 60.0  # rough length of a consume step (fill and drain), for the estimate
+INPROC_LIMIT_S = 900.0  # an in-process step that takes longer is stopped and reported
 
 
 @dataclass(slots=True)
 class Options:
-    scenarios: list[Scenario]
+    scenarios: list[AnyScenario]
     duration_s: float = 25.0
     warmup_s: float = 5.0
     http_ceilings: bool = True
@@ -53,7 +68,7 @@ class Options:
 
 @dataclass(slots=True)
 class Step:
-    kind: str  # "http", "broker" or "pg"
+    kind: str  # "http", "broker", "embedded", "consume" or "pg"
     name: str  # ceiling, scenario or PostgreSQL shape name
     variant: str = ""
 
@@ -62,6 +77,10 @@ class Step:
             return f"{self.name} HTTP ceiling"
         if self.kind == "pg":
             return f"{self.name} PostgreSQL ceiling {self.variant}"
+        if self.kind == "embedded":
+            return f"{self.name} embedding API"
+        if self.kind == "consume":
+            return f"{self.name} consume"
         return f"{self.name} broker"
 
 
@@ -70,10 +89,16 @@ def plan(options: Options) -> list[Step]:
     steps: list[Step] = []
     seen: set[str] = set()
     for s in options.scenarios:
-        if options.http_ceilings and s.http not in seen:
-            seen.add(s.http)
-            steps.append(Step("http", s.http))
-        steps.append(Step("broker", s.name))
+        if isinstance(s, ConsumeLoad):
+            steps.append(Step("consume", s.name))
+            continue
+        if isinstance(s, Embedded):
+            steps.append(Step("embedded", s.name))
+        else:
+            if options.http_ceilings and s.http not in seen:
+                seen.add(s.http)
+                steps.append(Step("http", s.http))
+            steps.append(Step("broker", s.name))
         if options.pg_ceilings and s.pg not in seen:
             seen.add(s.pg)
             steps.extend(Step("pg", s.pg, v) for v in options.pg_variants)
@@ -83,7 +108,8 @@ def plan(options: Options) -> list[Step]:
 def estimate_s(steps: list[Step], options: Options) -> float:
     per_wrk = options.warmup_s + options.duration_s + 4
     per_pg = options.pg_warmup_s + options.pg_duration_s + 1
-    return sum(per_pg if st.kind == "pg" else per_wrk for st in steps) + 5
+    per_kind = {"pg": per_pg, "consume": CONSUME_STEP_S}
+    return sum(per_kind.get(st.kind, per_wrk) for st in steps) + 5
 
 
 class Run:
@@ -98,6 +124,8 @@ class Run:
         self.http: dict[str, dict[str, Any]] = {}
         self.pg: dict[str, dict[str, dict[str, Any]]] = {}
         self.scenarios: dict[str, dict[str, Any]] = {}
+        self.embedded: dict[str, dict[str, Any]] = {}
+        self.consume: dict[str, dict[str, Any]] = {}
 
     def execute(self) -> dict[str, Any]:
         options = self.options
@@ -155,12 +183,14 @@ class Run:
             },
             "machine": machine_before,
             "load_average_after": [round(v, 2) for v in os.getloadavg()],
-            "wrk": wrk_version(self.wrk),
+            "wrk": wrk_version(self.wrk) if self.wrk else "not used",
             "database": database,
             "broker_env": _queen_env(),
             "http_ceilings": self.http,
             "pg_ceilings": self.pg,
             "scenarios": self.scenarios,
+            "embedded": self.embedded,
+            "consume": self.consume,
         }
 
     # --- steps -------------------------------------------------------------------------------
@@ -171,6 +201,11 @@ class Run:
             what = f"{PG_SHAPES[step.name].describe()}: {VARIANTS[step.variant]}"
             what = what.replace(" G ", f" {o.pg_group} ")
             timing = f"{o.pg_warmup_s:g} s warm-up + {o.pg_duration_s:g} s"
+        elif step.kind == "embedded":
+            what = EMBEDDED[step.name].describe()
+            timing = f"{o.warmup_s:g} s warm-up + {o.duration_s:g} s"
+        elif step.kind == "consume":
+            return f"{step.label()}: {CONSUME[step.name].describe()}"
         else:
             source = HTTP_CEILINGS[step.name] if step.kind == "http" else SCENARIOS[step.name]
             what = source.describe()
@@ -182,6 +217,8 @@ class Run:
             return self._http(step.name, db, workdir)
         if step.kind == "broker":
             return self._broker(step.name, db, workdir)
+        if step.kind in ("embedded", "consume"):
+            return self._inproc(step, db, workdir)
         return self._pg(step.name, step.variant, db)
 
     def _wrk_pair(
@@ -302,6 +339,58 @@ class Run:
             text += f"  FAILED ITEMS {figures.failed:,.0f}"
         return text
 
+    def _inproc(self, step: Step, db: Database, workdir: Path) -> str:
+        """An E or C step in a process of its own (:mod:`bench.inproc`)."""
+        o = self.options
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.inproc",
+            step.name,
+            "--database-url",
+            db.conninfo,
+            "--duration",
+            str(o.duration_s),
+            "--warmup",
+            str(o.warmup_s),
+            "--queue-prefix",
+            self.queue_prefix,
+            "--tag",
+            f"{self.run_id}-{step.name}",
+        ]
+        if db.postmaster_pid is not None:
+            argv += ["--db-pid", str(db.postmaster_pid)]
+        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "QUEEN_WORKER_ID")}
+        env.setdefault("QUEEN_LOG_LEVEL", "warning")
+        log_path = workdir / f"{step.name}.log"
+        with log_path.open("ab") as log:
+            done = subprocess.run(
+                argv,
+                env=env,
+                cwd=Path(__file__).resolve().parent.parent,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                timeout=INPROC_LIMIT_S,
+                check=False,
+            )
+        lines = done.stdout.decode(errors="replace").strip().splitlines()
+        if done.returncode != 0 or not lines:
+            raise RuntimeError(f"{step.label()} failed (status {done.returncode}); see {log_path}")
+        record: dict[str, Any] = json.loads(lines[-1])
+        if step.kind == "embedded":
+            e = EMBEDDED[step.name]
+            record.update({"description": e.describe(), "note": e.note, "pg_shape": e.pg})
+            self.embedded[step.name] = record
+            text = _summary(record)
+            if record.get("requests_per_tx") is not None:
+                text += f"  req/tx {record['requests_per_tx']:.1f}"
+            return text
+        c = CONSUME[step.name]
+        record.update({"description": c.describe(), "note": c.note})
+        self.consume[step.name] = record
+        return _consume_summary(record)
+
     def _pg(self, name: str, variant: str, db: Database) -> str:
         o = self.options
         result = run_pg_ceiling(
@@ -334,15 +423,36 @@ class Run:
             record["vs_http"] = msg / http["msg_per_s"] if http and http["msg_per_s"] else None
             pg = self.pg.get(record["pg_shape"], {})
             record["vs_pg"] = {v: msg / r["msg_per_s"] for v, r in pg.items() if r["msg_per_s"]}
+        for record in self.embedded.values():
+            pg = self.pg.get(record["pg_shape"], {})
+            msg = record["msg_per_s"]
+            record["vs_pg"] = {v: msg / r["msg_per_s"] for v, r in pg.items() if r["msg_per_s"]}
+
+
+def _consume_summary(record: dict[str, Any]) -> str:
+    pop, ack = record.get("pop_ms") or {}, record.get("ack_ms") or {}
+    text = (
+        f"{record['msg_per_s']:>10,.0f} msg/s  pop p50 {pop.get('p50', 0):.1f} ms"
+        f"  p99 {pop.get('p99', 0):.1f} ms  ack p50 {ack.get('p50', 0):.1f} ms"
+        f"  p99 {ack.get('p99', 0):.1f} ms  broker {record['server_cores']:.2f} cores"
+    )
+    single = record.get("single_pop_ms")
+    if single:
+        text += f"  single pop p50 {single['p50']:.1f} ms"
+    if not record.get("finished", True):
+        text += "  UNFINISHED"
+    return text
 
 
 def _summary(record: dict[str, Any]) -> str:
     lat = record["latency_ms"]
     text = (
         f"{record['msg_per_s']:>10,.0f} msg/s  p50 {lat.get('p50', 0):.1f} ms"
-        f"  p99 {lat.get('p99', 0):.1f} ms  max {lat['max']:.0f} ms"
-        f"  server {record['server_cores']:.2f} cores  other load {record['other_cores']:.2f}"
+        f"  p99 {lat.get('p99', 0):.1f} ms  max {lat.get('max', 0):.0f} ms"
+        f"  server {record['server_cores']:.2f} cores"
     )
+    if "other_cores" in record:
+        text += f"  other load {record['other_cores']:.2f}"
     errors = sum(record["errors"].values())
     return text + (f"  ERRORS {errors:,}" if errors else "")
 

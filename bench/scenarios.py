@@ -111,20 +111,85 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-def select(names: str) -> list[Scenario]:
-    """Scenarios from a comma-separated list such as ``"S1,S3"`` (``"all"``: every one)."""
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """``load`` pushed in process through ``broker.push()``: ``load.connections`` is the
+    number of tasks, each calling it in a closed loop."""
+
+    name: str
+    load: Load
+    pg: str  # name of the PostgreSQL shape it is compared with
+    note: str = ""
+
+    def describe(self) -> str:
+        return (
+            f"broker.push(): {_count(self.load.items, 'item', 'items')}/call, "
+            f"{self.load.connections} tasks, "
+            f"{_count(self.load.partitions, 'partition', 'partitions')}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeLoad:
+    """``messages`` in ``partitions`` partitions, drained by ``consumers`` tasks popping
+    ``batch`` in queue mode and acking each batch with one call."""
+
+    name: str
+    messages: int
+    partitions: int
+    consumers: int
+    batch: int
+    fan_out: bool = False  # a first group drains the queue before the measured one reads it
+    single_pops: bool = False  # time single pops (batch=1) on the full queue first
+    note: str = ""
+
+    def describe(self) -> str:
+        text = (
+            f"{_count(self.messages, 'message', 'messages')} in "
+            f"{_count(self.partitions, 'partition', 'partitions')}, "
+            f"{self.consumers} consumers, batch={self.batch}"
+        )
+        return text + (", a second group after a first drained it" if self.fan_out else "")
+
+
+EMBEDDED: dict[str, Embedded] = {
+    e.name: e
+    for e in (
+        Embedded("E1", Load(1, 64, 100), "P1", note="embedding API, small pushes"),
+        Embedded("E2", Load(10, 32, 100), "P2", note="embedding API"),
+        Embedded("E3", Load(100, 16, 10), "P3", note="embedding API, large batches"),
+    )
+}
+
+CONSUME: dict[str, ConsumeLoad] = {
+    c.name: c
+    for c in (
+        ConsumeLoad("C1", 100_000, 100, 8, 100, note="queue mode"),
+        ConsumeLoad("C2", 10_000, 10_000, 8, 10, single_pops=True, note="one message each"),
+        ConsumeLoad("C3", 100_000, 100, 8, 100, fan_out=True, note="consumer-group fan-out"),
+    )
+}
+
+AnyScenario = Scenario | Embedded | ConsumeLoad
+ALL: dict[str, AnyScenario] = {**SCENARIOS, **EMBEDDED, **CONSUME}
+
+
+def select(names: str) -> list[AnyScenario]:
+    """Scenarios from a comma-separated list such as ``"S1,E2,C1"`` (``"all"``: every one),
+    HTTP scenarios first, then the embedding API, then the consume side."""
     if names.strip().lower() == "all":
-        return list(SCENARIOS.values())
-    chosen: list[Scenario] = []
+        return list(ALL.values())
+    chosen: list[AnyScenario] = []
     for raw in names.split(","):
         name = raw.strip().upper()
         if not name:
             continue
-        if name not in SCENARIOS:
-            known = ", ".join(SCENARIOS)
+        if name not in ALL:
+            known = ", ".join(ALL)
             raise ValueError(f"unknown scenario {raw.strip()!r} (known: {known})")
-        if SCENARIOS[name] not in chosen:
-            chosen.append(SCENARIOS[name])
+        if ALL[name] not in chosen:
+            chosen.append(ALL[name])
     if not chosen:
         raise ValueError("no scenario selected")
-    return sorted(chosen, key=lambda s: s.name)
+    order = list(ALL)
+    return sorted(chosen, key=lambda s: order.index(s.name))

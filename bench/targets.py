@@ -1,9 +1,10 @@
 """The push path's targets on the reference machine, judged from a run's scenario records.
 
-A scenario record is the JSON object the harness writes per scenario; the fields read here are
-``msg_per_s``, ``vs_http`` (msg/s as a fraction of its HTTP ceiling), ``requests_per_tx``,
-``latency_ms["p99"]`` and ``rss_mb``. A target whose figure is missing (scenario or ceiling
-not run) is ``n/a``, never a pass.
+A scenario record is the JSON object the harness writes per scenario (HTTP, embedding API or
+consume: the names never collide); the fields read here are ``msg_per_s``, ``vs_http`` (msg/s
+as a fraction of its HTTP ceiling), ``vs_pg`` (per PostgreSQL ceiling variant),
+``requests_per_tx``, ``latency_ms["p99"]``, ``single_pop_ms["p50"]`` and ``rss_mb``. A
+target whose figure is missing (scenario or ceiling not run) is ``n/a``, never a pass.
 """
 
 from __future__ import annotations
@@ -50,12 +51,33 @@ def _p99(record: Record, _all: Records) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _vs_s1(record: Record, records: Records) -> float | None:
-    s1 = records.get("S1")
-    mine, base = record.get("msg_per_s"), (s1 or {}).get("msg_per_s")
-    if not isinstance(mine, int | float) or not isinstance(base, int | float) or base <= 0:
-        return None
-    return float(mine) / float(base)
+def _vs(other: str) -> Callable[[Record, Records], float | None]:
+    def get(record: Record, records: Records) -> float | None:
+        mine, base = record.get("msg_per_s"), (records.get(other) or {}).get("msg_per_s")
+        if not isinstance(mine, int | float) or not isinstance(base, int | float) or base <= 0:
+            return None
+        return float(mine) / float(base)
+
+    return get
+
+
+_vs_s1 = _vs("S1")
+
+
+def _vs_pg(variant: str) -> Callable[[Record, Records], float | None]:
+    def get(record: Record, _all: Records) -> float | None:
+        value = (record.get("vs_pg") or {}).get(variant)
+        return float(value) if isinstance(value, int | float) else None
+
+    return get
+
+
+def _p50(name: str) -> Callable[[Record, Records], float | None]:
+    def get(record: Record, _all: Records) -> float | None:
+        value = (record.get(name) or {}).get("p50")
+        return float(value) if isinstance(value, int | float) else None
+
+    return get
 
 
 TARGETS: tuple[Target, ...] = (
@@ -67,6 +89,13 @@ TARGETS: tuple[Target, ...] = (
     Target("S4", "msg/s ÷ S1 msg/s", ">=", 0.75, _vs_s1),
     Target("S4", "broker RSS MB", "<", 500, _field("rss_mb")),
     Target("S5", "msg/s ÷ S1 msg/s", ">=", 0.8, _vs_s1),
+    Target("E1", "msg/s ÷ P1 fn-merged", ">=", 0.7, _vs_pg("fn-merged")),
+    Target("E2", "msg/s ÷ P2 fn-merged", ">=", 0.7, _vs_pg("fn-merged")),
+    Target("E3", "msg/s ÷ P3 fn-merged", ">=", 0.7, _vs_pg("fn-merged")),
+    Target("C1", "msg/s ÷ S3 msg/s", ">=", 0.5, _vs("S3")),
+    Target("C2", "msg/s", ">=", 2_000, _field("msg_per_s")),
+    Target("C2", "single pop p50 ms", "<=", 5, _p50("single_pop_ms")),
+    Target("C3", "msg/s ÷ S3 msg/s", ">=", 0.5, _vs("S3")),
 )
 
 

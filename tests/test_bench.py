@@ -9,7 +9,7 @@ import pytest
 
 from bench import counters, procfs, report, wrk
 from bench.runner import Options, plan
-from bench.scenarios import SCENARIOS, select
+from bench.scenarios import ALL, SCENARIOS, select
 from bench.targets import evaluate
 from bench.wrk import WrkError, parse_report
 
@@ -200,7 +200,7 @@ def test_targets_pass_miss_and_not_available() -> None:
 
 def test_scenarios_are_selected_by_name() -> None:
     assert [s.name for s in select("s3, S1,S3")] == ["S1", "S3"]
-    assert [s.name for s in select("all")] == list(SCENARIOS)
+    assert [s.name for s in select("all")] == list(ALL)
     with pytest.raises(ValueError, match="unknown scenario"):
         select("S9")
     assert SCENARIOS["S5"].load.duplicates
@@ -208,7 +208,7 @@ def test_scenarios_are_selected_by_name() -> None:
 
 
 def test_plan_runs_each_ceiling_once_beside_its_first_scenario() -> None:
-    steps = plan(Options(select("all"), pg_variants=["fn", "fn-merged"]))
+    steps = plan(Options(select("S1,S2,S3,S4,S5,S6"), pg_variants=["fn", "fn-merged"]))
     labels = [(s.kind, s.name, s.variant) for s in steps]
     assert labels[:4] == [
         ("http", "H1", ""),
@@ -308,3 +308,129 @@ async def test_postgres_ceiling_variants_write_for_real(
         )
     )
     assert result.frames > 0 and result.commits > 0
+
+
+def test_embedding_and_consume_scenarios_are_planned_without_http_ceilings() -> None:
+    chosen = select("c2,E1,s1,e3")
+    assert [s.name for s in chosen] == ["S1", "E1", "E3", "C2"]
+    steps = plan(Options(chosen, pg_variants=["fn-merged"]))
+    labels = [(s.kind, s.name, s.variant) for s in steps]
+    assert labels == [
+        ("http", "H1", ""),
+        ("broker", "S1", ""),
+        ("pg", "P1", "fn-merged"),
+        ("embedded", "E1", ""),  # P1 already measured beside S1
+        ("embedded", "E3", ""),
+        ("pg", "P3", "fn-merged"),
+        ("consume", "C2", ""),
+    ]
+    everything = [s.name for s in select("all")]
+    assert everything[-6:] == ["E1", "E2", "E3", "C1", "C2", "C3"]
+
+
+def test_targets_of_the_embedding_api_and_the_consume_side() -> None:
+    records = {
+        "S3": _record(60_000),
+        "E1": _record(15_000, vs_pg={"fn": 2.0, "fn-merged": 0.7}),
+        "E2": _record(20_000, vs_pg={"fn": 1.5, "fn-merged": 0.69}),
+        "C1": _record(30_000),
+        "C2": _record(2_500, single_pop_ms={"p50": 5.5}),
+        "C3": _record(29_999),
+    }
+    got = {(o.scenario, o.target): o.status for o in evaluate(records)}
+    assert got[("E1", "msg/s ÷ P1 fn-merged ≥ 0.7")] == "pass"
+    assert got[("E2", "msg/s ÷ P2 fn-merged ≥ 0.7")] == "miss"
+    assert got[("E3", "msg/s ÷ P3 fn-merged ≥ 0.7")] == "n/a"
+    assert got[("C1", "msg/s ÷ S3 msg/s ≥ 0.5")] == "pass"
+    assert got[("C2", "msg/s ≥ 2000")] == "pass"
+    assert got[("C2", "single pop p50 ms ≤ 5")] == "miss"
+    assert got[("C3", "msg/s ÷ S3 msg/s ≥ 0.5")] == "miss"
+    del records["S3"]
+    without_s3 = {(o.scenario, o.target): o.status for o in evaluate(records)}
+    assert without_s3[("C1", "msg/s ÷ S3 msg/s ≥ 0.5")] == "n/a"
+
+
+def test_report_shows_embedding_and_consume_tables() -> None:
+    doc = {
+        "run_id": "r2",
+        "embedded": {
+            "E1": {
+                "description": "broker.push(): 1 item/call",
+                "msg_per_s": 14_000.0,
+                "vs_pg": {"fn-merged": 0.66},
+                "latency_ms": {"p50": 4.0, "p99": 9.0},
+                "errors": {"failed_items": 0},
+            }
+        },
+        "consume": {
+            "C2": {
+                "description": "10,000 messages in 10,000 partitions",
+                "msg_per_s": 2_345.0,
+                "messages": 9_900,
+                "pop_ms": {"p50": 3.0, "p99": 8.0},
+                "ack_ms": {"p50": 1.0, "p99": 2.0},
+                "single_pop_ms": {"p50": 1.5},
+                "finished": False,
+            }
+        },
+    }
+    text = report.terminal(doc)
+    assert "Scenarios" not in text  # no HTTP scenario in this run
+    assert "E1" in text and "0.66" in text
+    md = report.markdown(doc, command="./bench/run.sh --scenarios E1,C2")
+    assert "| E1 | 14,000 | 0.66 |" in md
+    assert "| C2 | 2,345 | 9,900 | 3.0 | 8.0 | 1.0 | 2.0 | 1.5 |" in md
+    assert md.count("| NO |") == 1  # the drain did not finish
+    assert "| E1 | msg/s ÷ P1 fn-merged ≥ 0.7 | 0.66 | MISS |" in md
+
+
+def test_written_results_keep_what_was_written_by_hand() -> None:
+    first = report.merge_results(None, "# Results\n\nrun 1")
+    assert first.startswith(report.BEGIN) and first.rstrip().endswith(report.END)
+    by_hand = "Intro by hand.\n\n" + first + "\n## Memory under big bodies\n\nkept\n"
+    second = report.merge_results(by_hand, "# Results\n\nrun 2\n")
+    assert second.startswith("Intro by hand.\n\n" + report.BEGIN)
+    assert "run 2" in second and "run 1" not in second
+    assert second.endswith("\n## Memory under big bodies\n\nkept\n")
+    with pytest.raises(ValueError, match="no generated section"):
+        report.merge_results("## Memory under big bodies\n", "# Results")
+
+
+def test_the_results_file_has_its_generated_section() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "bench" / "RESULTS.md").read_text()
+    merged = report.merge_results(text, "# Results")
+    assert "## Memory under big bodies" in merged
+
+
+async def test_embedding_scenario_pushes_for_real(broker: Any) -> None:
+    """A very short in-process push step: every call answered, items counted."""
+    from bench import inproc
+    from bench.scenarios import Load
+
+    args = inproc.parser().parse_args(
+        ["E1", "--database-url", "unused", "--duration", "0.3", "--warmup", "0.1"]
+    )
+    args.queue_prefix = "bench-smoke-"
+    record = await inproc.embedded(broker, "E1", Load(2, 4, 3), args)
+    assert record["msg_per_s"] > 0 and record["errors"] == {"failed_items": 0}
+    assert record["latency_ms"]["p50"] > 0
+    assert record["requests_per_tx"] is not None
+
+
+async def test_consume_scenario_drains_for_real(broker: Any) -> None:
+    """A tiny C step with a fan-out and single pops: every message is acked by the second
+    group, none left."""
+    from bench import inproc
+    from bench.scenarios import ConsumeLoad
+
+    args = inproc.parser().parse_args(["C3", "--database-url", "unused"])
+    args.queue_prefix = "bench-smoke-"
+    load = ConsumeLoad("T", 120, 7, 3, 10, fan_out=True, single_pops=True)
+    record = await inproc.consume(broker, load, args)
+    assert record["finished"]
+    assert record["messages"] + inproc.SINGLE_POPS == 120
+    assert record["single_pop_ms"]["p50"] > 0 and record["pop_ms"]["p99"] > 0
+    left = await broker.pop("bench-smoke-t", batch=10, consumer_group="bench-second")
+    assert not left
