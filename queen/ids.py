@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 NIL_UUID = "00000000-0000-0000-0000-000000000000"
 
 _COUNTER_LIMIT = 1 << 26
+_POOL_IDS = 4096  # ids' worth of random bits read from the system at once
 
 
 class _Sequence:
@@ -25,9 +26,14 @@ class _Sequence:
         self.lock = threading.Lock()
         self.last_ms = 0
         self.next_counter = 0
+        # Random bits as hex, read from the system for many ids at once (one system call per
+        # id cost more than the rest of minting); a forked child starts a pool of its own.
+        self.pool = ""
+        self.pool_at = 0
 
-    def reserve(self, n: int) -> tuple[int, int]:
-        """Reserve ``n`` consecutive slots; return the first."""
+    def reserve(self, n: int) -> tuple[int, int, str]:
+        """Reserve ``n`` consecutive slots; return the first, and ``12 * n`` random hex
+        digits never handed out before."""
         with self.lock:
             now_ms = time.time_ns() // 1_000_000
             if now_ms > self.last_ms:
@@ -37,10 +43,23 @@ class _Sequence:
                 self.next_counter = 0
             first = self.next_counter
             self.next_counter += n
-            return self.last_ms, first
+            if n > _POOL_IDS:
+                return self.last_ms, first, os.urandom(6 * n).hex()
+            end = self.pool_at + 12 * n
+            if end > len(self.pool):
+                self.pool, self.pool_at, end = os.urandom(6 * _POOL_IDS).hex(), 0, 12 * n
+            rnd = self.pool[self.pool_at : end]
+            self.pool_at = end
+            return self.last_ms, first, rnd
+
+    def forget_pool(self) -> None:
+        self.lock = threading.Lock()
+        self.pool, self.pool_at = "", 0
 
 
 _sequence = _Sequence()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_sequence.forget_pool)
 
 
 # The fourth group of every id ("8xxx-": the variant bits and the low 14 counter bits),
@@ -52,10 +71,11 @@ def mint_ids(n: int) -> list[str]:
     """Return ``n`` fresh UUIDv7 strings, in increasing order."""
     if n <= 0:
         return []
-    ms, counter = _sequence.reserve(n)
+    ms, counter, rnd = _sequence.reserve(n)
     stamp = f"{ms:012x}"
     head = f"{stamp[:8]}-{stamp[8:]}-7"
-    rnd = os.urandom(6 * n).hex()
+    if n == 1:  # the common case of small pushes, without the loop below
+        return [f"{head}{counter >> 14:03x}-{_LOW_GROUPS[counter & 0x3FFF]}{rnd}"]
     ids: list[str] = []
     done = 0
     while done < n:  # one run per value of the counter's high 12 bits

@@ -117,6 +117,9 @@ def _shape(prepared: object) -> list[tuple]:
             {"queue": "a", "partition": "x", "payload": 10**30},  # re-encoded exactly
         ],
         [{"queue": "q", "payload": 1, "producerSub": "ignored", "extra": True}],
+        [{"queue": "q", "partition": "p", "payload": {"a": [1]}, "transactionId": "t"}],
+        [{"queue": "q", "payload": None, "transactionId": ""}],
+        [{"queue": "q", "partition": None, "payload": 10**30}],
         [],
     ],
 )
@@ -157,6 +160,14 @@ def test_message_ids_are_uuid7_and_increasing() -> None:
         assert parsed.version == 7
         assert parsed.variant == uuid.RFC_4122
     assert abs(timestamp_of(ids[0]).timestamp() - timestamp_of(ids[-1]).timestamp()) < 5
+
+
+def test_random_bits_are_never_handed_out_twice() -> None:
+    # ids minted one by one take their random bits from a pool read for 4,096 ids at once:
+    # across refills no two ids share them, and the ids still increase
+    singles = [mint_ids(1)[0] for _ in range(10_000)] + mint_ids(3) + [mint_ids(1)[0]]
+    assert singles == sorted(singles)
+    assert len({text[-12:] for text in singles}) == len(singles)
 
 
 @pytest.mark.parametrize("keep_trace_ids", [False, True])
