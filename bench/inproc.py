@@ -34,7 +34,7 @@ import trio.lowlevel
 
 from bench import procfs
 from bench.scenarios import CONSUME, EMBEDDED, ConsumeLoad, Load
-from queen import open_broker
+from queen import open_broker, tune_gc
 from queen.broker import Broker
 from queen.settings import Settings
 
@@ -296,6 +296,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="queen-bench-spool-") as spool:
         settings = Settings.from_env(database_url=args.database_url, file_buffer_dir=spool)
         async with open_broker(settings) as broker:
+            tune_gc(settings.gc_gen0_threshold)  # what queen serve does, as the README advises
             if args.name in EMBEDDED:
                 return await embedded(broker, args.name, EMBEDDED[args.name].load, args)
             return await consume(broker, CONSUME[args.name], args)

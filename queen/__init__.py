@@ -12,6 +12,7 @@ Embedding::
 """
 
 from queen.broker import Broker, BrokerClosed
+from queen.gctune import tune_gc
 from queen.lifecycle import open_broker
 from queen.model import InvalidPush, PartitionKey, PushResultDict, Status
 from queen.settings import Settings
@@ -25,4 +26,5 @@ __all__ = [
     "Settings",
     "Status",
     "open_broker",
+    "tune_gc",
 ]
