@@ -5,7 +5,10 @@ Actors call :meth:`Batcher.write` and wait. The batcher's loop takes everything 
 (up to ``max_items`` frames / ``max_bytes`` of payload) and commits it as one transaction. At
 most ``concurrency`` transactions are in flight; while they run, the next batch gathers in the
 channel, so the batch size follows the load without any timer ("natural batching").
-``linger_s`` can add a deliberate wait before a small batch starts.
+``linger_s`` can add a deliberate wait before a small batch starts. With ``spread_min_items``
+(off by default), what is ready while more slots are free is shared out over them, that many
+frames per transaction at least: producers answered by one big transaction come back
+together, and without it keep riding one transaction at a time while other connections idle.
 
 Two writes for the same partition never share a transaction (the actor already guarantees a
 single write in flight; the batcher also defers a second one should it appear), and the store
@@ -29,7 +32,7 @@ from collections.abc import Callable, Sequence
 import trio
 
 from queen.actors.messages import Reply, hand_over
-from queen.actors.policy import batch_is_full
+from queen.actors.policy import batch_is_full, spread_count
 from queen.metrics import Metrics
 from queen.storage.base import SegmentWrite, Store, StoreError, StoreUnavailable, WriteResult
 
@@ -50,6 +53,7 @@ class Batcher:
         max_bytes: int,
         linger_s: float,
         queue_size: int,
+        spread_min_items: int = 0,
     ) -> None:
         self._store = store
         self._metrics = metrics
@@ -57,6 +61,7 @@ class Batcher:
         self._max_items = max_items
         self._max_bytes = max_bytes
         self._linger_s = linger_s
+        self._spread_min_items = spread_min_items
         self._send, self._recv = trio.open_memory_channel[_Pending](queue_size)
         self._deferred: list[_Pending] = []
         self._listeners: list[CommitListener] = []
@@ -125,6 +130,15 @@ class Batcher:
             with trio.move_on_after(self._linger_s):
                 while not full():
                     add(await self._recv.receive())
+        elif self._spread_min_items > 0 and self._slots.value > 0 and len(batch) > 1:
+            keep = spread_count(
+                [len(segment) for segment, _ in batch],
+                self._slots.value,
+                min_items=self._spread_min_items,
+            )
+            if keep < len(batch):  # the rest goes first into the next transaction
+                self._deferred[:0] = batch[keep:]
+                del batch[keep:]
         return batch
 
     async def _commit(self, batch: list[_Pending]) -> None:

@@ -107,6 +107,7 @@ async def open_broker(
             max_bytes=settings.batch_max_bytes,
             linger_s=settings.batch_linger_ms / 1000,
             queue_size=settings.batch_queue_size,
+            spread_min_items=settings.batch_spread_min_items,
         )
         parts: SpoolParts | None = None
         router: WriteRouter | None = None

@@ -137,6 +137,12 @@ class Settings:
         "QUEEN_BATCH_LINGER_MS",
         "extra wait for more writes before a transaction starts (0: natural batching only)",
     )
+    batch_spread_min_items: int = _setting(
+        0,
+        "QUEEN_BATCH_SPREAD_MIN_ITEMS",
+        "when write slots are free, share the ready writes out over them, this many frames "
+        "per transaction at least (0: everything ready goes into one transaction)",
+    )
     batch_queue_size: int = _setting(
         4096, "QUEEN_BATCH_QUEUE_SIZE", "segment writes waiting for the batcher (backpressure)"
     )
@@ -295,7 +301,7 @@ class Settings:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, int | float) and not isinstance(value, bool):
-                lowest = 0 if f.name in {"batch_linger_ms", "port", "gc_gen0_threshold"} else 1
+                lowest = 0 if f.name in _MAY_BE_ZERO else 1
                 if f.name.endswith("_s") or f.name.endswith("_ms"):
                     lowest = 0
                 if value < lowest:
@@ -328,6 +334,9 @@ class Settings:
 
     def with_changes(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+
+_MAY_BE_ZERO = {"batch_linger_ms", "batch_spread_min_items", "port", "gc_gen0_threshold"}
 
 
 def parse_value(name: str, raw: str) -> Any:

@@ -10,6 +10,7 @@ import trio.testing
 
 from queen import open_broker
 from queen.actors.messages import PushRequest, hand_over
+from queen.actors.policy import spread_count
 from queen.broker import Broker
 from queen.ids import NIL_UUID, mint_ids
 from queen.model import PartitionKey, Status
@@ -310,6 +311,46 @@ async def test_many_partitions_share_one_transaction(broker: Broker, store: Memo
         gate.set()
     assert len(store.transactions[-1]) == 9
     assert broker.metrics.max_partitions_per_transaction == 9
+
+
+@pytest.mark.parametrize(("spread", "sizes"), [(0, [12]), (2, [4, 4, 4])])
+async def test_ready_writes_are_spread_over_free_slots_when_asked(
+    store: MemoryStore, tmp_path, spread: int, sizes: list[int]
+) -> None:
+    settings = Settings(
+        database_url="memory://",
+        file_buffer_dir=str(tmp_path),
+        write_concurrency=4,
+        batch_spread_min_items=spread,
+    )
+    async with open_broker(settings, store=store, spool=False) as broker:
+        for i in range(13):  # actors up and partitions known
+            await broker.push([item(f"p{i}", "warm")])
+        gate = store.gate = trio.Event()
+        before = len(store.transactions)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker.push, [item("p0", "held")])  # one slot taken
+            await trio.testing.wait_all_tasks_blocked()
+            for i in range(1, 13):
+                nursery.start_soon(broker.push, [item(f"p{i}", "together")])
+            await trio.testing.wait_all_tasks_blocked()
+            # with spreading, the 12 ready writes went out as three transactions at once
+            assert sum(store.in_flight.values()) == 13
+            gate.set()
+        assert sorted(len(t) for t in store.transactions[before:]) == sorted([1, *sizes])
+        assert len(store.segments) == 26  # every write stored once
+
+
+def test_spread_policy() -> None:
+    assert spread_count([1] * 64, 3, min_items=16) == 16
+    assert spread_count([10] * 32, 1, min_items=16) == 16
+    assert spread_count([160] * 10, 3, min_items=16) == 3
+    assert spread_count([1] * 31, 3, min_items=16) == 31  # not enough for two shares
+    assert spread_count([1] * 40, 3, min_items=16) == 16  # never smaller than the minimum
+    assert spread_count([1] * 64, 0, min_items=16) == 64  # no free slot
+    assert spread_count([1] * 64, 3, min_items=0) == 64  # off
+    assert spread_count([5000, 1, 1], 3, min_items=16) == 1
+    assert spread_count([], 3, min_items=16) == 0
 
 
 async def test_dedup_window_zero_stores_every_repeat(tmp_path) -> None:

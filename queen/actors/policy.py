@@ -37,3 +37,26 @@ def coalesce_count(sizes: Sequence[int], max_items: int) -> int:
 def batch_is_full(items: int, payload_bytes: int, *, max_items: int, max_bytes: int) -> bool:
     """Whether a transaction being gathered must stop growing."""
     return items >= max_items or payload_bytes >= max_bytes
+
+
+def spread_count(sizes: Sequence[int], free_slots: int, *, min_items: int) -> int:
+    """How many of the ready writes (item counts ``sizes``, in arrival order) the transaction
+    being gathered keeps when ``free_slots`` more transactions could start now: the ready
+    items shared out evenly over this transaction and the free slots, at least ``min_items``
+    per share; the rest waits for the next transaction (which can start at once).
+
+    >>> spread_count([100] * 16, 3, min_items=100)
+    4
+    >>> spread_count([1] * 64, 3, min_items=100)
+    64
+    """
+    total = sum(sizes)
+    if free_slots <= 0 or min_items <= 0 or total < 2 * min_items:
+        return len(sizes)
+    share = max(min_items, -(-total // (free_slots + 1)))
+    taken = 0
+    for count, size in enumerate(sizes, 1):
+        taken += size
+        if taken >= share:
+            return count
+    return len(sizes)
