@@ -9,6 +9,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 import trio
 
@@ -363,3 +364,62 @@ async def test_pops_and_acks_are_counted_in_metrics(api: Api, client: Any, queue
     for name in ("pop_requests", "pop_empty", "pop_messages", "acks"):
         line = next(x for x in text.splitlines() if x.startswith(f"queen_{name}_total "))
         assert float(line.split()[1]) >= 1, name
+
+
+async def _drain(broker: Broker, queue: str, group: str | None) -> list[Any]:
+    got: list[Any] = []
+    while result := await broker.pop(queue, batch=100, partitions=100, consumer_group=group):
+        got += [m["data"] for m in result.messages]
+        await broker.ack(result.messages, consumer_group=group)
+    return got
+
+
+@pytest.mark.parametrize("group", [None, "marks"])
+async def test_partitions_created_after_a_groups_first_look_are_found(
+    broker: Broker, queue: str, db: Db, group: str | None
+) -> None:
+    """A pop looks only at partitions created since its group's mark; partitions created
+    later, or seen while still empty, or created by a transaction that was still open when a
+    pop looked, are all found."""
+    await broker.push([{"queue": queue, "partition": "a", "payload": 1}])
+    assert await _drain(broker, queue, group) == [1]  # the group's first look sets its mark
+
+    # 'open' is created by a transaction still open while pops look and the mark moves on
+    conn = await trio.to_thread.run_sync(lambda: psycopg.connect(broker_url(broker)))
+    try:
+        await trio.to_thread.run_sync(
+            lambda: conn.execute("SELECT queen.ensure_partition(%s, 'open')", (queue,))
+        )
+        await broker.push([{"queue": queue, "partition": "b", "payload": 2}])
+        assert await _drain(broker, queue, group) == [2]
+        # 'empty' exists, empty, when a pop looks
+        await broker.push([{"queue": queue, "partition": "c", "payload": 3}])
+        await db.rows("SELECT queen.ensure_partition(%s, 'empty')", queue)
+        assert await _drain(broker, queue, group) == [3]
+        await trio.to_thread.run_sync(conn.commit)
+    finally:
+        await trio.to_thread.run_sync(conn.close)
+    await broker.push([{"queue": queue, "partition": "d", "payload": 4}])
+    assert await _drain(broker, queue, group) == [4]
+    await broker.push(
+        [
+            {"queue": queue, "partition": "open", "payload": 5},
+            {"queue": queue, "partition": "empty", "payload": 6},
+        ]
+    )
+    assert sorted(await _drain(broker, queue, group)) == [5, 6]
+
+
+async def test_a_deleted_group_starts_over_on_every_partition(broker: Broker, queue: str) -> None:
+    await broker.push([{"queue": queue, "partition": f"p{n}", "payload": n} for n in range(3)])
+    assert sorted(await _drain(broker, queue, "again")) == [0, 1, 2]
+    await broker.consume.delete_consumer_group_on_queue("again", queue, True)
+    assert sorted(await _drain(broker, queue, "again")) == [0, 1, 2]
+    await broker.consume.delete_consumer_group("again", True)
+    assert sorted(await _drain(broker, queue, "again")) == [0, 1, 2]
+
+
+def broker_url(broker: Broker) -> str:
+    url = broker.settings.database_url
+    assert url is not None
+    return url

@@ -55,6 +55,25 @@ DROP INDEX IF EXISTS queen.cursors_by_queue;
 CREATE INDEX IF NOT EXISTS cursors_by_queue_group ON queen.cursors (queue_id, consumer_group);
 CREATE INDEX IF NOT EXISTS cursors_by_group ON queen.cursors (consumer_group);
 CREATE INDEX IF NOT EXISTS cursors_by_lease ON queen.cursors (lease_id) WHERE lease_id IS NOT NULL;
+-- A pop on one queue walks its group's cursors least recently served first and stops at the
+-- first ones with messages, instead of sorting them all.
+CREATE INDEX IF NOT EXISTS cursors_by_queue_group_served
+    ON queen.cursors (queue_id, consumer_group, delivered_at NULLS FIRST, partition_id);
+
+-- Which partitions a group has looked at: a pop creates the missing cursors of partitions
+-- created since its group's mark only. Every partition whose creating transaction id is below
+-- `covered` was seen by a pop of the group (and got its cursor if it held messages), except
+-- that the mark never passes a partition seen still empty. A group without a row looks at
+-- every partition of the queue once.
+ALTER TABLE queen.partitions
+    ADD COLUMN IF NOT EXISTS created_xid xid8 DEFAULT pg_current_xact_id();
+CREATE INDEX IF NOT EXISTS partitions_by_queue_created ON queen.partitions (queue_id, created_xid);
+CREATE TABLE IF NOT EXISTS queen.cursor_marks (
+    queue_id       bigint NOT NULL,
+    consumer_group text NOT NULL,
+    covered        xid8 NOT NULL,
+    PRIMARY KEY (queue_id, consumer_group)
+);
 
 -- Failed deliveries not yet resolved: how often the message at msg_offset failed for a group.
 CREATE TABLE IF NOT EXISTS queen.failures (
@@ -102,6 +121,7 @@ CREATE OR REPLACE FUNCTION queen.forget_queues() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
     DELETE FROM queen.cursors WHERE queue_id IN (SELECT g.id FROM gone g);
+    DELETE FROM queen.cursor_marks WHERE queue_id IN (SELECT g.id FROM gone g);
     DELETE FROM queen.failures WHERE queue_id IN (SELECT g.id FROM gone g);
     DELETE FROM queen.dlq WHERE queue_id IN (SELECT g.id FROM gone g);
     DELETE FROM queen.consumer_groups WHERE queue_id IN (SELECT g.id FROM gone g);
@@ -230,6 +250,13 @@ DECLARE
     v_until     bigint;
     v_upto      bigint;
     v_n         integer;
+    v_qid       bigint;
+    v_mark      xid8;
+    v_horizon   xid8;
+    v_seen      integer;
+    v_empty     xid8;
+    v_made      integer := 0;
+    v_cands     refcursor;
 BEGIN
     IF p_queue IS NOT NULL THEN
         SELECT ARRAY[q.id] INTO v_queues FROM queen.queues q WHERE q.name = p_queue;
@@ -251,31 +278,108 @@ BEGIN
         ON CONFLICT DO NOTHING;
     END IF;
 
-    -- Cursors of this group for partitions that hold messages and have none yet.
-    INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_offset)
-    SELECT p.id, p_group, p.queue_id,
-           CASE WHEN g.subscribed_at IS NULL THEN 0
-                ELSE coalesce((SELECT s.first_offset FROM queen.segments s
-                               WHERE s.partition_id = p.id AND s.created_at >= g.subscribed_at
-                               ORDER BY s.first_offset LIMIT 1),
-                              p.next_offset)
-           END
-    FROM queen.partitions p
-    LEFT JOIN queen.consumer_groups g
-           ON g.queue_id = p.queue_id AND g.consumer_group = p_group
-    WHERE p.queue_id = ANY (v_queues)
-      AND (p_partition IS NULL OR p.name = p_partition)
-      AND p.next_offset > 0
-      AND NOT EXISTS (SELECT 1 FROM queen.cursors x
-                      WHERE x.partition_id = p.id AND x.consumer_group = p_group)
-    ORDER BY p.id
-    ON CONFLICT DO NOTHING;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    IF v_n > 0 THEN   -- plans kept on a tiny cursors table would read all of it
+    -- Cursors of this group for partitions that hold messages and have none yet: on the
+    -- partition route that one partition; otherwise the partitions created since the group's
+    -- mark (every partition on the group's first look at the queue).
+    IF p_partition IS NOT NULL THEN
+        INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_offset)
+        SELECT p.id, p_group, p.queue_id,
+               CASE WHEN g.subscribed_at IS NULL THEN 0
+                    ELSE coalesce((SELECT sg.first_offset FROM queen.segments sg
+                                   WHERE sg.partition_id = p.id
+                                     AND sg.created_at >= g.subscribed_at
+                                   ORDER BY sg.first_offset LIMIT 1),
+                                  p.next_offset)
+               END
+        FROM queen.partitions p
+        LEFT JOIN queen.consumer_groups g
+               ON g.queue_id = p.queue_id AND g.consumer_group = p_group
+        WHERE p.queue_id = ANY (v_queues) AND p.name = p_partition AND p.next_offset > 0
+          AND NOT EXISTS (SELECT 1 FROM queen.cursors x
+                          WHERE x.partition_id = p.id AND x.consumer_group = p_group)
+        ORDER BY p.id
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS v_made = ROW_COUNT;
+    ELSE
+        FOREACH v_qid IN ARRAY v_queues LOOP
+            SELECT m.covered INTO v_mark FROM queen.cursor_marks m
+            WHERE m.queue_id = v_qid AND m.consumer_group = p_group;
+            -- Taken before the look: every transaction below it has ended, so the look
+            -- (a later snapshot) sees every partition it created.
+            v_horizon := pg_snapshot_xmin(pg_current_snapshot());
+            WITH seen AS (
+                SELECT p.id, p.queue_id, p.next_offset, p.created_xid
+                FROM queen.partitions p
+                WHERE p.queue_id = v_qid AND p.created_xid >= coalesce(v_mark, '0'::xid8)
+            ),
+            made AS (
+                INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_offset)
+                SELECT s.id, p_group, s.queue_id,
+                       CASE WHEN g.subscribed_at IS NULL THEN 0
+                            ELSE coalesce((SELECT sg.first_offset FROM queen.segments sg
+                                           WHERE sg.partition_id = s.id
+                                             AND sg.created_at >= g.subscribed_at
+                                           ORDER BY sg.first_offset LIMIT 1),
+                                          s.next_offset)
+                       END
+                FROM seen s
+                LEFT JOIN queen.consumer_groups g
+                       ON g.queue_id = s.queue_id AND g.consumer_group = p_group
+                WHERE s.next_offset > 0
+                  AND NOT EXISTS (SELECT 1 FROM queen.cursors x
+                                  WHERE x.partition_id = s.id AND x.consumer_group = p_group)
+                ORDER BY s.id
+                ON CONFLICT DO NOTHING
+                RETURNING 1
+            )
+            SELECT (SELECT count(*) FROM made)::integer, count(*)::integer,
+                   min(s.created_xid) FILTER (WHERE s.next_offset = 0)
+            INTO v_n, v_seen, v_empty
+            FROM seen s;
+            v_made := v_made + v_n;
+            -- The mark moves only past what was looked at, never past a partition still empty.
+            v_horizon := least(v_horizon, v_empty);
+            IF v_seen > 0 AND (v_mark IS NULL OR v_horizon > v_mark) THEN
+                INSERT INTO queen.cursor_marks AS m (queue_id, consumer_group, covered)
+                VALUES (v_qid, p_group, v_horizon)
+                ON CONFLICT (queue_id, consumer_group)
+                DO UPDATE SET covered = greatest(m.covered, excluded.covered);
+            END IF;
+        END LOOP;
+    END IF;
+    IF v_made > 0 THEN   -- plans kept on a tiny cursors table would read all of it
         PERFORM queen.refresh_statistics('{queen.cursors}');
     END IF;
 
-    FOR c IN
+    -- The candidates, least recently served first. On one queue the walk follows an index
+    -- and stops at the first cursors with messages; across queues, priority comes first.
+    IF cardinality(v_queues) = 1 THEN
+        OPEN v_cands FOR
+        SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
+               q.name AS qname, q.lease_time_s, q.delayed_processing_s
+        FROM queen.cursors cu
+        JOIN queen.partitions p ON p.id = cu.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id
+        WHERE cu.queue_id = v_queues[1]
+          AND cu.consumer_group = p_group
+          AND (p_partition IS NULL OR p.name = p_partition)
+          AND p.next_offset > cu.next_offset
+          AND (cu.lease_expires_at IS NULL OR cu.lease_expires_at <= now())
+          AND (cu.not_before IS NULL OR cu.not_before <= now())
+          AND (q.window_buffer_s = 0
+               OR (SELECT s.created_at FROM queen.segments s WHERE s.partition_id = p.id
+                   ORDER BY s.first_offset DESC LIMIT 1)
+                  <= now() - make_interval(secs => q.window_buffer_s))
+          AND (q.delayed_processing_s = 0
+               OR (SELECT s.created_at FROM queen.segments s
+                   WHERE s.partition_id = p.id AND s.first_offset <= cu.next_offset
+                   ORDER BY s.first_offset DESC LIMIT 1)
+                  <= now() - make_interval(secs => q.delayed_processing_s))
+        ORDER BY cu.delivered_at NULLS FIRST, cu.partition_id
+        LIMIT p_max_partitions
+        FOR UPDATE OF cu SKIP LOCKED;
+    ELSE
+        OPEN v_cands FOR
         SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
                q.name AS qname, q.lease_time_s, q.delayed_processing_s
         FROM queen.cursors cu
@@ -298,9 +402,11 @@ BEGIN
                   <= now() - make_interval(secs => q.delayed_processing_s))
         ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
         LIMIT p_max_partitions
-        FOR UPDATE OF cu SKIP LOCKED
+        FOR UPDATE OF cu SKIP LOCKED;
+    END IF;
     LOOP
-        EXIT WHEN v_left <= 0;
+        FETCH v_cands INTO c;
+        EXIT WHEN NOT FOUND OR v_left <= 0;
 
         -- The first stored offset at or after the cursor (retention may have left a gap).
         v_from := c.nxt;
@@ -384,6 +490,7 @@ BEGIN
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_left := v_left - v_n;
     END LOOP;
+    CLOSE v_cands;
 END
 $fn$;
 
@@ -767,6 +874,7 @@ BEGIN
     ORDER BY partition_id, consumer_group FOR UPDATE;
     DELETE FROM queen.cursors WHERE consumer_group = p_group;
     GET DIAGNOSTICS v_n = ROW_COUNT;
+    DELETE FROM queen.cursor_marks WHERE consumer_group = p_group;
     DELETE FROM queen.failures WHERE consumer_group = p_group;
     IF p_metadata THEN
         DELETE FROM queen.consumer_groups WHERE consumer_group = p_group;
@@ -826,6 +934,7 @@ BEGIN
     ORDER BY c.partition_id, c.consumer_group FOR UPDATE;
     DELETE FROM queen.cursors c WHERE c.queue_id = v_qid AND c.consumer_group = p_group;
     GET DIAGNOSTICS cursors_deleted = ROW_COUNT;
+    DELETE FROM queen.cursor_marks m WHERE m.queue_id = v_qid AND m.consumer_group = p_group;
     DELETE FROM queen.failures f WHERE f.queue_id = v_qid AND f.consumer_group = p_group;
     IF p_metadata THEN
         DELETE FROM queen.consumer_groups g
