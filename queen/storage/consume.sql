@@ -65,8 +65,17 @@ CREATE INDEX IF NOT EXISTS cursors_by_queue_group_served
 -- `covered` was seen by a pop of the group (and got its cursor if it held messages), except
 -- that the mark never passes a partition seen still empty. A group without a row looks at
 -- every partition of the queue once.
-ALTER TABLE queen.partitions
-    ADD COLUMN IF NOT EXISTS created_xid xid8 DEFAULT pg_current_xact_id();
+-- (Altered only when the column is missing: ALTER TABLE would lock the push path's table
+-- at every start-up of every broker process.)
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'queen.partitions'::regclass AND attname = 'created_xid'
+                     AND NOT attisdropped) THEN
+        ALTER TABLE queen.partitions ADD COLUMN created_xid xid8 DEFAULT pg_current_xact_id();
+    END IF;
+END
+$do$;
 CREATE INDEX IF NOT EXISTS partitions_by_queue_created ON queen.partitions (queue_id, created_xid);
 CREATE TABLE IF NOT EXISTS queen.cursor_marks (
     queue_id       bigint NOT NULL,
