@@ -48,6 +48,9 @@ from queen.spool import describe as describe_spool
 from queen.storage.admin import PgAdminStore
 from queen.storage.base import Store
 from queen.storage.retention import PassOutcome
+from queen.storage.streams import PgStreamsStore
+from queen.streams.requests import CycleRequest
+from queen.streams.service import StreamsService
 from queen.supervisor import Supervisor
 
 log = logging.getLogger("queen.broker")
@@ -93,6 +96,7 @@ class Broker:
     ) -> None:
         self._consume = consume
         self.admin_store = admin_store  # the admin API's reads (PostgreSQL only)
+        self._streams: StreamsService | None = None
         self._retention = retention
         self.settings = settings
         self.store = store
@@ -122,6 +126,14 @@ class Broker:
         if self._consume is None:
             raise ConsumeUnavailable("consuming needs the PostgreSQL store")
         return self._consume
+
+    @property
+    def streams(self) -> StreamsService:
+        """The streams side (``/streams/v1/*``), on the consume side's store and wake-ups."""
+        if self._streams is None:
+            consume = self.consume
+            self._streams = StreamsService(PgStreamsStore(consume.store.pool), consume)
+        return self._streams
 
     def stop_waiting(self) -> None:
         """Make long-polling pops answer "nothing" now (a server shutting down calls this
@@ -240,6 +252,22 @@ class Broker:
         try:
             async with self._fenced(keys):
                 return await consume.transaction(request, producer_sub)
+        finally:
+            self._leave()
+
+    async def cycle(self, request: CycleRequest, producer_sub: str | None = None) -> dict[str, Any]:
+        """Apply one streaming cycle (state changes, sink pushes, source ack) atomically,
+        with the actors of its sink partitions fenced as for :meth:`transact`. Raises
+        :class:`PartitionsBusy` when a sink partition cannot be written now."""
+        if self._closing:
+            raise BrokerClosed("broker is shutting down")
+        streams = self.streams
+        batches = request.push.batches if request.push is not None else []
+        keys = sorted({batch.key for batch in batches})
+        self._enter()
+        try:
+            async with self._fenced(keys):
+                return await streams.cycle(request, producer_sub)
         finally:
             self._leave()
 

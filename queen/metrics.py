@@ -53,6 +53,8 @@ class Metrics:
     transactions: int = 0
     transactions_failed: int = 0  # rolled back
     transactions_refused: int = 0  # a pushed partition could not be written now (503)
+    streams_cycles: int = 0  # streaming cycles judged
+    streams_cycles_failed: int = 0  # of which nothing applied (stale lease, unknown message)
 
     def snapshot(self) -> dict[str, int]:
         return dataclasses.asdict(self)

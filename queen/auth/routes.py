@@ -76,6 +76,10 @@ ROUTE_TABLE: Final[tuple[RouteAccess, ...]] = (
         "move a consumer group's cursor on one partition to its end",
     ),
     _route("POST", "/api/v1/traces", CONSUME, "record a processing trace"),
+    # Streams SDK: read and write.
+    _route("POST", "/streams/v1/queries", CONSUME, "register a streaming query"),
+    _route("POST", "/streams/v1/cycle", CONSUME, "commit a streaming cycle"),
+    _route("POST", "/streams/v1/state/get", CONSUME, "read a streaming query's state"),
     # Reading: read.
     _route("GET", "/api/v1/dlq", READ, "dead-letter messages"),
     _route("GET", "/api/v1/resources/**", READ, "queues, partitions, namespaces, depth"),

@@ -30,6 +30,7 @@ from queen.http import (
     health,
     maintenance,
     push,
+    streams,
     traces,
 )
 from queen.http.responses import error_response
@@ -63,6 +64,7 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.register_blueprint(traces.blueprint)
     app.register_blueprint(admin_api.blueprint)
     app.register_blueprint(dashboard.blueprint)
+    app.register_blueprint(streams.blueprint)
 
     @app.before_serving
     async def start_history() -> None:

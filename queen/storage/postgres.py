@@ -52,6 +52,7 @@ SCHEMA_FILES = (
     "retention.sql",
     "spool.sql",
     "admin.sql",
+    "streams.sql",
 )
 
 

@@ -1,0 +1,140 @@
+"""The PostgreSQL side of the streams routes (``streams.sql``): one function call each.
+
+A cycle's sink pushes travel as the transaction's push columns (built by the same helper as
+``POST /api/v1/transaction``) and are written by ``queen.transact`` inside the cycle's own
+transaction, so they follow the push path's rules: offsets under the partition row lock,
+exact dedup, partitions created on first use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from queen.consume.requests import TransactionRequest, TxPush
+from queen.storage.consume import PushedFrame, _push_arrays, _pushed, _retrying
+from queen.storage.pool import ConnectionPool
+from queen.streams.requests import CycleRequest, RegisterRequest, StateQuery
+
+_REGISTER_SQL = (
+    "SELECT r_id::text, r_fresh, r_reset, r_conflict"
+    " FROM queen_streams.register_query(%s, %s, %s, %s, %s)"
+)
+_CYCLE_SQL = (
+    "SELECT ok, reason, source_queue, acked, lease_released, pids, statuses, originals"
+    " FROM queen_streams.cycle(%s::uuid, %s::bigint, %s::text, %s::text[], %s::text[],"
+    " %s::text, %s::uuid, %s::boolean, %s::text[], %s::text[], %s::uuid[], %s::text[],"
+    " %s::text[], %s::text[], %s::uuid[], %s::integer[])"
+)
+_STATE_SQL = (
+    "SELECT known, key, value, updated_at FROM queen_streams.state_get("
+    "%s::uuid, %s::bigint, %s::text[], %s::text, %s::numeric)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    query_id: str
+    fresh: bool
+    reset: bool
+    conflict: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CycleOutcome:
+    """``reason`` when not ok: 'lease', 'message', 'query' or the push failure's text."""
+
+    ok: bool
+    reason: str | None
+    source_queue: str | None
+    acked: int
+    lease_released: bool
+    pushed: list[PushedFrame]
+
+
+@dataclass(frozen=True, slots=True)
+class StateRow:
+    key: str
+    value: str  # JSON text
+    updated_at: datetime
+
+
+class PgStreamsStore:
+    """Query registration, cycles and state reads on PostgreSQL."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+
+    async def register(self, request: RegisterRequest) -> Registered:
+        params = (
+            request.name,
+            request.source_queue,
+            request.sink_queue,
+            request.config_hash,
+            request.reset,
+        )
+
+        def call(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
+            row = conn.execute(_REGISTER_SQL, params).fetchone()
+            assert row is not None
+            return tuple(row)
+
+        query_id, fresh, reset, conflict = await self.pool.run(_retrying(call))
+        return Registered(str(query_id), bool(fresh), bool(reset), bool(conflict))
+
+    async def cycle(self, request: CycleRequest, producer_sub: str | None) -> CycleOutcome:
+        """Apply one cycle atomically (``queen_streams.cycle``)."""
+        frames: list[PushedFrame] = []
+        push_cols: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
+        if request.push is not None:
+            pushes = TransactionRequest([], [TxPush(0, request.push)], [], request.push.count)
+            frames, push_cols = _push_arrays(pushes, producer_sub)
+        ack = request.ack
+        params = (
+            request.query_id,
+            request.partition_id,
+            request.consumer_group,
+            request.state_keys,
+            request.state_values,
+            None if ack is None else ack.transaction_id,
+            None if ack is None else ack.lease_id,
+            request.release_lease,
+            *push_cols,
+        )
+
+        def call(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
+            row = conn.execute(_CYCLE_SQL, params).fetchone()
+            assert row is not None
+            return tuple(row)
+
+        ok, reason, source, acked, released, pids, statuses, originals = await self.pool.run(
+            _retrying(call)
+        )
+        pushed = frames
+        if ok and frames:
+            pushed = _pushed(frames, pids, statuses, originals)
+        return CycleOutcome(bool(ok), reason, source, int(acked), bool(released), pushed)
+
+    async def state(self, query: StateQuery) -> list[StateRow] | None:
+        """The matching rows in key order; None when the query is not registered."""
+        params = (
+            query.query_id,
+            query.partition_id,
+            query.keys,
+            query.key_prefix,
+            query.ripe_at_or_before,
+        )
+
+        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            return conn.execute(_STATE_SQL, params).fetchall()
+
+        rows = await self.pool.run(call)
+        if not rows:
+            return None
+        return [StateRow(r[1], r[2], r[3]) for r in rows if r[1] is not None]
+
+
+__all__ = ["CycleOutcome", "PgStreamsStore", "Registered", "StateRow"]
