@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from queen.auth import build_gate
 from queen.broker import Broker
 from queen.cipher import PREFIX
 from queen.http.app import create_app
@@ -14,6 +15,8 @@ from queen.lifecycle import open_broker
 from queen.settings import Settings
 from tests.conftest import Db
 from tests.consuming import Api, data_of
+from tests.jwt_tools import SECRET as JWT_SECRET
+from tests.jwt_tools import bearer, claims, hs256
 
 SECRET = {"card": "4111-1111-1111-1111"}
 
@@ -376,3 +379,28 @@ async def test_a_cycle_is_refused_while_a_sink_partition_cannot_be_written(
     assert await state(api, qid, message["partitionId"]) == {}
     assert await db.count_frames(f"{queue}-sink%") == 0
     assert (await api.ack(message))["success"] is True  # still leased, not acked
+
+
+async def test_sink_pushes_are_stamped_with_the_callers_sub_and_need_read_write(
+    broker: Broker, queue: str, db: Db
+) -> None:
+    settings = broker.settings.with_changes(jwt_enabled=True, jwt_secret=JWT_SECRET)
+    client = create_app(broker, gate=build_gate(settings)).test_client()
+    caller = bearer(hs256(claims(sub="svc-stream", roles=["read-write"])))
+    write_only = bearer(hs256(claims(sub="svc-w", roles=["write-only"])))
+    register_body = {"name": f"q-{queue}", "source_queue": queue, "config_hash": "h"}
+    resp = await client.post("/streams/v1/queries", json=register_body, headers=write_only)
+    assert resp.status_code == 403
+    resp = await client.post("/streams/v1/queries", json=register_body, headers=caller)
+    qid = (await resp.get_json())["query_id"]
+    body = {
+        "query_id": qid,
+        "partition_id": "1",
+        "push_items": [{"queue": queue, "partition": "p", "payload": 1, "producerSub": "forged"}],
+    }
+    for path in ("/streams/v1/cycle", "/streams/v1/state/get"):
+        resp = await client.post(path, json=body, headers=write_only)
+        assert resp.status_code == 403
+    resp = await client.post("/streams/v1/cycle", json=body, headers=caller)
+    assert resp.status_code == 200 and (await resp.get_json())["success"] is True
+    assert [f["sub"] for f in await db.frames(queue, "p")] == ["svc-stream"]
