@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
@@ -23,6 +24,8 @@ from queen.model import InvalidPush
 _MAX_BIGINT = (1 << 63) - 1
 MAX_TEXT = 1024
 """Longest query name, config hash or state key accepted."""
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+"""What PostgreSQL text and jsonb cannot hold: NUL and unpaired surrogates."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +83,8 @@ def _text(value: Any, what: str, *, required: bool = True) -> str | None:
         raise InvalidRequest(f"{what} must be a string")
     if len(value) > MAX_TEXT:
         raise InvalidRequest(f"{what} is longer than {MAX_TEXT} characters")
-    if "\x00" in value:
-        raise InvalidRequest(f"{what} cannot contain the NUL character")
+    if _UNSTORABLE.search(value):
+        raise InvalidRequest(f"{what} cannot contain NUL or unpaired surrogates")
     return value
 
 
@@ -136,21 +139,21 @@ def register_request(body: Any) -> RegisterRequest:
 
 def _json_text(value: Any, where: str) -> str:
     """``value`` as JSON text PostgreSQL's ``jsonb`` accepts."""
-    if _holds_nul(value):
-        raise InvalidRequest(f"{where}value cannot contain the NUL character")
+    if _unstorable(value):
+        raise InvalidRequest(f"{where}value cannot contain NUL or unpaired surrogates")
     try:
         return orjson.dumps(value).decode()
     except TypeError:  # an integer beyond 64 bits: the standard library keeps it exact
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _holds_nul(value: Any) -> bool:
+def _unstorable(value: Any) -> bool:
     if type(value) is str:
-        return "\x00" in value
+        return _UNSTORABLE.search(value) is not None
     if type(value) is list:
-        return any(_holds_nul(v) for v in value)
+        return any(_unstorable(v) for v in value)
     if type(value) is dict:
-        return any("\x00" in k or _holds_nul(v) for k, v in value.items())
+        return any(_UNSTORABLE.search(k) or _unstorable(v) for k, v in value.items())
     return False
 
 
