@@ -129,7 +129,10 @@ BEGIN
             SELECT coalesce(max(s.first_offset), cu.next_offset) INTO v_cov
             FROM queen.segments s
             WHERE s.partition_id = p_partition AND s.first_offset <= cu.next_offset;
-            SELECT min(s.first_offset + f.i - 1) INTO v_off
+            -- the SDK names the last message of its batch: under a live lease, the last
+            -- match in the leased batch; without one, the first after the cursor
+            SELECT CASE WHEN v_live THEN max(s.first_offset + f.i - 1)
+                        ELSE min(s.first_offset + f.i - 1) END INTO v_off
             FROM queen.segments s
             CROSS JOIN LATERAL unnest(s.transaction_ids) WITH ORDINALITY AS f (tx, i)
             WHERE s.partition_id = p_partition
