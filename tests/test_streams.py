@@ -404,3 +404,22 @@ async def test_sink_pushes_are_stamped_with_the_callers_sub_and_need_read_write(
     resp = await client.post("/streams/v1/cycle", json=body, headers=caller)
     assert resp.status_code == 200 and (await resp.get_json())["success"] is True
     assert [f["sub"] for f in await db.frames(queue, "p")] == ["svc-stream"]
+
+
+async def test_a_failed_ack_sends_the_named_message_to_the_dlq(
+    api: Api, queue: str, db: Db
+) -> None:
+    qid = await query_id(api, queue)
+    await api.push(queue, "p", {"n": 1}, {"n": 2}, {"n": 3})
+    messages = await api.messages(queue, "p", batch=3)
+    body = cycle_body(qid, messages[:2], state_ops=[{"type": "upsert", "key": "k", "value": 1}])
+    body["ack"] |= {"status": "failed", "error": "poison"}
+    status, done = await api.post("/streams/v1/cycle", body)
+    assert status == 200 and done["success"] is True, done
+    assert done["ack_result"] == {"success": True, "count": 2, "lease_released": True, "dlq": True}
+    assert await state(api, qid, messages[0]["partitionId"]) == {"k": 1}
+    status, page = await api.get(f"/api/v1/dlq?queue={queue}")
+    assert status == 200
+    assert [(m["data"], m["errorMessage"]) for m in page["messages"]] == [({"n": 2}, "poison")]
+    # the lease is released: the third message comes back at once
+    assert data_of(await api.messages(queue, "p", batch=3)) == [{"n": 3}]

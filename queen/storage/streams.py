@@ -24,9 +24,10 @@ _REGISTER_SQL = (
     " FROM queen_streams.register_query(%s, %s, %s, %s, %s)"
 )
 _CYCLE_SQL = (
-    "SELECT ok, reason, source_queue, acked, lease_released, pids, statuses, originals"
+    "SELECT ok, reason, source_queue, acked, lease_released, dlq, pids, statuses, originals"
     " FROM queen_streams.cycle(%s::uuid, %s::bigint, %s::text, %s::text[], %s::text[],"
-    " %s::text, %s::uuid, %s::boolean, %s::text[], %s::text[], %s::uuid[], %s::text[],"
+    " %s::text, %s::uuid, %s::boolean, %s::text, %s::boolean, %s::text[], %s::text[],"
+    " %s::uuid[], %s::text[],"
     " %s::text[], %s::text[], %s::uuid[], %s::integer[])"
 )
 _STATE_SQL = (
@@ -52,6 +53,7 @@ class CycleOutcome:
     source_queue: str | None
     acked: int
     lease_released: bool
+    dlq: bool
     pushed: list[PushedFrame]
 
 
@@ -101,6 +103,8 @@ class PgStreamsStore:
             request.state_values,
             None if ack is None else ack.transaction_id,
             None if ack is None else ack.lease_id,
+            ack is not None and ack.dlq,
+            None if ack is None else ack.error,
             request.release_lease,
             *push_cols,
         )
@@ -110,13 +114,13 @@ class PgStreamsStore:
             assert row is not None
             return tuple(row)
 
-        ok, reason, source, acked, released, pids, statuses, originals = await self.pool.run(
+        ok, reason, source, acked, released, dlq, pids, statuses, originals = await self.pool.run(
             _retrying(call)
         )
         pushed = frames
         if ok and frames:
             pushed = _pushed(frames, pids, statuses, originals)
-        return CycleOutcome(bool(ok), reason, source, int(acked), bool(released), pushed)
+        return CycleOutcome(bool(ok), reason, source, int(acked), bool(released), bool(dlq), pushed)
 
     async def state(self, query: StateQuery) -> list[StateRow] | None:
         """The matching rows in key order; None when the query is not registered."""

@@ -72,7 +72,9 @@ END
 $fn$;
 
 -- One streaming cycle, all or nothing: the source ack (a prefix of the leased batch, up to
--- and including the message p_ack_tx names, is done), the state changes of (query,
+-- and including the message p_ack_tx names, is done; with p_ack_dlq that message is copied
+-- to the group's dead letter queue with p_ack_error and the lease is released), the state
+-- changes of (query,
 -- partition) (p_values[i] NULL deletes p_keys[i]; one entry per key), and the sink pushes
 -- (the arrays of queen.transact). If the lease is not live, the message is not there, the
 -- query is unknown or a pushed partition vanished, nothing is applied: ok is false and
@@ -80,11 +82,11 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen_streams.cycle(
     p_query uuid, p_partition bigint, p_group text,
     p_keys text[], p_values text[],
-    p_ack_tx text, p_ack_lease uuid, p_release boolean,
+    p_ack_tx text, p_ack_lease uuid, p_ack_dlq boolean, p_ack_error text, p_release boolean,
     p_queues text[], p_parts text[], p_mids uuid[], p_ptxids text[], p_payloads text[],
     p_subs text[], p_traces uuid[], p_leaders integer[],
     OUT ok boolean, OUT reason text, OUT source_queue text, OUT acked integer,
-    OUT lease_released boolean, OUT pids bigint[], OUT statuses text, OUT originals text)
+    OUT lease_released boolean, OUT dlq boolean, OUT pids bigint[], OUT statuses text, OUT originals text)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     cu        record;
@@ -101,6 +103,7 @@ BEGIN
     ok := true;
     acked := 0;
     lease_released := false;
+    dlq := false;
     SELECT q.name INTO source_queue
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
     WHERE p.id = p_partition;
@@ -149,8 +152,26 @@ BEGIN
                         WHERE x >= cu.next_offset AND x <= v_off)::integer;
             SELECT a.next_offset, a.rest INTO v_next, v_rest
             FROM queen.cursor_advance(v_off + 1, cu.acked) a;
+            IF p_ack_dlq THEN
+                INSERT INTO queen.dlq (queue_id, partition_id, consumer_group, msg_offset,
+                                       message_id, transaction_id, payload, producer_sub,
+                                       trace_id, error_message, retry_count)
+                SELECT p.queue_id, p_partition, p_group, v_off, f.mid, f.tx, f.pl, f.sub, f.tr,
+                       p_ack_error, coalesce(fl.attempts, 0)
+                FROM queen.partitions p
+                JOIN queen.segments s ON s.partition_id = p.id
+                CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads,
+                                          s.producer_subs, s.trace_ids)
+                     WITH ORDINALITY AS f (mid, tx, pl, sub, tr, i)
+                LEFT JOIN queen.failures fl
+                       ON fl.partition_id = p_partition AND fl.consumer_group = p_group
+                      AND fl.msg_offset = v_off
+                WHERE p.id = p_partition AND s.first_offset <= v_off AND s.last_offset >= v_off
+                  AND s.first_offset + f.i - 1 = v_off;
+                dlq := true;
+            END IF;
             v_clear := cu.lease_id IS NOT NULL
-                       AND (p_release OR v_next >= cu.lease_end OR NOT v_live);
+                       AND (p_release OR p_ack_dlq OR v_next >= cu.lease_end OR NOT v_live);
             UPDATE queen.cursors c SET
                 next_offset = v_next,
                 acked = v_rest,
@@ -203,6 +224,7 @@ BEGIN
         ok := false;
         acked := 0;
         lease_released := false;
+        dlq := false;
         pids := NULL;
         statuses := NULL;
         originals := NULL;

@@ -40,10 +40,13 @@ class RegisterRequest:
 @dataclass(frozen=True, slots=True)
 class CycleAck:
     """The source ack of a cycle: every message of the batch up to and including the one
-    ``transaction_id`` names is done. ``lease_id`` None: not fenced."""
+    ``transaction_id`` names is done; with ``dlq`` (status ``failed`` or ``dlq``) that message
+    goes to the group's dead letter queue with ``error``. ``lease_id`` None: not fenced."""
 
     transaction_id: str
     lease_id: str | None
+    dlq: bool = False
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,12 +205,23 @@ def _ack(raw: Any) -> CycleAck | None:
     status = raw.get("status", "completed")
     if status is None:
         status = "completed"
-    if type(status) is not str or status.lower() not in ("completed", "success"):
-        raise InvalidRequest("ack.status must be 'completed' in a cycle")
+    if type(status) is not str or status.lower() not in ("completed", "success", "failed", "dlq"):
+        raise InvalidRequest("ack.status must be one of completed, success, failed, dlq")
+    dlq = status.lower() in ("failed", "dlq")
+    error = raw.get("error")
+    if error is not None and type(error) is not str:
+        raise InvalidRequest("ack.error must be a string or null")
+    if error is not None and _UNSTORABLE.search(error):
+        raise InvalidRequest("ack.error cannot contain NUL or unpaired surrogates")
     count = raw.get("count")
     if count is not None and (type(count) is not int or count < 0):
         raise InvalidRequest("ack.count must be a non-negative integer")
-    return CycleAck(transaction_id=transaction_id, lease_id=_lease(raw.get("leaseId")))
+    return CycleAck(
+        transaction_id=transaction_id,
+        lease_id=_lease(raw.get("leaseId")),
+        dlq=dlq,
+        error=(error or "Streaming cycle reported failure") if dlq else None,
+    )
 
 
 def cycle_request(body: Any) -> CycleRequest:

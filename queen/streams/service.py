@@ -112,7 +112,7 @@ class StreamsService:
                 "success": True,
                 "count": outcome.acked,
                 "lease_released": outcome.lease_released,
-                "dlq": False,
+                "dlq": outcome.dlq,
             }
         woken = {frame.key.queue for frame in outcome.pushed}
         if outcome.lease_released and outcome.source_queue:
