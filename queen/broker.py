@@ -41,6 +41,7 @@ from queen.intake import PartitionBatch, PreparedPush, prepare_push
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.model import PartitionKey, PushResultDict, Status
+from queen.records import TransactionRequest
 from queen.retention import RetentionLoop
 from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolWriter
@@ -238,7 +239,7 @@ class Broker:
         return await self.transact(request, producer_sub)
 
     async def transact(
-        self, request: requests.TransactionRequest, producer_sub: str | None = None
+        self, request: TransactionRequest, producer_sub: str | None = None
     ) -> dict[str, Any]:
         """Apply a validated transaction while the actors of its pushed partitions stand
         still, so those partitions keep one writer in this process and their spooled backlog

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -39,3 +40,13 @@ class PushResultDict(TypedDict):
 
 class InvalidPush(ValueError):
     """The push body breaks a rule; nothing of it was stored."""
+
+
+def first_wins(transaction_ids: Sequence[str]) -> list[int]:
+    """For every frame, the position of the first frame with the same transaction id.
+
+    >>> first_wins(["a", "b", "a", "a", "c"])
+    [0, 1, 0, 0, 4]
+    """
+    first: dict[str, int] = {}
+    return [first.setdefault(tx, pos) for pos, tx in enumerate(transaction_ids)]

@@ -8,16 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from queen.consume.errors import InvalidRequest
-from queen.consume.options import QueueOptions, options_to_wire, parse_options
-from queen.consume.policy import (
-    QUEUE_MODE,
-    Subscription,
-    SubscriptionStart,
-    iso_of_uuid7,
-    iso_utc,
-    pop_sizing,
-    subscription_of,
-)
+from queen.consume.options import parse_options
+from queen.consume.policy import iso_of_uuid7, iso_utc, pop_sizing, subscription_of
 from queen.consume.requests import (
     NEVER_LEASE,
     ack_batch,
@@ -30,6 +22,7 @@ from queen.consume.requests import (
     transaction_request,
 )
 from queen.ids import mint_id, timestamp_of
+from queen.records import QUEUE_MODE, QueueOptions, Subscription, SubscriptionStart, options_to_wire
 
 # --- options --------------------------------------------------------------------------------
 

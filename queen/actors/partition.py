@@ -53,10 +53,10 @@ from queen.actors.messages import (
     Route,
     hand_over,
 )
-from queen.actors.policy import coalesce_count, first_wins
+from queen.actors.policy import coalesce_count
 from queen.encryption import QueueEncryption
 from queen.frames import concat
-from queen.model import PartitionKey, Status
+from queen.model import PartitionKey, Status, first_wins
 from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
 
 log = logging.getLogger("queen.actors")

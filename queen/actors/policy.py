@@ -5,16 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def first_wins(transaction_ids: Sequence[str]) -> list[int]:
-    """For every frame, the position of the first frame with the same transaction id.
-
-    >>> first_wins(["a", "b", "a", "a", "c"])
-    [0, 1, 0, 0, 4]
-    """
-    first: dict[str, int] = {}
-    return [first.setdefault(tx, pos) for pos, tx in enumerate(transaction_ids)]
-
-
 def coalesce_count(sizes: Sequence[int], max_items: int) -> int:
     """How many waiting requests (item counts ``sizes``, oldest first) go into one segment.
 

@@ -10,9 +10,8 @@ dead letter queue, consumer groups and the pop maintenance switch.
 """
 
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest, NotFound
-from queen.consume.policy import QUEUE_MODE
-from queen.consume.requests import SeekTarget
-from queen.consume.results import Delivered, PopResult
+from queen.consume.results import PopResult
+from queen.records import QUEUE_MODE, Delivered, SeekTarget
 
 __all__ = [
     "QUEUE_MODE",

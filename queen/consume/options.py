@@ -26,53 +26,12 @@ missing. What each option does in this broker:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from queen.consume.errors import InvalidRequest
-
-_INT32_MAX = 2_147_483_647
-
-
-@dataclass(frozen=True, slots=True)
-class QueueOptions:
-    lease_time_s: int = 300
-    retry_limit: int = 3
-    retry_delay_ms: int = 1000
-    max_size: int = 0
-    ttl_s: int = 3600
-    dead_letter_queue: bool = False
-    dlq_after_max_retries: bool = False
-    priority: int = 0
-    delayed_processing_s: int = 0
-    window_buffer_s: int = 0
-    retention_s: int = 0
-    completed_retention_s: int = 0
-    retention_enabled: bool = False
-    max_wait_time_s: int = 0
-    encryption_enabled: bool = False
-    dedup_window_s: int = 3600
-
-
-# wire key, field, lowest accepted value (None for booleans)
-_FIELDS: tuple[tuple[str, str, int | None], ...] = (
-    ("priority", "priority", -_INT32_MAX),
-    ("leaseTime", "lease_time_s", 1),
-    ("retryLimit", "retry_limit", 0),
-    ("retryDelay", "retry_delay_ms", 0),
-    ("maxSize", "max_size", 0),
-    ("ttl", "ttl_s", 0),
-    ("deadLetterQueue", "dead_letter_queue", None),
-    ("dlqAfterMaxRetries", "dlq_after_max_retries", None),
-    ("delayedProcessing", "delayed_processing_s", 0),
-    ("windowBuffer", "window_buffer_s", 0),
-    ("retentionSeconds", "retention_s", 0),
-    ("completedRetentionSeconds", "completed_retention_s", 0),
-    ("retentionEnabled", "retention_enabled", None),
-    ("encryptionEnabled", "encryption_enabled", None),
-    ("maxWaitTimeSeconds", "max_wait_time_s", 0),
-    ("dedupWindowSeconds", "dedup_window_s", 0),
-)
+from queen.records import INT32_MAX as _INT32_MAX
+from queen.records import OPTION_FIELDS as _FIELDS
+from queen.records import QueueOptions
 
 
 def parse_options(raw: Any) -> QueueOptions:
@@ -106,8 +65,3 @@ def _integer(key: str, value: Any, lowest: int) -> int:
     if not lowest <= value <= _INT32_MAX:
         raise InvalidRequest(f"options.{key} must be between {lowest} and {_INT32_MAX}")
     return value
-
-
-def options_to_wire(options: QueueOptions) -> dict[str, Any]:
-    """The camelCase ``options`` object of the configure answer."""
-    return {key: getattr(options, name) for key, name, _ in _FIELDS}

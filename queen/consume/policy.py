@@ -2,27 +2,10 @@
 
 from __future__ import annotations
 
-import enum
 import functools
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
-QUEUE_MODE = "__QUEUE_MODE__"
-"""The consumer group of queue mode: one shared cursor per partition (competing consumers)."""
-
-
-class SubscriptionStart(enum.StrEnum):
-    """Where a named consumer group starts the first time it pops on a queue."""
-
-    ALL = "all"  # from the oldest stored message
-    NOW = "now"  # only messages stored from now on
-    AT = "at"  # messages stored at or after a timestamp
-
-
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    start: SubscriptionStart = SubscriptionStart.ALL
-    at: datetime | None = None
+from queen.records import Sizing, Subscription, SubscriptionStart
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -47,12 +30,6 @@ def subscription_of(mode: str | None, start_from: str | None) -> Subscription:
     if (mode or "").lower() in ("new", "new-only") or start_from.lower() == "now":
         return Subscription(SubscriptionStart.NOW)
     return Subscription(SubscriptionStart.ALL)
-
-
-@dataclass(frozen=True, slots=True)
-class Sizing:
-    batch: int
-    partitions: int
 
 
 def pop_sizing(

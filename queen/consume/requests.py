@@ -8,17 +8,25 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from queen.consume.errors import InvalidRequest
-from queen.consume.policy import QUEUE_MODE, Subscription, parse_timestamp, subscription_of
-from queen.intake import PreparedPush, prepare_push
+from queen.consume.policy import parse_timestamp, subscription_of
+from queen.intake import prepare_push
 from queen.model import InvalidPush
 from queen.names import name_problem
-
-AckStatus = Literal["completed", "failed", "dlq", "retry"]
+from queen.records import (
+    QUEUE_MODE,
+    AckItem,
+    AckStatus,
+    DlqQuery,
+    PopRequest,
+    SeekTarget,
+    TransactionRequest,
+    TxAck,
+    TxPush,
+)
 
 _STATUSES: dict[str, AckStatus] = {
     "completed": "completed",
@@ -52,24 +60,6 @@ def group_of(value: Any) -> str:
 
 
 # --- pop -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PopRequest:
-    """One pop, validated. ``queue`` None means every queue matching namespace/task."""
-
-    queue: str | None
-    partition: str | None = None
-    namespace: str = ""
-    task: str = ""
-    consumer_group: str = QUEUE_MODE
-    batch: int | None = None  # None: the broker chooses
-    partitions: int | None = None  # None: the broker chooses
-    wait: bool = False
-    timeout_ms: int = 30_000
-    auto_ack: bool = False
-    subscription: Subscription = field(default_factory=Subscription)
-    autopilot: bool = False
 
 
 def flag(value: str | bool | None, what: str, default: bool) -> bool:
@@ -134,18 +124,6 @@ def pop_request(
 
 
 # --- acks ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AckItem:
-    """One acknowledgment. ``partition_id`` None: the id names no partition of this broker."""
-
-    transaction_id: str
-    partition_id: int | None
-    status: AckStatus
-    consumer_group: str = QUEUE_MODE
-    error: str | None = None
-    lease_id: str | None = None  # None: not fenced
 
 
 def _partition_id(value: Any, where: str) -> int | None:
@@ -220,26 +198,6 @@ def ack_batch(body: Any) -> list[AckItem]:
 # --- transactions ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class TxAck:
-    index: int  # position in the flat results
-    item: AckItem
-
-
-@dataclass(frozen=True, slots=True)
-class TxPush:
-    index: int  # position of the first pushed item in the flat results
-    prepared: PreparedPush
-
-
-@dataclass(frozen=True, slots=True)
-class TransactionRequest:
-    acks: list[TxAck]
-    pushes: list[TxPush]
-    required_leases: list[str]
-    size: int  # number of flat results
-
-
 def transaction_request(body: Any) -> TransactionRequest:
     """``POST /api/v1/transaction`` (contract §6). Push items keep their ``traceId``."""
     if type(body) is not dict:
@@ -298,17 +256,6 @@ def transaction_request(body: Any) -> TransactionRequest:
 # --- admin -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class DlqQuery:
-    queue: str | None
-    consumer_group: str | None
-    partition: str | None
-    since: datetime | None
-    until: datetime | None
-    limit: int
-    offset: int
-
-
 def dlq_query(args: Mapping[str, Any]) -> DlqQuery:
     def moment(key: str) -> datetime | None:
         text = args.get(key)
@@ -358,15 +305,6 @@ def subscription_timestamp(body: Any) -> datetime:
         return parse_timestamp(value)
     except ValueError:
         raise InvalidRequest("subscriptionTimestamp must be an ISO-8601 timestamp") from None
-
-
-@dataclass(frozen=True, slots=True)
-class SeekTarget:
-    """Where a seek moves a consumer group: to the end, or to the messages stored at or after
-    ``at``."""
-
-    to_end: bool
-    at: datetime | None = None
 
 
 def seek_target(body: Any, *, empty_means_end: bool = False) -> SeekTarget:

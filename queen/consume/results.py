@@ -8,24 +8,9 @@ from typing import Any
 
 import orjson
 
-from queen.consume.policy import Sizing, iso_of_uuid7, iso_utc
+from queen.consume.policy import iso_of_uuid7, iso_utc
 from queen.intake import decode_json
-
-
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    """One delivered message. ``payload`` is the stored JSON text."""
-
-    partition_id: int
-    queue: str
-    partition: str
-    offset: int
-    message_id: str
-    transaction_id: str
-    payload: str
-    producer_sub: str | None
-    trace_id: str | None
-    retry_count: int
+from queen.records import Delivered, Sizing
 
 
 @dataclass(slots=True)

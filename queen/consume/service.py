@@ -41,10 +41,8 @@ from queen.cipher import PREFIX, PayloadUnreadable
 from queen.consume import requests
 from queen.consume.errors import InvalidRequest, NotFound
 from queen.consume.listener import PushListener
-from queen.consume.options import QueueOptions, options_to_wire
 from queen.consume.policy import iso_of_uuid7, iso_utc, pop_sizing
-from queen.consume.requests import AckItem, DlqQuery, PopRequest, SeekTarget, TransactionRequest
-from queen.consume.results import Delivered, PopResult
+from queen.consume.results import PopResult
 from queen.consume.switches import POP_MAINTENANCE, Switches
 from queen.consume.tracing import Traces
 from queen.consume.wakeups import Wakeups
@@ -52,6 +50,16 @@ from queen.encryption import QueueEncryption
 from queen.ids import mint_id
 from queen.intake import decode_json
 from queen.metrics import Metrics
+from queen.records import (
+    AckItem,
+    Delivered,
+    DlqQuery,
+    PopRequest,
+    QueueOptions,
+    SeekTarget,
+    TransactionRequest,
+    options_to_wire,
+)
 from queen.settings import Settings
 from queen.storage.base import SegmentWrite, StoreError, WriteResult
 from queen.storage.consume import AckOutcome, PgConsumeStore, TransactOutcome

@@ -8,30 +8,16 @@ value and is stored as JSON text, like a payload.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from queen.consume.errors import InvalidRequest
-from queen.consume.policy import QUEUE_MODE
 from queen.consume.requests import count, group_of, partition_id
 from queen.intake import MAX_TRANSACTION_ID_CHARS, encode_payload
 from queen.names import CONTROL, name_problem
+from queen.records import DEFAULT_EVENT_TYPE, TraceRecord
 
-DEFAULT_EVENT_TYPE = "info"
 MAX_TRACE_NAMES = 100
 MAX_PAGE = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class TraceRecord:
-    """One trace, validated. ``partition_id`` None: the id names no partition of this broker."""
-
-    transaction_id: str
-    partition_id: int | None
-    data: str  # JSON text
-    consumer_group: str = QUEUE_MODE
-    event_type: str = DEFAULT_EVENT_TYPE
-    names: tuple[str, ...] = ()
 
 
 def trace_record(body: Any) -> TraceRecord:

@@ -11,9 +11,9 @@ from quart import Blueprint, Response, current_app, request
 
 from queen.broker import Broker
 from queen.consume import requests
-from queen.consume.requests import PopRequest
 from queen.http.access import producer_sub
 from queen.http.responses import json_body, json_response
+from queen.records import PopRequest
 
 blueprint = Blueprint("consume", __name__)
 

@@ -20,12 +20,17 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 
-from queen.actors.policy import first_wins
-from queen.consume.options import QueueOptions, options_to_wire
-from queen.consume.policy import Sizing
-from queen.consume.requests import AckItem, DlqQuery, PopRequest, TransactionRequest
-from queen.consume.results import Delivered
-from queen.model import PartitionKey
+from queen.model import PartitionKey, first_wins
+from queen.records import (
+    AckItem,
+    Delivered,
+    DlqQuery,
+    PopRequest,
+    QueueOptions,
+    Sizing,
+    TransactionRequest,
+    options_to_wire,
+)
 from queen.storage import system
 from queen.storage.pool import ConnectionPool
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from queen.consume.traces import TraceRecord
+from queen.records import TraceRecord
 from queen.storage.pool import ConnectionPool
 
 _MAX_BIGINT = (1 << 63) - 1

@@ -1,0 +1,191 @@
+"""Plain values of the consume side, shared by storage and the consume service.
+
+Validated requests (pop, ack, transaction, dead letter page, seek, trace), a delivered message
+and a queue's options. No I/O and no rules: :mod:`queen.consume` builds and checks these
+values, :mod:`queen.storage` reads and writes them, and neither imports the other for them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from queen.intake import PreparedPush
+
+INT32_MAX = 2_147_483_647
+
+
+QUEUE_MODE = "__QUEUE_MODE__"
+"""The consumer group of queue mode: one shared cursor per partition (competing consumers)."""
+
+
+class SubscriptionStart(enum.StrEnum):
+    """Where a named consumer group starts the first time it pops on a queue."""
+
+    ALL = "all"  # from the oldest stored message
+    NOW = "now"  # only messages stored from now on
+    AT = "at"  # messages stored at or after a timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    start: SubscriptionStart = SubscriptionStart.ALL
+    at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    batch: int
+    partitions: int
+
+
+AckStatus = Literal["completed", "failed", "dlq", "retry"]
+
+
+@dataclass(frozen=True, slots=True)
+class PopRequest:
+    """One pop, validated. ``queue`` None means every queue matching namespace/task."""
+
+    queue: str | None
+    partition: str | None = None
+    namespace: str = ""
+    task: str = ""
+    consumer_group: str = QUEUE_MODE
+    batch: int | None = None  # None: the broker chooses
+    partitions: int | None = None  # None: the broker chooses
+    wait: bool = False
+    timeout_ms: int = 30_000
+    auto_ack: bool = False
+    subscription: Subscription = field(default_factory=Subscription)
+    autopilot: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AckItem:
+    """One acknowledgment. ``partition_id`` None: the id names no partition of this broker."""
+
+    transaction_id: str
+    partition_id: int | None
+    status: AckStatus
+    consumer_group: str = QUEUE_MODE
+    error: str | None = None
+    lease_id: str | None = None  # None: not fenced
+
+
+@dataclass(frozen=True, slots=True)
+class TxAck:
+    index: int  # position in the flat results
+    item: AckItem
+
+
+@dataclass(frozen=True, slots=True)
+class TxPush:
+    index: int  # position of the first pushed item in the flat results
+    prepared: PreparedPush
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionRequest:
+    acks: list[TxAck]
+    pushes: list[TxPush]
+    required_leases: list[str]
+    size: int  # number of flat results
+
+
+@dataclass(frozen=True, slots=True)
+class DlqQuery:
+    queue: str | None
+    consumer_group: str | None
+    partition: str | None
+    since: datetime | None
+    until: datetime | None
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SeekTarget:
+    """Where a seek moves a consumer group: to the end, or to the messages stored at or after
+    ``at``."""
+
+    to_end: bool
+    at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """One delivered message. ``payload`` is the stored JSON text."""
+
+    partition_id: int
+    queue: str
+    partition: str
+    offset: int
+    message_id: str
+    transaction_id: str
+    payload: str
+    producer_sub: str | None
+    trace_id: str | None
+    retry_count: int
+
+
+DEFAULT_EVENT_TYPE = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRecord:
+    """One trace, validated. ``partition_id`` None: the id names no partition of this broker."""
+
+    transaction_id: str
+    partition_id: int | None
+    data: str  # JSON text
+    consumer_group: str = QUEUE_MODE
+    event_type: str = DEFAULT_EVENT_TYPE
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    lease_time_s: int = 300
+    retry_limit: int = 3
+    retry_delay_ms: int = 1000
+    max_size: int = 0
+    ttl_s: int = 3600
+    dead_letter_queue: bool = False
+    dlq_after_max_retries: bool = False
+    priority: int = 0
+    delayed_processing_s: int = 0
+    window_buffer_s: int = 0
+    retention_s: int = 0
+    completed_retention_s: int = 0
+    retention_enabled: bool = False
+    max_wait_time_s: int = 0
+    encryption_enabled: bool = False
+    dedup_window_s: int = 3600
+
+
+# wire key, field, lowest accepted value (None for booleans)
+OPTION_FIELDS: tuple[tuple[str, str, int | None], ...] = (
+    ("priority", "priority", -INT32_MAX),
+    ("leaseTime", "lease_time_s", 1),
+    ("retryLimit", "retry_limit", 0),
+    ("retryDelay", "retry_delay_ms", 0),
+    ("maxSize", "max_size", 0),
+    ("ttl", "ttl_s", 0),
+    ("deadLetterQueue", "dead_letter_queue", None),
+    ("dlqAfterMaxRetries", "dlq_after_max_retries", None),
+    ("delayedProcessing", "delayed_processing_s", 0),
+    ("windowBuffer", "window_buffer_s", 0),
+    ("retentionSeconds", "retention_s", 0),
+    ("completedRetentionSeconds", "completed_retention_s", 0),
+    ("retentionEnabled", "retention_enabled", None),
+    ("encryptionEnabled", "encryption_enabled", None),
+    ("maxWaitTimeSeconds", "max_wait_time_s", 0),
+    ("dedupWindowSeconds", "dedup_window_s", 0),
+)
+
+
+def options_to_wire(options: QueueOptions) -> dict[str, Any]:
+    """The camelCase ``options`` object of the configure answer."""
+    return {key: getattr(options, name) for key, name, _ in OPTION_FIELDS}
