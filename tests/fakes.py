@@ -1,20 +1,23 @@
-"""An in-memory store with the PostgreSQL store's contract, for actor and batcher tests.
+"""In-memory stores with the PostgreSQL stores' contracts, for actor, batcher and consume tests.
 
-It models what the push transaction does (offsets, segments, first-wins, windowed dedup,
-original ids) and adds test hooks: a gate that holds writes, per-partition failures, and a
-record of how many writes each partition had in flight at once.
+:class:`MemoryStore` models what the push transaction does (offsets, segments, first-wins,
+windowed dedup, original ids) and adds test hooks: a gate that holds writes, per-partition
+failures, and a record of how many writes each partition had in flight at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 import trio
 
 from queen.broadcast import Signal
-from queen.ids import NIL_UUID
+from queen.ids import NIL_UUID, mint_id
 from queen.model import PartitionKey
+from queen.records import Delivered, PopRequest, Sizing
 from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
 
 
@@ -139,3 +142,91 @@ class MemoryStore:
     def segments_of(self, partition: str) -> list[StoredSegment]:
         pids = {pid for key, pid in self.partitions.items() if key.partition == partition}
         return [s for s in self.segments if s.partition_id in pids]
+
+
+@dataclass
+class MemoryConsumeStore:
+    """An in-memory store with the consume store's contract for what the waiting logic needs.
+
+    Queue mode only: every message is delivered once (no leases, retries or groups), which is
+    what :class:`queen.consume.service.ConsumeService`'s long poll is tested against. It counts
+    its pops and keeps the listener's callback, so a test can announce a push the way another
+    broker process does (:meth:`notify`). Calls outside that scope raise NotImplementedError.
+    """
+
+    messages: dict[str, list[Delivered]] = field(default_factory=dict)
+    state: dict[str, object] = field(default_factory=dict)
+    pop_calls: int = 0
+    on_queues: Callable[[set[str]], None] | None = None
+    _offsets: dict[str, int] = field(default_factory=dict)
+
+    def add(self, queue: str, payload: str = '{"n": 1}') -> Delivered:
+        """Store one message on ``queue`` without telling anyone."""
+        offset = self._offsets.get(queue, 0)
+        self._offsets[queue] = offset + 1
+        message = Delivered(
+            partition_id=1,
+            queue=queue,
+            partition="Default",
+            offset=offset,
+            message_id=mint_id(),
+            transaction_id=mint_id(),
+            payload=payload,
+            producer_sub=None,
+            trace_id=None,
+            retry_count=0,
+        )
+        self.messages.setdefault(queue, []).append(message)
+        return message
+
+    def notify(self, queue: str) -> None:
+        """What the push listener does when another process pushed on ``queue``."""
+        assert self.on_queues is not None, "the consume service is not running"
+        self.on_queues({queue})
+
+    async def pop(
+        self, request: PopRequest, sizing: Sizing, lease_id: str | None
+    ) -> tuple[list[Delivered], datetime | None]:
+        await trio.lowlevel.checkpoint()
+        self.pop_calls += 1
+        assert request.queue is not None
+        waiting = self.messages.get(request.queue, [])
+        taken, self.messages[request.queue] = waiting[: sizing.batch], waiting[sizing.batch :]
+        return taken, None
+
+    async def get_state(self, key: str) -> object:
+        await trio.lowlevel.checkpoint()
+        return self.state.get(key)
+
+    async def set_state(self, key: str, value: object) -> None:
+        await trio.lowlevel.checkpoint()
+        self.state[key] = value
+
+    def trace_store(self) -> Any:
+        return None
+
+    def push_listener(
+        self, on_queues: Callable[[set[str]], None], on_reconnect: Callable[[], None]
+    ) -> None:
+        self.on_queues = on_queues
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _CONSUME_CALLS:
+            raise NotImplementedError(f"MemoryConsumeStore does not model {name}")
+        raise AttributeError(name)
+
+
+_CONSUME_CALLS = {
+    "configure",
+    "delete_queue",
+    "ack",
+    "extend_lease",
+    "transact",
+    "dlq_page",
+    "keep_in_dlq",
+    "delete_consumer_group",
+    "delete_consumer_group_on_queue",
+    "seek",
+    "set_subscription",
+}

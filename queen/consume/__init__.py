@@ -4,9 +4,11 @@ dead letter queue, consumer groups and the pop maintenance switch.
 - :mod:`queen.consume.options`, :mod:`~queen.consume.policy`, :mod:`~queen.consume.requests`:
   pure rules and validation.
 - :mod:`queen.consume.service`: :class:`ConsumeService`, what the broker delegates to.
-- :mod:`queen.consume.wakeups`, :mod:`~queen.consume.listener`: how a waiting pop is woken.
+- :mod:`queen.consume.wakeups`: how a waiting pop is woken (by this process's commits, and by
+  other processes' pushes through :mod:`queen.storage.listener`).
 - :mod:`queen.consume.switches`: admin switches shared through the database.
-- SQL: ``queen/storage/consume.sql``, called by :mod:`queen.storage.consume`.
+- Storage: :class:`queen.storage.consume.ConsumeStore` (``queen/storage/consume.sql`` on
+  PostgreSQL); the values both sides share are in :mod:`queen.records`.
 """
 
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest, NotFound

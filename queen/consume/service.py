@@ -34,13 +34,11 @@ from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
-import psycopg
 import trio
 
 from queen.cipher import PREFIX, PayloadUnreadable
 from queen.consume import requests
 from queen.consume.errors import InvalidRequest, NotFound
-from queen.consume.listener import PushListener
 from queen.consume.policy import iso_of_uuid7, iso_utc, pop_sizing
 from queen.consume.results import PopResult
 from queen.consume.switches import POP_MAINTENANCE, Switches
@@ -62,8 +60,8 @@ from queen.records import (
 )
 from queen.settings import Settings
 from queen.storage.base import SegmentWrite, StoreError, WriteResult
-from queen.storage.consume import AckOutcome, PgConsumeStore, TransactOutcome
-from queen.storage.traces import PgTraceStore
+from queen.storage.consume import AckOutcome, ConsumeStore, TransactOutcome
+from queen.storage.listener import PushListener
 
 log = logging.getLogger("queen.consume")
 
@@ -73,7 +71,7 @@ _MIN_RECHECK_S = 0.01
 class ConsumeService:
     def __init__(
         self,
-        store: PgConsumeStore,
+        store: ConsumeStore,
         settings: Settings,
         metrics: Metrics,
         *,
@@ -85,7 +83,7 @@ class ConsumeService:
         self.metrics = metrics
         self.wakeups = Wakeups()
         self.switches = Switches(store, cache_s=settings.system_state_cache_ms / 1000)
-        self.traces = Traces(PgTraceStore(store.pool))
+        self.traces = Traces(store.trace_store())
         self.listener: PushListener | None = None
         self._recheck_s = max(_MIN_RECHECK_S, settings.pop_recheck_ms / 1000)
         self._closing = False
@@ -94,18 +92,11 @@ class ConsumeService:
         self, *, task_status: trio.TaskStatus[ConsumeService] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Run the push listener until cancelled; ready once it made its first attempt."""
-        self.listener = PushListener(
-            self._listen_connection,
-            self.wakeups.fire,
-            on_reconnect=self.wakeups.fire_all,
-            open_timeout_s=self.store.pool.call_timeout_s,
-        )
+        self.listener = self.store.push_listener(self.wakeups.fire, self.wakeups.fire_all)
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.listener.run)
+            if self.listener is not None:
+                await nursery.start(self.listener.run)
             task_status.started(self)
-
-    def _listen_connection(self) -> psycopg.Connection[Any]:
-        return self.store.pool.connect_sync()
 
     def on_commit(self, segments: Sequence[SegmentWrite], results: Sequence[WriteResult]) -> None:
         """Batcher commit listener: wake the pops waiting on the queues just written."""

@@ -17,11 +17,11 @@ from queen.consume import requests, traces
 from queen.consume.errors import NotFound
 from queen.consume.policy import iso_utc
 from queen.intake import decode_json
-from queen.storage.traces import PgTraceStore, StoredTrace
+from queen.storage.traces import StoredTrace, TraceStore
 
 
 class Traces:
-    def __init__(self, store: PgTraceStore) -> None:
+    def __init__(self, store: TraceStore) -> None:
         self.store = store
         self._worker_id = str(os.getpid())
 

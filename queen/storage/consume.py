@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -32,7 +32,9 @@ from queen.records import (
     options_to_wire,
 )
 from queen.storage import system
+from queen.storage.listener import PushListener
 from queen.storage.pool import ConnectionPool
+from queen.storage.traces import PgTraceStore, TraceStore
 
 log = logging.getLogger("queen.storage")
 
@@ -132,6 +134,60 @@ class SeekOutcome:
     partition_found: bool
     updated: int  # cursors moved
     moved_to: datetime | None  # to the end: the newest stored segment's time; else the target
+
+
+class ConsumeStore(Protocol):
+    """What the consume service needs from storage. :class:`PgConsumeStore` is the real one;
+    the tests' in-memory store keeps the same contract, so the waiting logic of
+    :class:`queen.consume.service.ConsumeService` runs on virtual time."""
+
+    async def configure(
+        self, queue: str, namespace: str, task: str, options: QueueOptions
+    ) -> tuple[int, int]: ...
+
+    async def delete_queue(self, queue: str) -> bool: ...
+
+    async def pop(
+        self, request: PopRequest, sizing: Sizing, lease_id: str | None
+    ) -> tuple[list[Delivered], datetime | None]: ...
+
+    async def ack(self, items: Sequence[AckItem]) -> list[AckOutcome]: ...
+
+    async def extend_lease(
+        self, lease_id: str, seconds: int | None
+    ) -> tuple[int, datetime | None, str]: ...
+
+    async def transact(
+        self, request: TransactionRequest, producer_sub: str | None
+    ) -> TransactOutcome: ...
+
+    async def dlq_page(self, query: DlqQuery) -> tuple[int, list[DlqEntry]]: ...
+
+    async def keep_in_dlq(self, group: str, messages: Sequence[Delivered], error: str) -> int: ...
+
+    async def delete_consumer_group(self, group: str, metadata: bool) -> int: ...
+
+    async def delete_consumer_group_on_queue(
+        self, group: str, queue: str, metadata: bool
+    ) -> tuple[bool, int, bool]: ...
+
+    async def seek(
+        self, group: str, queue: str, partition: str | None, to_end: bool, at: datetime | None
+    ) -> SeekOutcome: ...
+
+    async def set_subscription(self, group: str, at: datetime) -> int: ...
+
+    async def get_state(self, key: str) -> Any: ...
+
+    async def set_state(self, key: str, value: Any) -> None: ...
+
+    def trace_store(self) -> TraceStore: ...
+
+    def push_listener(
+        self, on_queues: Callable[[set[str]], None], on_reconnect: Callable[[], None]
+    ) -> PushListener | None:
+        """What tells this process about pushes made by other processes (None: nothing)."""
+        ...
 
 
 class PgConsumeStore:
@@ -341,6 +397,20 @@ class PgConsumeStore:
 
     async def set_state(self, key: str, value: Any) -> None:
         await system.set_state(self.pool, key, value)
+
+    def trace_store(self) -> PgTraceStore:
+        return PgTraceStore(self.pool)
+
+    def push_listener(
+        self, on_queues: Callable[[set[str]], None], on_reconnect: Callable[[], None]
+    ) -> PushListener:
+        """A LISTEN connection of its own, opened from the pool's settings."""
+        return PushListener(
+            self.pool.connect_sync,
+            on_queues,
+            on_reconnect=on_reconnect,
+            open_timeout_s=self.pool.call_timeout_s,
+        )
 
 
 def _by_index(outcome: AckOutcome) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -35,6 +35,20 @@ class TraceName:
     trace_count: int
     message_count: int
     last_seen: datetime
+
+
+class TraceStore(Protocol):
+    """Where processing traces are kept (:class:`PgTraceStore`)."""
+
+    async def record(self, trace: TraceRecord, worker_id: str) -> int | None: ...
+
+    async def for_message(self, partition_id: int, transaction_id: str) -> list[StoredTrace]: ...
+
+    async def by_name(
+        self, name: str, limit: int, offset: int
+    ) -> tuple[int, list[StoredTrace]]: ...
+
+    async def names(self, limit: int, offset: int) -> tuple[int, list[TraceName]]: ...
 
 
 class PgTraceStore:

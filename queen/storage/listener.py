@@ -29,7 +29,7 @@ import trio
 
 from queen.storage.base import StoreError
 
-log = logging.getLogger("queen.consume")
+log = logging.getLogger("queen.consume")  # its messages are about waiting pops
 
 CHANNEL = "queen_push"
 
