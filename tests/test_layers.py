@@ -1,0 +1,169 @@
+"""The import graph of the ``queen`` package: no cycle, and no module imports a layer above its
+own (the layers are described in ``docs/architecture.md``, "Layers").
+
+Imports are read with :mod:`ast` from every module's source, including imports inside functions
+and under ``TYPE_CHECKING``: a layer violation is one wherever it is written.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "queen"
+
+# Lowest first. A module belongs to the layer of the longest prefix that names it.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "foundation",
+        (
+            "queen.model",
+            "queen.records",
+            "queen.names",
+            "queen.ids",
+            "queen.frames",
+            "queen.intake",
+            "queen.cipher",
+            "queen.settings",
+            "queen.metrics",
+            "queen.broadcast",
+            "queen.supervision",
+        ),
+    ),
+    ("storage", ("queen.storage",)),
+    ("shared services", ("queen.health", "queen.maintenance", "queen.encryption")),
+    ("push path", ("queen.actors", "queen.batcher", "queen.supervisor")),
+    ("spool", ("queen.spool",)),
+    ("consume", ("queen.consume", "queen.retention")),
+    ("streams", ("queen.streams",)),
+    ("broker", ("queen", "queen.broker", "queen.lifecycle")),
+    ("admin", ("queen.admin",)),
+    ("edge", ("queen.auth", "queen.http", "queen.serving", "queen.server", "queen.cli")),
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The ``queen`` modules ``name`` imports (``from pkg import mod`` counts as ``pkg.mod``)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in known else target)
+    return {m for m in found if m in known and m != name}
+
+
+def _layer(module: str) -> int:
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            covers = module == prefix or module.startswith(prefix + ".")
+            if covers and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), index)
+    if best is None:
+        raise LookupError(module)
+    return best[1]
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(name, path, known) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for dep in sorted(graph[node]):
+            if dep not in index:
+                visit(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in on_stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = []
+    for module in _modules():
+        try:
+            _layer(module)
+        except LookupError:
+            unplaced.append(module)
+    assert unplaced == []
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    upward = [
+        f"{module} ({LAYERS[_layer(module)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})"
+        for module, deps in sorted(_graph().items())
+        for dep in sorted(deps)
+        if _layer(dep) > _layer(module)
+    ]
+    assert upward == []
+
+
+@pytest.mark.parametrize(
+    ("graph", "cycle"),
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+        ({"a": {"b"}, "b": set(), "c": {"a", "b"}}, []),
+    ],
+)
+def test_the_cycle_finder(graph: dict[str, set[str]], cycle: list[list[str]]) -> None:
+    assert _cycles(graph) == cycle
+
+
+def test_the_import_reader_sees_what_a_module_imports() -> None:
+    graph = _graph()
+    assert "queen.storage.pool" in graph["queen.storage.consume"]
+    assert "queen.records" in graph["queen.consume.requests"]
+    assert "queen.spool.files" in graph["queen.spool.writer"]  # `from queen.spool import files`
