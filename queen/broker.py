@@ -19,15 +19,7 @@ from typing import Any
 
 import trio
 
-from queen.actors.messages import (
-    ActorStopped,
-    Fence,
-    PushOutcome,
-    PushRequest,
-    Reply,
-    ReplyGroup,
-    Route,
-)
+from queen.actors.messages import ActorStopped, PushOutcome, PushRequest
 from queen.batcher import Batcher
 from queen.broadcast import Signal
 from queen.consume import requests
@@ -41,6 +33,7 @@ from queen.intake import PartitionBatch, PreparedPush, prepare_push
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.model import PartitionKey, PushResultDict, Status
+from queen.primitives import Fence, Reply, ReplyGroup, Route
 from queen.records import TransactionRequest
 from queen.retention import RetentionLoop
 from queen.settings import Settings

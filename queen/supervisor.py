@@ -27,13 +27,14 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from queen.actors.messages import Fence, PushRequest
+from queen.actors.messages import PushRequest
 from queen.actors.partition import DirectRouter, PartitionActor, WriteRouter
 from queen.actors.resolver import PartitionResolver
 from queen.batcher import Batcher
 from queen.encryption import QueueEncryption
 from queen.metrics import Metrics
 from queen.model import PartitionKey
+from queen.primitives import Fence
 from queen.settings import Settings
 from queen.storage.base import Store
 from queen.supervision import Loops

@@ -21,6 +21,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "queen.model",
             "queen.records",
+            "queen.primitives",
             "queen.names",
             "queen.ids",
             "queen.frames",

@@ -1,112 +1,14 @@
-"""Messages exchanged with the partition actors, and the one-shot reply they travel with."""
+"""Messages exchanged with the partition actors; they answer through :mod:`queen.primitives`."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
-
-import trio
+from typing import TypeVar
 
 from queen.model import Status
+from queen.primitives import Reply
 
 T = TypeVar("T")
-
-
-class Route(enum.Enum):
-    """Where a partition's live pushes go now (asked of the router before every write)."""
-
-    DATABASE = "database"
-    SPOOL = "spool"
-    HOLD = "hold"
-
-
-async def hand_over(channel: trio.MemorySendChannel[T], value: T) -> None:
-    """Send ``value`` on ``channel`` with no checkpoint unless the channel is full (then wait
-    for room). Callers go on to wait for an answer, and that wait is their checkpoint; sparing
-    one here lets every partition of a push body reach its actor before any actor runs."""
-    try:
-        channel.send_nowait(value)
-    except trio.WouldBlock:
-        await channel.send(value)
-
-
-class ReplyGroup:
-    """Wakes one waiter once every reply of a group is set.
-
-    A push body spread over several partitions sends one request per partition; the producer
-    then waits once for the group instead of once per request.
-    """
-
-    __slots__ = ("_event", "_pending")
-
-    def __init__(self, size: int) -> None:
-        self._pending = size
-        self._event = trio.Event()
-        if size <= 0:
-            self._event.set()
-
-    def _one_done(self) -> None:
-        self._pending -= 1
-        if self._pending == 0:
-            self._event.set()
-
-    async def wait(self) -> None:
-        """Return once every reply of the group is set."""
-        await self._event.wait()
-
-
-class Reply(Generic[T]):
-    """A one-shot answer: set once by the task that did the work, read by the requester.
-
-    The requester either awaits :meth:`wait`, or (when the reply belongs to a
-    :class:`ReplyGroup`) awaits the group and then reads :meth:`result`. If nobody awaits (the
-    requester was cancelled), the answer is simply dropped. The event behind :meth:`wait` is
-    made only if somebody waits before the answer is in.
-    """
-
-    __slots__ = ("_done", "_error", "_event", "_group", "_value")
-
-    def __init__(self, group: ReplyGroup | None = None) -> None:
-        self._done = False
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._event: trio.Event | None = None
-        self._group = group
-
-    def set(self, value: T) -> None:
-        if not self._done:
-            self._value = value
-            self._finish()
-
-    def fail(self, error: BaseException) -> None:
-        if not self._done:
-            self._error = error
-            self._finish()
-
-    def _finish(self) -> None:
-        self._done = True
-        if self._event is not None:
-            self._event.set()
-        if self._group is not None:
-            self._group._one_done()
-
-    async def wait(self) -> T:
-        if self._done:
-            await trio.lowlevel.checkpoint()
-        else:
-            if self._event is None:
-                self._event = trio.Event()
-            await self._event.wait()
-        return self.result()
-
-    def result(self) -> T:
-        """The answer (or its error raised); only once it is set."""
-        if not self._done:
-            raise RuntimeError("reply read before it was set")
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]
 
 
 @dataclass(slots=True)
@@ -144,21 +46,3 @@ class PushRequest:
 
 class ActorStopped(Exception):
     """The partition's actor stopped before it could answer (the broker is shutting down)."""
-
-
-@dataclass(slots=True, eq=False)
-class Fence:
-    """Asks a partition's actor to stand still while another writer of this process (an
-    ack-and-push transaction) writes the partition, so that the partition keeps one writer.
-
-    The actor takes the fence in inbox order: every request queued before it is answered
-    first. It then answers :attr:`granted` with the route a live push would take now. Only on
-    :attr:`Route.DATABASE` does it stand still, until :attr:`released` is set; any other route
-    means "not now" (the database is away, maintenance mode, or spooled frames of the partition
-    wait for replay) and the actor goes on at once. The requester sets :attr:`released` when it
-    is done, whatever happened (also when it gave up before the grant: the actor then skips the
-    fence).
-    """
-
-    granted: Reply[Route] = field(default_factory=Reply)
-    released: trio.Event = field(default_factory=trio.Event)

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from queen.actors.messages import Reply
 from queen.model import PartitionKey
+from queen.primitives import Reply
 
 EnsureMany = Callable[[Sequence[PartitionKey]], Awaitable[list[int]]]
 

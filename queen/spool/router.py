@@ -15,12 +15,12 @@ import logging
 import time
 
 from queen.actors.messages import PushRequest
-from queen.actors.partition import Route
 from queen.broadcast import Signal
 from queen.frames import concat
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
 from queen.model import PartitionKey
+from queen.primitives import Route
 from queen.spool.format import SpoolRecord
 from queen.spool.index import SpoolIndex
 from queen.spool.scan import SpoolScanner

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import trio
 
-from queen.actors.messages import Reply
 from queen.metrics import Metrics
+from queen.primitives import Reply
 from queen.spool import files
 from queen.spool.format import SpoolRecord, encode
 from queen.spool.index import SpoolIndex
