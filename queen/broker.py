@@ -19,8 +19,6 @@ from typing import Any
 
 import trio
 
-from queen.actors.messages import ActorStopped, PushOutcome, PushRequest
-from queen.batcher import Batcher
 from queen.broadcast import Signal
 from queen.consume import requests
 from queen.consume.errors import ConsumeUnavailable
@@ -34,6 +32,9 @@ from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.model import PartitionKey, PushResultDict, Status
 from queen.primitives import Fence, Reply, ReplyGroup, Route
+from queen.push.batcher import Batcher
+from queen.push.messages import ActorStopped, PushOutcome, PushRequest
+from queen.push.supervisor import Supervisor
 from queen.records import TransactionRequest
 from queen.retention import RetentionLoop
 from queen.settings import Settings
@@ -45,7 +46,6 @@ from queen.storage.retention import PassOutcome
 from queen.storage.streams import PgStreamsStore
 from queen.streams.requests import CycleRequest
 from queen.streams.service import StreamsService
-from queen.supervisor import Supervisor
 
 log = logging.getLogger("queen.broker")
 

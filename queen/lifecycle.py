@@ -19,8 +19,6 @@ from pathlib import Path
 
 import trio
 
-from queen.actors.partition import WriteRouter
-from queen.batcher import Batcher
 from queen.broadcast import Signal
 from queen.broker import Broker, SpoolParts
 from queen.cipher import PayloadCipher, parse_key
@@ -29,6 +27,9 @@ from queen.encryption import QueueEncryption
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
+from queen.push.batcher import Batcher
+from queen.push.partition import WriteRouter
+from queen.push.supervisor import Supervisor
 from queen.retention import RetentionLoop
 from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolRouter, SpoolWriter
@@ -41,7 +42,6 @@ from queen.storage.pool import ConnectionPool
 from queen.storage.postgres import ForeignSchemaError, PgStore
 from queen.storage.retention import PgRetentionStore
 from queen.storage.spool import deleted_queues
-from queen.supervisor import Supervisor
 
 log = logging.getLogger("queen.broker")
 

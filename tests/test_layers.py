@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("storage", ("queen.storage",)),
     ("shared services", ("queen.health", "queen.maintenance", "queen.encryption")),
-    ("push path", ("queen.actors", "queen.batcher", "queen.supervisor")),
+    ("push path", ("queen.push",)),
     ("spool", ("queen.spool",)),
     ("consume", ("queen.consume", "queen.retention")),
     ("streams", ("queen.streams",)),

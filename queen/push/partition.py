@@ -9,7 +9,7 @@ It owns its partition's write path in this process:
   writes at once;
 - **coalescing**: requests that arrived during a write are packed, in arrival order, into the
   next segment;
-- the **first-wins rule inside a write** (:func:`queen.actors.policy.first_wins`); the probe of
+- the **first-wins rule inside a write** (:func:`queen.model.first_wins`); the probe of
   stored history and the offset counter are read and advanced under the partition's row lock by
   that write's transaction;
 - **encryption**: the payloads of live requests for an encrypted queue are sealed
@@ -45,12 +45,12 @@ from typing import Protocol
 
 import trio
 
-from queen.actors.messages import ActorStopped, PushOutcome, PushRequest
-from queen.actors.policy import coalesce_count
 from queen.encryption import QueueEncryption
 from queen.frames import concat
 from queen.model import PartitionKey, Status, first_wins
 from queen.primitives import Fence, Route, hand_over
+from queen.push.messages import ActorStopped, PushOutcome, PushRequest
+from queen.push.policy import coalesce_count
 from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
 
 log = logging.getLogger("queen.actors")
