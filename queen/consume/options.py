@@ -1,4 +1,5 @@
-"""Queue options (``POST /api/v1/configure``): defaults, validation and the wire form.
+"""Queue options (``POST /api/v1/configure``): validation (the defaults and the wire form are
+:class:`queen.records.QueueOptions` and :func:`queen.records.options_to_wire`).
 
 Pure: no I/O. Configure is an upsert that overwrites every option, so a key missing from a call
 goes back to its default. Unknown keys are ignored (clients send extras); ``null`` counts as

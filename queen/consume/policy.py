@@ -17,7 +17,7 @@ def parse_timestamp(text: str) -> datetime:
 
 
 def subscription_of(mode: str | None, start_from: str | None) -> Subscription:
-    """The subscription a pop asks for (contract §3).
+    """The subscription a pop asks for.
 
     A non-empty ``subscriptionFrom`` other than ``now`` starts at that timestamp; else mode
     ``new``/``new-only`` or ``subscriptionFrom=now`` starts now; else from the beginning: any

@@ -96,7 +96,7 @@ def pop_request(
     partition: str | None = None,
     max_batch: int,
 ) -> PopRequest:
-    """Read the query parameters of a pop route (contract §3)."""
+    """Read the query parameters of a pop route."""
     checked_queue = name(queue, "queue", required=False)
     namespace = name(args.get("namespace"), "namespace", required=False) or ""
     task = name(args.get("task"), "task", required=False) or ""
@@ -199,7 +199,7 @@ def ack_batch(body: Any) -> list[AckItem]:
 
 
 def transaction_request(body: Any) -> TransactionRequest:
-    """``POST /api/v1/transaction`` (contract §6). Push items keep their ``traceId``."""
+    """``POST /api/v1/transaction``. Push items keep their ``traceId``."""
     if type(body) is not dict:
         raise InvalidRequest("body must be a JSON object")
     for rider in ("kv", "timers"):

@@ -1,4 +1,4 @@
-"""What a pop delivers, and its wire shape (contract §3)."""
+"""What a pop delivers, and its wire shape."""
 
 from __future__ import annotations
 

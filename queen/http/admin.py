@@ -1,4 +1,4 @@
-"""Queue, DLQ and pop-maintenance routes (contract §1, §9, §10).
+"""Queue, DLQ and pop-maintenance routes.
 
 Thin: validate with :mod:`queen.consume.requests`, call the broker, shape the answer.
 """

@@ -1,4 +1,4 @@
-"""Consume routes: pop, ack, lease extension, transaction (contract §3 to §7).
+"""Consume routes: pop, ack, lease extension, transaction.
 
 Thin: read the request, validate it with :mod:`queen.consume.requests`, call the broker's
 consume service, shape the answer. An empty pop answers 204. Path parameters arrive

@@ -1,4 +1,4 @@
-"""Consumer-group routes (contract §8): delete a group everywhere or on one queue, move its
+"""Consumer-group routes: delete a group everywhere or on one queue, move its
 subscription, seek it on a queue or a partition.
 
 Thin: validate with :mod:`queen.consume.requests`, call the broker, shape the answer.

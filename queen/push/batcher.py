@@ -20,8 +20,10 @@ partition. After a commit, the commit listeners run (the consume side wakes wait
 
 The batcher owns its nursery, where the transactions run. Cancelling it (the last phase of
 shutdown, once accepted pushes had their grace period) stops the gathering loop and the
-transactions' waits; a transaction cancelled mid-way closes its connection, so the server rolls
-it back unless it had already committed, and its actors answer ``failed``.
+transactions' waits. A transaction cancelled mid-way closes its connection, which is not a
+rollback: PostgreSQL finishes a statement it has received (it notices the closed connection
+only when it answers), so the write may well be stored though its actors answer ``failed``; a
+producer that retries with the same transaction ids gets ``duplicate`` within the dedup window.
 """
 
 from __future__ import annotations
