@@ -139,7 +139,11 @@ async def open_broker(
             retention: RetentionLoop | None = None
             if isinstance(opened, PgStore):  # the consume side and retention need PostgreSQL
                 consume = ConsumeService(
-                    PgConsumeStore(opened.pool), settings, metrics, encryption=encryption
+                    PgConsumeStore(opened.pool),
+                    settings,
+                    metrics,
+                    switches=maintenance,
+                    encryption=encryption,
                 )
                 batcher.add_commit_listener(consume.on_commit)
                 await supervisor.start_loop("push-listener", consume.run)

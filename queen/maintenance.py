@@ -1,14 +1,18 @@
-"""Maintenance mode: a switch shared by every broker process through the database.
+"""The admin switches shared by every broker process through the database, in one cache.
 
-While it is on, every push is spooled and answers ``buffered``, and the spool is not replayed,
-so an operator can take the database away without producers failing. Turning it off lets the
-replay drain the spool.
+**Maintenance mode** (``maintenance_mode``): while it is on, every push is spooled and answers
+``buffered``, and the spool is not replayed, so an operator can take the database away without
+producers failing. Turning it off lets the replay drain the spool.
 
-The value lives in ``queen.system_state`` under ``maintenance_mode``. Every process keeps a
-cached copy, refreshed every ``refresh_s`` while the database is reachable, so reading the
-switch never needs the database (and keeps working during an outage). Setting it writes the
-database first, then the cache; if the database cannot be written, the switch is unchanged and
-the caller gets :class:`queen.storage.base.StoreError`.
+**Pop maintenance** (``pop_maintenance_mode``): while it is on, every pop answers "nothing"
+at once (HTTP 204) and waiting pops are woken to answer so.
+
+Both live in ``queen.system_state`` (value ``{"enabled": bool}``). Every process keeps one
+cached copy of both, loaded at start and refreshed every ``refresh_s`` while the database is
+reachable, so reading a switch never needs the database (and keeps working during an outage;
+a refresh that fails keeps the last known values). Setting a switch writes the database first,
+then the cache; if the database cannot be written, the switch is unchanged and the caller gets
+:class:`queen.storage.base.StoreError`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from queen.storage.base import StateStore, StoreError
 log = logging.getLogger("queen.maintenance")
 
 KEY = "maintenance_mode"
+POP_KEY = "pop_maintenance_mode"
 
 
 class MaintenanceSwitch:
@@ -31,17 +36,26 @@ class MaintenanceSwitch:
         self._refresh_s = refresh_s
         self._changed = changed
         self._enabled = False
+        self._pop_enabled = False
 
     @property
     def enabled(self) -> bool:
+        """Whether maintenance mode (pushes to the spool) is on."""
         return self._enabled
 
+    @property
+    def pop_enabled(self) -> bool:
+        """Whether pop maintenance (every pop answers nothing) is on."""
+        return self._pop_enabled
+
     async def load(self) -> None:
-        """Read the stored value (start-up, and every refresh)."""
+        """Read the stored values (start-up, and every refresh)."""
         if self._store is None:
             return
-        value = await self._store.get_state(KEY)
-        self._apply(bool(value.get("enabled")) if isinstance(value, dict) else False)
+        pushes = _enabled(await self._store.get_state(KEY))
+        pops = _enabled(await self._store.get_state(POP_KEY))
+        self._apply(pushes)
+        self._apply_pop(pops)
 
     async def set(self, enabled: bool) -> None:
         if self._store is None:
@@ -49,6 +63,16 @@ class MaintenanceSwitch:
             return
         await self._store.set_state(KEY, {"enabled": enabled})
         self._apply(enabled)
+
+    async def set_pop(self, enabled: bool) -> None:
+        if self._store is not None:
+            await self._store.set_state(POP_KEY, {"enabled": enabled})
+        self._apply_pop(enabled)
+
+    def _apply_pop(self, enabled: bool) -> None:
+        if enabled != self._pop_enabled:
+            self._pop_enabled = enabled
+            log.warning("pop maintenance %s", "ON: pops answer nothing" if enabled else "OFF")
 
     def _apply(self, enabled: bool) -> None:
         if enabled != self._enabled:
@@ -59,7 +83,7 @@ class MaintenanceSwitch:
     async def run(
         self, *, task_status: trio.TaskStatus[MaintenanceSwitch] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Refresh the cached value until cancelled; failures keep the last known value."""
+        """Refresh the cached values until cancelled; failures keep the last known values."""
         task_status.started(self)
         while True:
             await trio.sleep(self._refresh_s)
@@ -67,3 +91,7 @@ class MaintenanceSwitch:
                 await self.load()
             except StoreError as exc:
                 log.debug("maintenance switch not refreshed: %s", exc)
+
+
+def _enabled(value: object) -> bool:
+    return isinstance(value, dict) and bool(value.get("enabled"))

@@ -8,7 +8,9 @@ import pytest
 import trio
 import trio.testing
 
+from queen.broadcast import Signal
 from queen.consume.service import ConsumeService
+from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.records import PopRequest
 from queen.settings import Settings
@@ -28,7 +30,8 @@ async def _service(
     settings = Settings(
         database_url="memory://", file_buffer_dir=str(tmp_path), pop_recheck_ms=recheck_ms
     )
-    service = ConsumeService(store, settings, Metrics())  # type: ignore[arg-type]
+    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=Signal())  # type: ignore[arg-type]
+    service = ConsumeService(store, settings, Metrics(), switches=switches)  # type: ignore[arg-type]
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
         yield service
@@ -142,7 +145,40 @@ async def test_pop_maintenance_answers_nothing_without_querying(
 ) -> None:
     store.add("q")
     await service.set_pop_maintenance(True)
+    assert store.state["pop_maintenance_mode"] == {"enabled": True}
     assert not await service.pop(PopRequest(queue="q"))
     assert store.pop_calls == 0
     await service.set_pop_maintenance(False)
     assert await service.pop(PopRequest(queue="q"))
+
+
+async def test_pop_maintenance_wakes_the_waiting_pops_to_answer_nothing(
+    service: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def pop() -> None:
+            results.append(await service.pop(_waiting_pop("q")))
+
+        nursery.start_soon(pop)
+        await trio.testing.wait_all_tasks_blocked()
+        store.add("q")  # unannounced: only the re-check at the deadline would find it
+        await service.set_pop_maintenance(True)
+    assert not results[0]
+    assert trio.current_time() < TIMEOUT_MS / 1000
+    assert store.pop_calls == 1
+
+
+async def test_one_cache_holds_both_switches_set_by_another_process(
+    store: MemoryConsumeStore,
+) -> None:
+    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=Signal())  # type: ignore[arg-type]
+    store.state["pop_maintenance_mode"] = {"enabled": True}
+    store.state["maintenance_mode"] = {"enabled": True}
+    assert not switches.pop_enabled and not switches.enabled  # no read on the way
+    await switches.load()
+    assert switches.pop_enabled and switches.enabled
+    store.state["pop_maintenance_mode"] = {"enabled": False}
+    await switches.load()
+    assert not switches.pop_enabled and switches.enabled

@@ -1,12 +1,12 @@
 """The consume side: queue options, pops with leases and long polls, acks, transactions, the
-dead letter queue, consumer groups and the pop maintenance switch.
+dead letter queue, consumer groups and pop maintenance (its switch is cached with the other
+admin switch in :mod:`queen.maintenance`).
 
 - :mod:`queen.consume.options`, :mod:`~queen.consume.policy`, :mod:`~queen.consume.requests`:
   pure rules and validation.
 - :mod:`queen.consume.service`: :class:`ConsumeService`, what the broker delegates to.
 - :mod:`queen.consume.wakeups`: how a waiting pop is woken (by this process's commits, and by
   other processes' pushes through :mod:`queen.storage.listener`).
-- :mod:`queen.consume.switches`: admin switches shared through the database.
 - Storage: :class:`queen.storage.consume.ConsumeStore` (``queen/storage/consume.sql`` on
   PostgreSQL); the values both sides share are in :mod:`queen.records`.
 """

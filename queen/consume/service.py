@@ -41,12 +41,12 @@ from queen.consume import requests
 from queen.consume.errors import InvalidRequest, NotFound
 from queen.consume.policy import iso_of_uuid7, iso_utc, pop_sizing
 from queen.consume.results import PopResult
-from queen.consume.switches import POP_MAINTENANCE, Switches
 from queen.consume.tracing import Traces
 from queen.consume.wakeups import Wakeups
 from queen.encryption import QueueEncryption
 from queen.ids import mint_id
 from queen.intake import decode_json
+from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.records import (
     AckItem,
@@ -75,6 +75,7 @@ class ConsumeService:
         settings: Settings,
         metrics: Metrics,
         *,
+        switches: MaintenanceSwitch,
         encryption: QueueEncryption | None = None,
     ) -> None:
         self.store = store
@@ -82,7 +83,7 @@ class ConsumeService:
         self.settings = settings
         self.metrics = metrics
         self.wakeups = Wakeups()
-        self.switches = Switches(store, cache_s=settings.system_state_cache_ms / 1000)
+        self.switches = switches
         self.traces = Traces(store.trace_store())
         self.listener: PushListener | None = None
         self._recheck_s = max(_MIN_RECHECK_S, settings.pop_recheck_ms / 1000)
@@ -153,7 +154,7 @@ class ConsumeService:
         self.metrics.pop_requests += 1
         result = PopResult(request.consumer_group, sizing=sizing if request.autopilot else None)
         deadline = trio.current_time() + request.timeout_ms / 1000
-        while not self._closing and not await self.switches.enabled(POP_MAINTENANCE):
+        while not self._closing and not self.switches.pop_enabled:
             ticket = self.wakeups.ticket(request.queue)
             lease_id = "" if request.auto_ack else mint_id()
             delivered, expires_at = await self.store.pop(request, sizing, lease_id or None)
@@ -261,7 +262,7 @@ class ConsumeService:
     # --- acks and leases ---------------------------------------------------------------------
 
     async def ack(self, items: Sequence[AckItem]) -> list[dict[str, Any]]:
-        """One result per item, in order (contract §4/§5). A refused item is success false."""
+        """One result per item, in order; a refused item has success false."""
         outcomes = await self.store.ack(items)
         self.metrics.acks += len(outcomes)
         self.metrics.acks_refused += sum(not o.success for o in outcomes)
@@ -293,7 +294,7 @@ class ConsumeService:
     async def transaction(
         self, request: TransactionRequest, producer_sub: str | None = None
     ) -> dict[str, Any]:
-        """Apply acks and pushes atomically; the answer is contract §6's dict."""
+        """Apply acks and pushes atomically; one result per item, in order."""
         for push in request.pushes:
             for batch in push.prepared.batches:
                 self.encryption.seal(batch.key.queue, [batch])
@@ -449,10 +450,11 @@ class ConsumeService:
     # --- pop maintenance ---------------------------------------------------------------------
 
     async def pop_maintenance(self) -> dict[str, Any]:
-        return _maintenance_wire(await self.switches.enabled(POP_MAINTENANCE))
+        await trio.lowlevel.checkpoint()
+        return _maintenance_wire(self.switches.pop_enabled)
 
     async def set_pop_maintenance(self, enabled: bool) -> dict[str, Any]:
-        await self.switches.set(POP_MAINTENANCE, enabled)
+        await self.switches.set_pop(enabled)
         if enabled:
             self.wakeups.fire_all()  # waiting pops answer now
         return _maintenance_wire(enabled)
