@@ -66,7 +66,7 @@ async def throughput(broker: Broker, args: argparse.Namespace) -> None:
             if not result:
                 continue
             answers = await broker.ack(result.messages, consumer_group="bench")
-            assert all(a["success"] for a in answers)
+            assert all(a.success for a in answers)
             consumed += len(answers)
 
     async with trio.open_nursery() as nursery:

@@ -23,7 +23,14 @@ from queen.broadcast import Signal
 from queen.consume import requests
 from queen.consume.errors import ConsumeUnavailable
 from queen.consume.options import parse_options
-from queen.consume.results import PopResult
+from queen.consume.results import (
+    AckResult,
+    LeaseExtension,
+    PopResult,
+    QueueConfigured,
+    QueueDeleted,
+    TransactionResult,
+)
 from queen.consume.service import ConsumeService
 from queen.encryption import QueueEncryption
 from queen.health import DatabaseHealth
@@ -142,7 +149,7 @@ class Broker:
         *,
         namespace: str | None = None,
         task: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> QueueConfigured:
         """Create or reconfigure ``queue`` (``POST /api/v1/configure``); options missing from
         ``options`` go back to their defaults."""
         checked = requests.name(queue, "queue")
@@ -154,7 +161,7 @@ class Broker:
             parse_options(options),
         )
 
-    async def delete_queue(self, queue: str) -> dict[str, Any]:
+    async def delete_queue(self, queue: str) -> QueueDeleted:
         checked = requests.name(queue, "queue")
         assert checked is not None
         return await self.consume.delete_queue(checked)
@@ -200,7 +207,7 @@ class Broker:
 
     async def ack(
         self, acks: dict[str, Any] | Sequence[dict[str, Any]], *, consumer_group: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[AckResult]:
         """Acknowledge popped messages (dicts as :attr:`PopResult.messages` holds them, with an
         optional ``status`` (default ``completed``) and ``error``). One result per ack."""
         many = [acks] if isinstance(acks, dict) else list(acks)
@@ -212,7 +219,7 @@ class Broker:
         ]
         return await self.consume.ack(items)
 
-    async def extend_lease(self, lease_id: str, seconds: int | None = None) -> dict[str, Any]:
+    async def extend_lease(self, lease_id: str, seconds: int | None = None) -> LeaseExtension:
         """Extend a lease by ``seconds`` (default: the queue's lease time)."""
         return await self.consume.extend_lease(
             requests.lease_id(lease_id), requests.lease_seconds({"seconds": seconds})
@@ -224,7 +231,7 @@ class Broker:
         *,
         required_leases: list[str] | None = None,
         producer_sub: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> TransactionResult:
         """Apply ack and push operations atomically (``POST /api/v1/transaction``)."""
         request = requests.transaction_request(
             {"operations": operations, "requiredLeases": required_leases or []}
@@ -233,7 +240,7 @@ class Broker:
 
     async def transact(
         self, request: TransactionRequest, producer_sub: str | None = None
-    ) -> dict[str, Any]:
+    ) -> TransactionResult:
         """Apply a validated transaction while the actors of its pushed partitions stand
         still, so those partitions keep one writer in this process and their spooled backlog
         keeps its place. Raises :class:`PartitionsBusy` when a partition cannot be written to

@@ -281,9 +281,10 @@ async def test_embedding_api_acks_with_statuses_and_extends(broker: Broker, queu
     await broker.push([{"queue": queue, "payload": n} for n in range(2)])
     popped = await broker.pop(queue, batch=2)
     renewal = await broker.extend_lease(popped.lease_id, 30)
-    assert renewal["success"] is True and renewal["renewed"] == 1
+    assert renewal.success is True and renewal.renewed == 1 and renewal.expires_at is not None
     first, second = popped.messages
     answers = await broker.ack([{**first, "status": "dlq", "error": "bad"}, second])
-    assert [a["dlq"] for a in answers] == [True, False]
+    assert [a.dlq for a in answers] == [True, False]
     page = await broker.consume.dlq(dlq_query({"queue": queue}))
-    assert [m["errorMessage"] for m in page["messages"]] == ["bad"]
+    assert [m.entry.error_message for m in page.messages] == ["bad"]
+    assert [m.data for m in page.messages] == [0]

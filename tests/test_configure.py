@@ -166,10 +166,10 @@ async def test_sql_cleanup_by_name_also_removes_consumer_state(
 
 async def test_embedding_api_configures_and_deletes(broker: Broker, queue: str) -> None:
     answer = await broker.configure(queue, {"leaseTime": 12}, namespace="ns")
-    assert answer["options"]["leaseTime"] == 12 and answer["namespace"] == "ns"
+    assert answer.options.lease_time_s == 12 and answer.namespace == "ns"
     with pytest.raises(InvalidRequest, match=r"options\.retryLimit"):
         await broker.configure(queue, {"retryLimit": -1})
-    assert (await broker.delete_queue(queue))["existed"] is True
+    assert (await broker.delete_queue(queue)).existed is True
 
 
 async def test_delete_queue_with_a_bad_name_is_a_400(api: Api) -> None:

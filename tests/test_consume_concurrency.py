@@ -80,7 +80,7 @@ async def consumer(
         await trio.lowlevel.checkpoint()  # let the others try while this batch is held
         ledger.release(messages)
         answers = await broker.ack(messages, consumer_group=group)
-        assert all(a["success"] for a in answers), answers
+        assert all(a.success for a in answers), answers
         ledger.done += len(messages)
 
 
@@ -136,7 +136,7 @@ async def test_a_dead_consumers_batch_is_redelivered_after_its_lease_expires(
     assert [o for o, _ in redelivered] == list(range(PER_PARTITION))
     assert [m for _, m in redelivered[:5]] == [m["id"] for m in dead.messages]
     stale = await broker.ack(dead.messages[0], consumer_group="g")
-    assert stale[0]["error"] == "Invalid or expired lease"
+    assert stale[0].error == "Invalid or expired lease"
 
 
 async def test_transactions_pushes_and_pops_together_never_deadlock(
@@ -181,7 +181,7 @@ async def test_transactions_pushes_and_pops_together_never_deadlock(
                     }
                 )
                 answer = await broker.transaction(ops)
-                assert answer["success"], answer
+                assert answer.success, answer
                 moved += len(popped.messages)
 
         async def pusher(broker: Broker, seed: int) -> None:

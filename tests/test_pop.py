@@ -314,8 +314,8 @@ async def test_embedding_api_pops_and_acks(broker: Broker, queue: str) -> None:
     assert [m["data"] for m in result.messages] == [{"n": 0}, {"n": 1}]
     assert result.lease_id and result.partitions_claimed == 1
     answers = await broker.ack(result.messages)
-    assert [a["success"] for a in answers] == [True, True]
-    assert answers[-1]["leaseReleased"] is True
+    assert [a.success for a in answers] == [True, True]
+    assert answers[-1].lease_released is True
     rest = await broker.pop(queue, consumer_group="lib", auto_ack=True)
     assert [m["data"] for m in rest.messages] == [{"n": 2}]
     assert not await broker.pop(queue, consumer_group="lib", wait=True, timeout_ms=0)

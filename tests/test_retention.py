@@ -132,7 +132,7 @@ async def test_completed_retention_waits_for_every_consumer_group(
             for m in popped.messages
         ]
         results = await broker.ack(acks, consumer_group=group)
-        assert all(r["success"] for r in results)
+        assert all(r.success for r in results)
 
     await consume_all(None)
     others = await broker.pop(queue, consumer_group="audit", batch=1, wait=False)
@@ -169,7 +169,7 @@ async def test_retention_never_breaks_a_live_lease(broker: Broker, queue: str, d
             }
         ]
     )
-    assert acked[0]["success"]
+    assert acked[0].success
     assert (await broker.run_retention_pass()).segments == 1  # now it may go
 
 
@@ -258,7 +258,7 @@ async def test_retention_during_live_traffic_loses_nothing_in_its_time(
                 }
                 for m in popped.messages
             ]
-            assert all(r["success"] for r in await broker.ack(acks))
+            assert all(r.success for r in await broker.ack(acks))
         done.set()
 
     async def retention() -> None:

@@ -227,7 +227,7 @@ async def test_embedding_api_transaction(broker: Broker, queue: str) -> None:
         ],
         producer_sub="svc",
     )
-    assert answer["success"] is True
+    assert answer.success is True
     out = await broker.pop(f"{queue}-out")
     assert [(m["data"], m["traceId"], m["producerSub"]) for m in out.messages] == [
         ("out", TRACE, "svc")
@@ -281,7 +281,7 @@ async def test_transaction_push_waits_for_the_partition_actors_write(
         # went ahead and committed.
         await _eventually(lambda: actor.pending > 0 or "tx" in done)
         gate.set()
-    assert done["tx"]["success"] is True and done["live"][0]["status"] == "queued"
+    assert done["tx"].success is True and done["live"][0]["status"] == "queued"
     frames = await db.frames(queue, "p")
     assert [(f["offset"], f["transaction_id"]) for f in frames] == [
         (0, "warm"),

@@ -1,4 +1,8 @@
-"""What a pop delivers, and its wire shape."""
+"""What the consume side answers: typed values (HTTP renders them in :mod:`queen.http.render`).
+
+:class:`PopResult` also keeps the shape of its messages for the embedding API, where popped
+messages are dicts that :meth:`queen.broker.Broker.ack` takes back.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ import orjson
 
 from queen.consume.policy import iso_of_uuid7, iso_utc
 from queen.intake import decode_json
-from queen.records import Delivered, Sizing
+from queen.records import Delivered, QueueOptions, Sizing
+from queen.storage.consume import DlqEntry
 
 
 @dataclass(slots=True)
@@ -85,3 +90,150 @@ class PopResult:
                 "waitMs": 0,
             }
         return body
+
+
+# --- the other answers of the consume side (rendered for HTTP by queen.http.render) ----------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfigured:
+    queue_id: int
+    partition_id: int  # the queue's default partition
+    queue: str
+    namespace: str
+    task: str
+    options: QueueOptions
+    warning: str | None = None  # set when the options ask for what this broker cannot do
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeleted:
+    queue: str
+    existed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    """The verdict on one acknowledgment; ``success`` False means refused (``error`` says
+    why), never applied in part."""
+
+    index: int
+    transaction_id: str
+    success: bool
+    error: str | None
+    queue: str | None
+    partition: str | None
+    lease_released: bool
+    dlq: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseExtension:
+    lease_id: str
+    state: str  # renewed, expired, missing, or not active
+    renewed: int  # partitions whose lease was extended
+    expires_at: datetime | None
+
+    @property
+    def success(self) -> bool:
+        return self.state == "renewed"
+
+    @property
+    def error(self) -> str | None:
+        return {
+            "renewed": None,
+            "expired": "Lease already expired",
+            "missing": "Lease not found",
+        }.get(self.state, "Lease not active")
+
+
+@dataclass(frozen=True, slots=True)
+class TxAckResult:
+    """An ack of a transaction. ``verdict`` None: not judged, the transaction failed first."""
+
+    index: int
+    transaction_id: str
+    verdict: AckResult | None
+
+
+@dataclass(frozen=True, slots=True)
+class TxPushResult:
+    index: int
+    transaction_id: str
+    message_id: str  # the stored message, or the one this push duplicates
+    duplicate: bool
+    partition_id: int | None
+    queue: str
+    partition: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionResult:
+    """One result per operation, in request order. When ``success`` is False nothing was
+    applied: every operation that would have succeeded reports so with ``ROLLED_BACK``."""
+
+    transaction_id: str
+    success: bool
+    error: str | None
+    results: list[TxAckResult | TxPushResult]
+
+
+ROLLED_BACK = "not applied: the transaction was rolled back"
+
+
+@dataclass(frozen=True, slots=True)
+class DlqMessage:
+    """A dead letter with its payload decoded (``data``); ``decryption_error`` is set, and
+    ``data`` None, when its payload could not be decrypted."""
+
+    entry: DlqEntry
+    data: Any
+    decryption_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DlqPage:
+    messages: list[DlqMessage]
+    total: int
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDeleted:
+    consumer_group: str
+    deleted_partitions: int
+    metadata_deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDeletedOnQueue:
+    consumer_group: str
+    queue: str
+    deleted_partitions: int
+    metadata_deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SeekResult:
+    """Where a group was moved. ``partition`` None: every partition of the queue."""
+
+    consumer_group: str
+    queue: str
+    to_end: bool
+    at: datetime | None
+    partition: str | None
+    updated: int  # cursors moved
+    moved_to: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionMoved:
+    consumer_group: str
+    at: datetime
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class PopMaintenance:
+    enabled: bool

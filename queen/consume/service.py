@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import trio
@@ -39,8 +39,24 @@ import trio
 from queen.cipher import PREFIX, PayloadUnreadable
 from queen.consume import requests
 from queen.consume.errors import InvalidRequest, NotFound
-from queen.consume.policy import iso_of_uuid7, iso_utc, pop_sizing
-from queen.consume.results import PopResult
+from queen.consume.policy import pop_sizing
+from queen.consume.results import (
+    AckResult,
+    DlqMessage,
+    DlqPage,
+    GroupDeleted,
+    GroupDeletedOnQueue,
+    LeaseExtension,
+    PopMaintenance,
+    PopResult,
+    QueueConfigured,
+    QueueDeleted,
+    SeekResult,
+    SubscriptionMoved,
+    TransactionResult,
+    TxAckResult,
+    TxPushResult,
+)
 from queen.consume.tracing import Traces
 from queen.consume.wakeups import Wakeups
 from queen.encryption import QueueEncryption
@@ -56,7 +72,6 @@ from queen.records import (
     QueueOptions,
     SeekTarget,
     TransactionRequest,
-    options_to_wire,
 )
 from queen.settings import Settings
 from queen.storage.base import SegmentWrite, StoreError, WriteResult
@@ -112,29 +127,21 @@ class ConsumeService:
 
     async def configure(
         self, queue: str, namespace: str, task: str, options: QueueOptions
-    ) -> dict[str, Any]:
+    ) -> QueueConfigured:
         queue_id, partition_id = await self.store.configure(queue, namespace, task, options)
         self.encryption.configured(queue, options.encryption_enabled)
-        answer = {
-            "configured": True,
-            "queueId": str(queue_id),
-            "partitionId": str(partition_id),
-            "queue": queue,
-            "namespace": namespace,
-            "task": task,
-            "options": options_to_wire(options),
-        }
+        warning = None
         if options.encryption_enabled and self.encryption.cipher is None:
-            answer["warning"] = (
+            warning = (
                 "encryptionEnabled is set but QUEEN_ENCRYPTION_KEY is not set: payloads of "
                 "this queue are stored in plaintext"
             )
-        return answer
+        return QueueConfigured(queue_id, partition_id, queue, namespace, task, options, warning)
 
-    async def delete_queue(self, queue: str) -> dict[str, Any]:
+    async def delete_queue(self, queue: str) -> QueueDeleted:
         existed = await self.store.delete_queue(queue)
         self.encryption.deleted(queue)
-        return {"deleted": True, "queue": queue, "existed": existed}
+        return QueueDeleted(queue, existed)
 
     # --- pop ---------------------------------------------------------------------------------
 
@@ -261,39 +268,24 @@ class ConsumeService:
 
     # --- acks and leases ---------------------------------------------------------------------
 
-    async def ack(self, items: Sequence[AckItem]) -> list[dict[str, Any]]:
+    async def ack(self, items: Sequence[AckItem]) -> list[AckResult]:
         """One result per item, in order; a refused item has success false."""
         outcomes = await self.store.ack(items)
         self.metrics.acks += len(outcomes)
         self.metrics.acks_refused += sum(not o.success for o in outcomes)
         self.metrics.acks_dlq += sum(o.dlq for o in outcomes)
         self.wakeups.fire({o.queue for o in outcomes if o.lease_released and o.queue})
-        return [_ack_wire(item, o) for item, o in zip(items, outcomes, strict=True)]
+        return [_ack_result(item, o) for item, o in zip(items, outcomes, strict=True)]
 
-    async def extend_lease(self, lease_id: str, seconds: int | None) -> dict[str, Any]:
+    async def extend_lease(self, lease_id: str, seconds: int | None) -> LeaseExtension:
         renewed, expires_at, state = await self.store.extend_lease(lease_id, seconds)
-        expiry = iso_utc(expires_at) if expires_at is not None else None
-        error = {
-            "renewed": None,
-            "expired": "Lease already expired",
-            "missing": "Lease not found",
-        }.get(state, "Lease not active")
-        return {
-            "index": 0,
-            "leaseId": lease_id,
-            "success": state == "renewed",
-            "error": error,
-            "renewed": renewed,
-            "expiresAt": expiry,
-            "newExpiresAt": expiry,
-            "lease_expires_at": expiry,
-        }
+        return LeaseExtension(lease_id, state, renewed, expires_at)
 
     # --- transactions ------------------------------------------------------------------------
 
     async def transaction(
         self, request: TransactionRequest, producer_sub: str | None = None
-    ) -> dict[str, Any]:
+    ) -> TransactionResult:
         """Apply acks and pushes atomically; one result per item, in order."""
         for push in request.pushes:
             for batch in push.prepared.batches:
@@ -301,94 +293,58 @@ class ConsumeService:
         outcome = await self.store.transact(request, producer_sub)
         self.metrics.transactions += 1
         self.metrics.transactions_failed += not outcome.ok
-        results: list[dict[str, Any]] = [{} for _ in range(request.size)]
+        results: list[TxAckResult | TxPushResult | None] = [None] * request.size
         judged = {a.index: a for a in outcome.acks}
         for tx_ack in request.acks:
-            verdict = judged.get(tx_ack.index)
-            entry = {"index": tx_ack.index, "type": "ack"}
-            if verdict is None:  # not judged: the transaction failed before the acks
-                entry.update(transactionId=tx_ack.item.transaction_id, success=True, dlq=False)
-            else:
-                entry.update(_ack_wire(tx_ack.item, verdict))
-            results[tx_ack.index] = entry
+            verdict = judged.get(tx_ack.index)  # None: the transaction failed before the acks
+            results[tx_ack.index] = TxAckResult(
+                tx_ack.index,
+                tx_ack.item.transaction_id,
+                None if verdict is None else _ack_result(tx_ack.item, verdict),
+            )
         for frame in outcome.pushed:
-            message_id = frame.duplicate_of or frame.message_id
-            results[frame.index] = {
-                "index": frame.index,
-                "type": "push",
-                "success": True,
-                "status": "duplicate" if frame.duplicate_of else "queued",
-                "transactionId": frame.transaction_id,
-                "messageId": message_id,
-                "message_id": message_id,
-                "partitionId": str(frame.partition_id) if frame.partition_id else None,
-                "queueName": frame.key.queue,
-                "partition": frame.key.partition,
-                "error": None,
-            }
-        body: dict[str, Any] = {"transactionId": mint_id(), "success": outcome.ok}
+            results[frame.index] = TxPushResult(
+                index=frame.index,
+                transaction_id=frame.transaction_id,
+                message_id=frame.duplicate_of or frame.message_id,
+                duplicate=frame.duplicate_of is not None,
+                partition_id=frame.partition_id or None,
+                queue=frame.key.queue,
+                partition=frame.key.partition,
+            )
         if outcome.ok:
             self.wakeups.fire(
                 {f.key.queue for f in outcome.pushed}
                 | {a.queue for a in outcome.acks if a.lease_released and a.queue}
             )
-        else:
-            body["error"] = _transaction_error(outcome)
-            for entry in results:
-                if entry.get("success"):
-                    entry["success"] = False
-                    entry["error"] = "not applied: the transaction was rolled back"
-        body["results"] = results
-        return body
+        return TransactionResult(
+            transaction_id=mint_id(),
+            success=outcome.ok,
+            error=None if outcome.ok else _transaction_error(outcome),
+            results=[r for r in results if r is not None],
+        )
 
     # --- dead letter queue and consumer groups -----------------------------------------------
 
-    async def dlq(self, query: DlqQuery) -> dict[str, Any]:
+    async def dlq(self, query: DlqQuery) -> DlqPage:
         total, entries = await self.store.dlq_page(query)
         messages = []
         for e in entries:
-            error: str | None = None
             try:
                 data = decode_json(self.encryption.open(e.payload, e.message_id).encode())
             except PayloadUnreadable as exc:
-                data, error = None, str(exc)
-            message = {
-                "id": e.message_id,
-                "transactionId": e.transaction_id,
-                "partitionId": str(e.partition_id),
-                "queue": e.queue,
-                "partition": e.partition,
-                "consumerGroup": e.consumer_group,
-                "errorMessage": e.error_message,
-                "retryCount": e.retry_count,
-                "data": data,
-                "producerSub": e.producer_sub,
-                "traceId": e.trace_id,
-                "createdAt": iso_of_uuid7(e.message_id),
-                "failedAt": iso_utc(e.failed_at),
-                "offset": e.offset,
-            }
-            if error is not None:
-                message["decryptionError"] = error
-            messages.append(message)
-        return {
-            "messages": messages,
-            "total": total,
-            "pagination": {"limit": query.limit, "offset": query.offset},
-        }
+                messages.append(DlqMessage(e, None, str(exc)))
+            else:
+                messages.append(DlqMessage(e, data))
+        return DlqPage(messages, total, query.limit, query.offset)
 
-    async def delete_consumer_group(self, group: str, delete_metadata: bool) -> dict[str, Any]:
+    async def delete_consumer_group(self, group: str, delete_metadata: bool) -> GroupDeleted:
         deleted = await self.store.delete_consumer_group(group, delete_metadata)
-        return {
-            "success": True,
-            "consumerGroup": group,
-            "deletedPartitions": deleted,
-            "metadataDeleted": delete_metadata,
-        }
+        return GroupDeleted(group, deleted, delete_metadata)
 
     async def delete_consumer_group_on_queue(
         self, group: str, queue: str, delete_metadata: bool = True
-    ) -> dict[str, Any]:
+    ) -> GroupDeletedOnQueue:
         """Forget ``group`` on ``queue`` only (its cursors, leases, pending failures and, with
         ``delete_metadata``, its subscription there). An unknown queue deletes nothing."""
         group, queue = _name(group, "consumer group"), _name(queue, "queue")
@@ -397,17 +353,11 @@ class ConsumeService:
         )
         if deleted:
             self.wakeups.fire({queue})  # its leases are gone: its waiting pops may go on
-        return {
-            "success": True,
-            "consumerGroup": group,
-            "queueName": queue,
-            "deletedPartitions": deleted,
-            "metadataDeleted": metadata,
-        }
+        return GroupDeletedOnQueue(group, queue, deleted, metadata)
 
     async def seek(
         self, group: str, queue: str, target: SeekTarget, partition: str | None = None
-    ) -> dict[str, Any]:
+    ) -> SeekResult:
         """Move ``group`` on ``queue`` (or on one ``partition``) to the end or to a time; its
         leases there are released. Raises :class:`NotFound` for an unknown queue/partition."""
         group, queue = _name(group, "consumer group"), _name(queue, "queue")
@@ -423,54 +373,38 @@ class ConsumeService:
         if not done.partition_found:
             raise NotFound(f"partition {partition} not found in queue {queue}")
         self.wakeups.fire({queue})  # released leases and a cursor moved back: pops may go on
-        body: dict[str, Any] = {
-            "success": True,
-            "consumerGroup": group,
-            "queueName": queue,
-            "seekToEnd": target.to_end,
-            "targetTimestamp": iso_utc(target.at) if target.at is not None else None,
-        }
-        if partition is None:
-            body["partitionsUpdated"] = done.updated
-        else:
-            body["partitionName"] = partition
-            body["updated"] = done.updated > 0
-            body["cursorMovedTo"] = iso_utc(done.moved_to) if done.moved_to else None
-        return body
+        return SeekResult(
+            group, queue, target.to_end, target.at, partition, done.updated, done.moved_to
+        )
 
-    async def set_subscription(self, group: str, at: Any) -> dict[str, Any]:
+    async def set_subscription(self, group: str, at: datetime) -> SubscriptionMoved:
         updated = await self.store.set_subscription(group, at)
-        return {
-            "success": True,
-            "consumerGroup": group,
-            "newTimestamp": iso_utc(at),
-            "rowsUpdated": updated,
-        }
+        return SubscriptionMoved(group, at, updated)
 
     # --- pop maintenance ---------------------------------------------------------------------
 
-    async def pop_maintenance(self) -> dict[str, Any]:
+    async def pop_maintenance(self) -> PopMaintenance:
         await trio.lowlevel.checkpoint()
-        return _maintenance_wire(self.switches.pop_enabled)
+        return PopMaintenance(self.switches.pop_enabled)
 
-    async def set_pop_maintenance(self, enabled: bool) -> dict[str, Any]:
+    async def set_pop_maintenance(self, enabled: bool) -> PopMaintenance:
         await self.switches.set_pop(enabled)
         if enabled:
             self.wakeups.fire_all()  # waiting pops answer now
-        return _maintenance_wire(enabled)
+        return PopMaintenance(enabled)
 
 
-def _ack_wire(item: AckItem, outcome: AckOutcome) -> dict[str, Any]:
-    return {
-        "index": outcome.index,
-        "transactionId": item.transaction_id,
-        "success": outcome.success,
-        "error": outcome.error,
-        "queueName": outcome.queue,
-        "partitionName": outcome.partition,
-        "leaseReleased": outcome.lease_released,
-        "dlq": outcome.dlq,
-    }
+def _ack_result(item: AckItem, outcome: AckOutcome) -> AckResult:
+    return AckResult(
+        index=outcome.index,
+        transaction_id=item.transaction_id,
+        success=outcome.success,
+        error=outcome.error,
+        queue=outcome.queue,
+        partition=outcome.partition,
+        lease_released=outcome.lease_released,
+        dlq=outcome.dlq,
+    )
 
 
 def _name(value: Any, what: str) -> str:
@@ -484,12 +418,3 @@ def _transaction_error(outcome: TransactOutcome) -> str:
     if failed is not None:
         return f"ACK operation failed: {failed.error}"
     return outcome.reason or "transaction failed"
-
-
-def _maintenance_wire(enabled: bool) -> dict[str, Any]:
-    message = (
-        "Pop maintenance mode ENABLED. All POP operations will return empty arrays."
-        if enabled
-        else "Pop maintenance mode DISABLED. Normal operation resumed."
-    )
-    return {"popMaintenanceMode": enabled, "message": message}

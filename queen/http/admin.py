@@ -1,6 +1,7 @@
 """Queue, DLQ and pop-maintenance routes.
 
-Thin: validate with :mod:`queen.consume.requests`, call the broker, shape the answer.
+Thin: validate with :mod:`queen.consume.requests`, call the broker, render the answer
+(:mod:`queen.http.render`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from queen.broker import Broker
 from queen.consume import requests
 from queen.consume.errors import InvalidRequest
 from queen.consume.options import parse_options
+from queen.http import render
 from queen.http.responses import json_body, json_response
 
 blueprint = Blueprint("admin", __name__)
@@ -37,27 +39,29 @@ async def configure() -> Response:
         requests.name(body.get("task"), "task", required=False) or "",
         parse_options(body.get("options")),
     )
-    return json_response(answer)
+    return json_response(render.configured(answer))
 
 
 @blueprint.delete("/api/v1/resources/queues/<queue>")
 async def delete_queue(queue: str) -> Response:
     checked = requests.name(queue, "queue")
     assert checked is not None
-    return json_response(await _broker().consume.delete_queue(checked))
+    return json_response(render.queue_deleted(await _broker().consume.delete_queue(checked)))
 
 
 @blueprint.get("/api/v1/dlq")
 async def dlq() -> Response:
-    return json_response(await _broker().consume.dlq(requests.dlq_query(request.args)))
+    page = await _broker().consume.dlq(requests.dlq_query(request.args))
+    return json_response(render.dlq_page(page))
 
 
 @blueprint.get("/api/v1/system/maintenance/pop")
 async def pop_maintenance() -> Response:
-    return json_response(await _broker().consume.pop_maintenance())
+    return json_response(render.pop_maintenance(await _broker().consume.pop_maintenance()))
 
 
 @blueprint.post("/api/v1/system/maintenance/pop")
 async def set_pop_maintenance() -> Response:
     enabled = requests.enabled_flag(await json_body(allow_empty=True))
-    return json_response(await _broker().consume.set_pop_maintenance(enabled))
+    answer = await _broker().consume.set_pop_maintenance(enabled)
+    return json_response(render.pop_maintenance(answer))

@@ -1,8 +1,8 @@
 """Consume routes: pop, ack, lease extension, transaction.
 
 Thin: read the request, validate it with :mod:`queen.consume.requests`, call the broker's
-consume service, shape the answer. An empty pop answers 204. Path parameters arrive
-percent-decoded.
+consume service, render the answer (:mod:`queen.http.render`). An empty pop answers 204.
+Path parameters arrive percent-decoded.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from quart import Blueprint, Response, current_app, request
 
 from queen.broker import Broker
 from queen.consume import requests
+from queen.http import render
 from queen.http.access import producer_sub
 from queen.http.responses import json_body, json_response
 from queen.records import PopRequest
@@ -27,7 +28,7 @@ async def _pop(pop: PopRequest) -> Response:
     result = await _broker().consume.pop(pop)
     if not result:
         return Response(b"", status=204)
-    return json_response(result.wire())
+    return json_response(render.pop(result))
 
 
 def _pop_request(queue: str | None, partition: str | None = None) -> PopRequest:
@@ -58,23 +59,25 @@ async def pop_filtered() -> Response:
 async def ack() -> Response:
     body = await json_body()
     item = requests.ack_item(body, default_status="completed")
-    return json_response(await _broker().consume.ack([item]))
+    return json_response(render.acks(await _broker().consume.ack([item])))
 
 
 @blueprint.post("/api/v1/ack/batch")
 async def ack_batch() -> Response:
     items = requests.ack_batch(await json_body())
-    return json_response(await _broker().consume.ack(items))
+    return json_response(render.acks(await _broker().consume.ack(items)))
 
 
 @blueprint.post("/api/v1/lease/<lease>/extend")
 async def extend_lease(lease: str) -> Response:
     seconds = requests.lease_seconds(await json_body(allow_empty=True))
     answer = await _broker().consume.extend_lease(requests.lease_id(lease), seconds)
-    return json_response([answer])
+    return json_response([render.lease_extension(answer)])
 
 
 @blueprint.post("/api/v1/transaction")
 async def transaction() -> Response:
     tx = requests.transaction_request(await json_body())
-    return json_response(await _broker().transact(tx, producer_sub=producer_sub()))
+    return json_response(
+        render.transaction(await _broker().transact(tx, producer_sub=producer_sub()))
+    )

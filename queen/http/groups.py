@@ -1,7 +1,8 @@
 """Consumer-group routes: delete a group everywhere or on one queue, move its
 subscription, seek it on a queue or a partition.
 
-Thin: validate with :mod:`queen.consume.requests`, call the broker, shape the answer.
+Thin: validate with :mod:`queen.consume.requests`, call the broker, render the answer
+(:mod:`queen.http.render`).
 
 A group name may hold ``/`` (the official clients leave it unquoted in the path), so these
 routes take it with :class:`GroupName`, which spans segments but never a segment ``queues``:
@@ -16,6 +17,7 @@ from werkzeug.routing import BaseConverter
 
 from queen.broker import Broker
 from queen.consume import requests
+from queen.http import render
 from queen.http.responses import json_body, json_response
 
 blueprint = Blueprint("groups", __name__)
@@ -43,14 +45,15 @@ def _metadata() -> bool:
 async def delete_consumer_group(group: str) -> Response:
     checked = requests.name(group, "consumer group")
     assert checked is not None
-    return json_response(await _broker().consume.delete_consumer_group(checked, _metadata()))
+    answer = await _broker().consume.delete_consumer_group(checked, _metadata())
+    return json_response(render.group_deleted(answer))
 
 
 @blueprint.delete(f"{GROUPS}/queues/<queue>")
 async def delete_consumer_group_on_queue(group: str, queue: str) -> Response:
     metadata = _metadata()
     answer = await _broker().consume.delete_consumer_group_on_queue(group, queue, metadata)
-    return json_response(answer)
+    return json_response(render.group_deleted_on_queue(answer))
 
 
 @blueprint.post(f"{GROUPS}/subscription")
@@ -58,16 +61,18 @@ async def set_subscription(group: str) -> Response:
     checked = requests.name(group, "consumer group")
     assert checked is not None
     at = requests.subscription_timestamp(await json_body(allow_empty=True))
-    return json_response(await _broker().consume.set_subscription(checked, at))
+    answer = await _broker().consume.set_subscription(checked, at)
+    return json_response(render.subscription_moved(answer))
 
 
 @blueprint.post(f"{GROUPS}/queues/<queue>/seek")
 async def seek(group: str, queue: str) -> Response:
     target = requests.seek_target(await json_body(allow_empty=True))
-    return json_response(await _broker().consume.seek(group, queue, target))
+    return json_response(render.seek(await _broker().consume.seek(group, queue, target)))
 
 
 @blueprint.post(f"{GROUPS}/queues/<queue>/partitions/<partition>/seek")
 async def seek_partition(group: str, queue: str, partition: str) -> Response:
     target = requests.seek_target(await json_body(allow_empty=True), empty_means_end=True)
-    return json_response(await _broker().consume.seek(group, queue, target, partition))
+    answer = await _broker().consume.seek(group, queue, target, partition)
+    return json_response(render.seek(answer))

@@ -1,0 +1,210 @@
+"""The JSON bodies of the consume side's answers: typed results in, wire dicts out.
+
+The only place that knows the camelCase shapes of these answers (the official clients read
+them). Timestamps are ISO-8601 UTC with milliseconds; ids of partitions and queues are strings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from queen.consume.policy import iso_of_uuid7, iso_utc
+from queen.consume.results import (
+    ROLLED_BACK,
+    AckResult,
+    DlqMessage,
+    DlqPage,
+    GroupDeleted,
+    GroupDeletedOnQueue,
+    LeaseExtension,
+    PopMaintenance,
+    PopResult,
+    QueueConfigured,
+    QueueDeleted,
+    SeekResult,
+    SubscriptionMoved,
+    TransactionResult,
+    TxAckResult,
+    TxPushResult,
+)
+from queen.records import options_to_wire
+
+
+def pop(result: PopResult) -> dict[str, Any]:
+    """A non-empty pop (an empty one is 204 without a body); payloads pass through as stored."""
+    return result.wire()
+
+
+def configured(c: QueueConfigured) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "configured": True,
+        "queueId": str(c.queue_id),
+        "partitionId": str(c.partition_id),
+        "queue": c.queue,
+        "namespace": c.namespace,
+        "task": c.task,
+        "options": options_to_wire(c.options),
+    }
+    if c.warning is not None:
+        body["warning"] = c.warning
+    return body
+
+
+def queue_deleted(d: QueueDeleted) -> dict[str, Any]:
+    return {"deleted": True, "queue": d.queue, "existed": d.existed}
+
+
+def ack(a: AckResult) -> dict[str, Any]:
+    return {
+        "index": a.index,
+        "transactionId": a.transaction_id,
+        "success": a.success,
+        "error": a.error,
+        "queueName": a.queue,
+        "partitionName": a.partition,
+        "leaseReleased": a.lease_released,
+        "dlq": a.dlq,
+    }
+
+
+def acks(results: list[AckResult]) -> list[dict[str, Any]]:
+    return [ack(a) for a in results]
+
+
+def lease_extension(e: LeaseExtension) -> dict[str, Any]:
+    expiry = iso_utc(e.expires_at) if e.expires_at is not None else None
+    return {
+        "index": 0,
+        "leaseId": e.lease_id,
+        "success": e.success,
+        "error": e.error,
+        "renewed": e.renewed,
+        "expiresAt": expiry,
+        "newExpiresAt": expiry,
+        "lease_expires_at": expiry,
+    }
+
+
+def transaction(t: TransactionResult) -> dict[str, Any]:
+    body: dict[str, Any] = {"transactionId": t.transaction_id, "success": t.success}
+    if not t.success:
+        body["error"] = t.error
+    body["results"] = [_operation(r, rolled_back=not t.success) for r in t.results]
+    return body
+
+
+def _operation(r: TxAckResult | TxPushResult, *, rolled_back: bool) -> dict[str, Any]:
+    entry: dict[str, Any]
+    if isinstance(r, TxPushResult):
+        entry = {
+            "index": r.index,
+            "type": "push",
+            "success": True,
+            "status": "duplicate" if r.duplicate else "queued",
+            "transactionId": r.transaction_id,
+            "messageId": r.message_id,
+            "message_id": r.message_id,
+            "partitionId": str(r.partition_id) if r.partition_id else None,
+            "queueName": r.queue,
+            "partition": r.partition,
+            "error": None,
+        }
+    elif r.verdict is None:  # not judged: the transaction failed before the acks
+        entry = {
+            "index": r.index,
+            "type": "ack",
+            "transactionId": r.transaction_id,
+            "success": True,
+            "dlq": False,
+        }
+    else:
+        entry = {"index": r.index, "type": "ack"} | ack(r.verdict)
+    if rolled_back and entry["success"]:
+        entry["success"] = False
+        entry["error"] = ROLLED_BACK
+    return entry
+
+
+def dlq_page(page: DlqPage) -> dict[str, Any]:
+    return {
+        "messages": [_dead_letter(m) for m in page.messages],
+        "total": page.total,
+        "pagination": {"limit": page.limit, "offset": page.offset},
+    }
+
+
+def _dead_letter(m: DlqMessage) -> dict[str, Any]:
+    e = m.entry
+    body: dict[str, Any] = {
+        "id": e.message_id,
+        "transactionId": e.transaction_id,
+        "partitionId": str(e.partition_id),
+        "queue": e.queue,
+        "partition": e.partition,
+        "consumerGroup": e.consumer_group,
+        "errorMessage": e.error_message,
+        "retryCount": e.retry_count,
+        "data": m.data,
+        "producerSub": e.producer_sub,
+        "traceId": e.trace_id,
+        "createdAt": iso_of_uuid7(e.message_id),
+        "failedAt": iso_utc(e.failed_at),
+        "offset": e.offset,
+    }
+    if m.decryption_error is not None:
+        body["decryptionError"] = m.decryption_error
+    return body
+
+
+def group_deleted(g: GroupDeleted) -> dict[str, Any]:
+    return {
+        "success": True,
+        "consumerGroup": g.consumer_group,
+        "deletedPartitions": g.deleted_partitions,
+        "metadataDeleted": g.metadata_deleted,
+    }
+
+
+def group_deleted_on_queue(g: GroupDeletedOnQueue) -> dict[str, Any]:
+    return {
+        "success": True,
+        "consumerGroup": g.consumer_group,
+        "queueName": g.queue,
+        "deletedPartitions": g.deleted_partitions,
+        "metadataDeleted": g.metadata_deleted,
+    }
+
+
+def seek(s: SeekResult) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "success": True,
+        "consumerGroup": s.consumer_group,
+        "queueName": s.queue,
+        "seekToEnd": s.to_end,
+        "targetTimestamp": iso_utc(s.at) if s.at is not None else None,
+    }
+    if s.partition is None:
+        body["partitionsUpdated"] = s.updated
+    else:
+        body["partitionName"] = s.partition
+        body["updated"] = s.updated > 0
+        body["cursorMovedTo"] = iso_utc(s.moved_to) if s.moved_to else None
+    return body
+
+
+def subscription_moved(m: SubscriptionMoved) -> dict[str, Any]:
+    return {
+        "success": True,
+        "consumerGroup": m.consumer_group,
+        "newTimestamp": iso_utc(m.at),
+        "rowsUpdated": m.rows,
+    }
+
+
+def pop_maintenance(m: PopMaintenance) -> dict[str, Any]:
+    message = (
+        "Pop maintenance mode ENABLED. All POP operations will return empty arrays."
+        if m.enabled
+        else "Pop maintenance mode DISABLED. Normal operation resumed."
+    )
+    return {"popMaintenanceMode": m.enabled, "message": message}
