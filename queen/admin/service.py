@@ -20,7 +20,8 @@ from queen.admin.history import History
 from queen.admin.payloads import decode_payload
 from queen.broker import Broker
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
-from queen.consume.policy import QUEUE_MODE, iso_utc
+from queen.consume.policy import iso_utc
+from queen.records import QUEUE_MODE
 from queen.storage.admin import PgAdminStore, Row
 
 Json = dict[str, Any]
@@ -242,7 +243,7 @@ class AdminService:
         now = datetime.now(UTC)
         rates = self.history.latest_rates()
         try:
-            pop_maintenance = (await self.broker.consume.pop_maintenance())["popMaintenanceMode"]
+            pop_maintenance = (await self.broker.consume.pop_maintenance()).enabled
         except ConsumeUnavailable:
             pop_maintenance = False
         return {

@@ -168,7 +168,7 @@ async def system() -> Response:
     admin = _admin()
     broker = _broker()
     try:
-        pop_on = bool((await broker.consume.pop_maintenance())["popMaintenanceMode"])
+        pop_on = (await broker.consume.pop_maintenance()).enabled
     except ConsumeUnavailable:
         pop_on = False
     series = admin.history.series()[-90:]
