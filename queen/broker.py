@@ -49,7 +49,7 @@ from queen.spool import Replayer, SpoolIndex, SpoolWriter
 from queen.spool import describe as describe_spool
 from queen.storage.admin import PgAdminStore
 from queen.storage.base import Store
-from queen.storage.retention import PassOutcome
+from queen.storage.retention import PassOutcome, QueueHoldings
 from queen.storage.streams import PgStreamsStore
 from queen.streams.requests import CycleRequest
 from queen.streams.service import StreamsService
@@ -455,30 +455,12 @@ class Broker:
             raise ConsumeUnavailable("retention needs the PostgreSQL store")
         return await self._retention.run_pass()
 
-    async def queue_holdings(self, queue: str) -> dict[str, Any] | None:
-        """What a queue holds (``GET /api/v1/resources/queues/{q}``), or None if unknown."""
+    async def queue_holdings(self, queue: str) -> QueueHoldings | None:
+        """What a queue holds (segments, messages, sidecar entries, retention options), or
+        None if unknown."""
         if self._retention is None:
             raise ConsumeUnavailable("queue statistics need the PostgreSQL store")
-        held = await self._retention.store.holdings(queue)
-        if held is None:
-            return None
-        return {
-            "queue": queue,
-            "queueId": str(held.queue_id),
-            "namespace": held.namespace,
-            "task": held.task,
-            "partitions": held.partitions,
-            "segments": held.segments,
-            "messages": held.messages,
-            "sidecarEntries": held.sidecar_entries,
-            "options": {
-                "dedupWindowSeconds": held.dedup_window_seconds,
-                "retentionEnabled": held.retention_enabled,
-                "retentionSeconds": held.retention_seconds,
-                "completedRetentionSeconds": held.completed_retention_seconds,
-                "maxWaitTimeSeconds": held.max_wait_time_seconds,
-            },
-        }
+        return await self._retention.store.holdings(queue)
 
     async def retention_totals(self) -> dict[str, int]:
         """What retention and pruning removed so far, all broker processes together."""

@@ -97,7 +97,7 @@ async def test_retention_removes_old_segments_and_keeps_newer_ones(
 
     held = await broker.queue_holdings(queue)
     assert held is not None
-    assert (held["segments"], held["messages"], held["sidecarEntries"]) == (1, 1, 3)
+    assert (held.segments, held.messages, held.sidecar_entries) == (1, 1, 3)
     assert broker.metrics.retention_segments_removed == 1
     assert broker.metrics.retention_messages_removed == 2
 
@@ -186,7 +186,7 @@ async def test_pruning_keeps_the_sidecar_to_one_window(broker: Broker, queue: st
     await broker.run_retention_pass()
     assert await sidecar_rows(db, queue) == 0
     held = await broker.queue_holdings(queue)
-    assert held is not None and held["messages"] == 600 and held["sidecarEntries"] == 0
+    assert held is not None and held.messages == 600 and held.sidecar_entries == 0
 
 
 async def test_pruning_removes_the_sidecar_of_deleted_queues(

@@ -23,6 +23,7 @@ from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.policy import iso_utc
 from queen.records import QUEUE_MODE
 from queen.storage.admin import PgAdminStore, Row
+from queen.storage.retention import QueueHoldings
 
 Json = dict[str, Any]
 GAUGE_CACHE_S = 10.0
@@ -144,11 +145,11 @@ class AdminService:
         totals_row = await self._queue_totals(name)
         totals = _counts(totals_row) if totals_row else None
         return {
-            **holdings,
+            **_holdings(name, holdings),
             "id": str(queue["id"]),
             "name": name,
             "createdAt": iso(queue["created_at"]),
-            "partitionCount": holdings["partitions"],
+            "partitionCount": holdings.partitions,
             "partitions": partitions,
             "pagination": pagination,
             "totals": totals,
@@ -636,3 +637,23 @@ def check_name(value: str, what: str) -> str:
     if checked is None:  # pragma: no cover - required=True never returns None
         raise InvalidRequest(f"{what} is required")
     return checked
+
+
+def _holdings(queue: str, held: QueueHoldings) -> Json:
+    return {
+        "queue": queue,
+        "queueId": str(held.queue_id),
+        "namespace": held.namespace,
+        "task": held.task,
+        "partitions": held.partitions,
+        "segments": held.segments,
+        "messages": held.messages,
+        "sidecarEntries": held.sidecar_entries,
+        "options": {
+            "dedupWindowSeconds": held.dedup_window_seconds,
+            "retentionEnabled": held.retention_enabled,
+            "retentionSeconds": held.retention_seconds,
+            "completedRetentionSeconds": held.completed_retention_seconds,
+            "maxWaitTimeSeconds": held.max_wait_time_seconds,
+        },
+    }
