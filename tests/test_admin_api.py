@@ -263,3 +263,14 @@ async def test_an_encrypted_message_is_shown_decrypted(settings: Settings, queue
             await client.get(f"/api/v1/messages/{item['partitionId']}/secret-1")
         ).get_json()
         assert shown["payload"] == {"tx": "secret-1"} and shown["isEncrypted"] is True
+
+
+async def test_the_dashboard_dlq_page_shows_each_dead_letter(client: Any, queue: str) -> None:
+    await push(client, queue, "p", "dead-1")
+    (message,) = await pop(client, queue, 1)
+    failed = {**message, "status": "dlq", "error": "unparsable order"}
+    assert (await client.post("/api/v1/ack", json=failed)).status_code == 200
+    resp = await client.get(f"/dashboard/view/dlq?queue={queue}")
+    page = await resp.get_data(as_text=True)
+    assert resp.status_code == 200
+    assert "unparsable order" in page and "dead-1" in page and queue in page

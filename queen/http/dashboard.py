@@ -22,6 +22,7 @@ from queen.admin.service import AdminService, check_name
 from queen.broker import Broker
 from queen.consume import requests
 from queen.consume.errors import ConsumeUnavailable
+from queen.http import render
 
 blueprint = Blueprint("dashboard", __name__, template_folder="templates")
 
@@ -121,7 +122,7 @@ async def dlq() -> Response:
     found = await _broker().consume.dlq(query)
     return await _page(
         "dlq.html",
-        d=found,
+        d=render.dlq_page(found),
         page=params.Page(query.limit, query.offset),
         extra=_extra("queue", "consumerGroup"),
     )
