@@ -274,3 +274,25 @@ async def test_the_dashboard_dlq_page_shows_each_dead_letter(client: Any, queue:
     page = await resp.get_data(as_text=True)
     assert resp.status_code == 200
     assert "unparsable order" in page and "dead-1" in page and queue in page
+
+
+async def test_the_dashboard_shows_traces_by_name_and_on_their_message(
+    client: Any, queue: str
+) -> None:
+    await push(client, queue, "p", "traced-1")
+    (message,) = await pop(client, queue, 1)
+    trace = {
+        "transactionId": "traced-1",
+        "partitionId": message["partitionId"],
+        "eventType": "shipped",
+        "traceNames": [f"order-{queue}"],
+        "data": {"step": 3},
+    }
+    assert (await client.post("/api/v1/traces", json=trace)).status_code == 201
+    by_name = await client.get(f"/dashboard/view/traces?name=order-{queue}")
+    page = await by_name.get_data(as_text=True)
+    assert by_name.status_code == 200
+    assert "shipped" in page and "traced-1" in page and queue in page
+    viewer = await client.get(f"/dashboard/view/message/{message['partitionId']}/traced-1")
+    page = await viewer.get_data(as_text=True)
+    assert viewer.status_code == 200 and "shipped" in page and f"order-{queue}" in page

@@ -16,6 +16,7 @@ from queen.consume.policy import iso_of_uuid7, iso_utc
 from queen.intake import decode_json
 from queen.records import Delivered, QueueOptions, Sizing
 from queen.storage.consume import DlqEntry
+from queen.storage.traces import StoredTrace, TraceName
 
 
 @dataclass(slots=True)
@@ -237,3 +238,27 @@ class SubscriptionMoved:
 @dataclass(frozen=True, slots=True)
 class PopMaintenance:
     enabled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRecorded:
+    trace_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TracePage:
+    """Traces, oldest first. ``total``, ``limit`` and ``offset`` are None for the traces of
+    one message (never paged)."""
+
+    traces: list[StoredTrace]
+    total: int | None = None
+    limit: int | None = None
+    offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceNamePage:
+    names: list[TraceName]
+    total: int
+    limit: int
+    offset: int

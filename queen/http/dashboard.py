@@ -113,7 +113,7 @@ async def message(partition_id: str, transaction_id: str) -> Response:
         return Response("message not found", status=404, content_type=HTML)
     pretty = orjson.dumps(found["payload"], option=orjson.OPT_INDENT_2).decode()
     traces = await _broker().consume.traces.for_message(int(found["partitionId"]), transaction_id)
-    return await _page("message.html", x=found, pretty=pretty, traces=traces)
+    return await _page("message.html", x=found, pretty=pretty, traces=render.trace_page(traces))
 
 
 @blueprint.get("/dashboard/view/dlq")
@@ -153,8 +153,8 @@ async def groups() -> Response:
 async def traces() -> Response:
     tracing = _broker().consume.traces
     name = request.args.get("name") or None
-    found = await tracing.by_name(name, request.args) if name else None
-    names = await tracing.names({"limit": "100"})
+    found = render.trace_page(await tracing.by_name(name, request.args)) if name else None
+    names = render.trace_names(await tracing.names({"limit": "100"}))
     return await _page(
         "traces.html",
         found=found,

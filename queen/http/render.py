@@ -23,11 +23,16 @@ from queen.consume.results import (
     QueueDeleted,
     SeekResult,
     SubscriptionMoved,
+    TraceNamePage,
+    TracePage,
+    TraceRecorded,
     TransactionResult,
     TxAckResult,
     TxPushResult,
 )
+from queen.intake import decode_json
 from queen.records import options_to_wire
+from queen.storage.traces import StoredTrace
 
 
 def pop(result: PopResult) -> dict[str, Any]:
@@ -208,3 +213,49 @@ def pop_maintenance(m: PopMaintenance) -> dict[str, Any]:
         else "Pop maintenance mode DISABLED. Normal operation resumed."
     )
     return {"popMaintenanceMode": m.enabled, "message": message}
+
+
+def trace_recorded(t: TraceRecorded) -> dict[str, Any]:
+    return {"success": True, "traceId": str(t.trace_id)}
+
+
+def trace_page(page: TracePage) -> dict[str, Any]:
+    body: dict[str, Any] = {"traces": [_trace(t) for t in page.traces]}
+    if page.total is not None:
+        body["total"] = page.total
+        body["pagination"] = {"limit": page.limit, "offset": page.offset}
+    return body
+
+
+def _trace(t: StoredTrace) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": str(t.id)}
+    if t.transaction_id is not None:
+        body["transaction_id"] = t.transaction_id
+        body["partition_id"] = str(t.partition_id)
+        body["queue_name"] = t.queue
+        body["partition_name"] = t.partition
+    body.update(
+        event_type=t.event_type,
+        data=decode_json(t.data.encode()),
+        consumer_group=t.consumer_group,
+        worker_id=t.worker_id,
+        created_at=iso_utc(t.created_at),
+        trace_names=t.names,
+    )
+    return body
+
+
+def trace_names(page: TraceNamePage) -> dict[str, Any]:
+    return {
+        "trace_names": [
+            {
+                "trace_name": n.name,
+                "trace_count": n.trace_count,
+                "message_count": n.message_count,
+                "last_seen": iso_utc(n.last_seen),
+            }
+            for n in page.names
+        ],
+        "total": page.total,
+        "pagination": {"limit": page.limit, "offset": page.offset},
+    }

@@ -1,6 +1,7 @@
 """Trace routes: record a processing trace, read them back by message or by name.
 
-Thin: :attr:`queen.consume.service.ConsumeService.traces` validates and answers. A message is
+Thin: :attr:`queen.consume.service.ConsumeService.traces` validates and answers; the bodies
+are rendered by :mod:`queen.http.render`. A message is
 named by its numeric ``partitionId`` and its ``transactionId`` (which may hold ``/``, left
 unquoted by the official clients), so ``/traces/by-name/...`` and ``/traces/names`` can never
 be read as a message.
@@ -11,6 +12,7 @@ from __future__ import annotations
 from quart import Blueprint, Response, current_app, request
 
 from queen.broker import Broker
+from queen.http import render
 from queen.http.responses import json_body, json_response
 
 blueprint = Blueprint("traces", __name__)
@@ -23,19 +25,23 @@ def _broker() -> Broker:
 
 @blueprint.post("/api/v1/traces")
 async def record_trace() -> Response:
-    return json_response(await _broker().consume.traces.record(await json_body()), status=201)
+    recorded = await _broker().consume.traces.record(await json_body())
+    return json_response(render.trace_recorded(recorded), status=201)
 
 
 @blueprint.get("/api/v1/traces/<int:partition_id>/<path:transaction_id>")
 async def message_traces(partition_id: int, transaction_id: str) -> Response:
-    return json_response(await _broker().consume.traces.for_message(partition_id, transaction_id))
+    found = await _broker().consume.traces.for_message(partition_id, transaction_id)
+    return json_response(render.trace_page(found))
 
 
 @blueprint.get("/api/v1/traces/by-name/<path:name>")
 async def traces_by_name(name: str) -> Response:
-    return json_response(await _broker().consume.traces.by_name(name, request.args))
+    return json_response(
+        render.trace_page(await _broker().consume.traces.by_name(name, request.args))
+    )
 
 
 @blueprint.get("/api/v1/traces/names")
 async def trace_names() -> Response:
-    return json_response(await _broker().consume.traces.names(request.args))
+    return json_response(render.trace_names(await _broker().consume.traces.names(request.args)))
