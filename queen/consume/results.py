@@ -10,9 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import orjson
-
-from queen.consume.policy import iso_of_uuid7, iso_utc
+from queen.consume.policy import iso_of_uuid7
 from queen.intake import decode_json
 from queen.records import Delivered, QueueOptions, Sizing
 from queen.storage.consume import DlqEntry
@@ -43,18 +41,12 @@ class PopResult:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The messages as the HTTP answer carries them, with ``data`` decoded."""
-        return [self._message(d, decode_json(d.payload.encode())) for d in self.delivered]
+        """The messages as the HTTP answer carries them, with ``data`` decoded: the embedding
+        API's popped messages, which :meth:`queen.broker.Broker.ack` takes back."""
+        return [self.message(d, decode_json(d.payload.encode())) for d in self.delivered]
 
-    def as_dict(self) -> dict[str, Any]:
-        """The HTTP answer body with decoded payloads (for the embedding API)."""
-        return self._body(self.messages)
-
-    def wire(self) -> dict[str, Any]:
-        """The HTTP answer body; payloads are passed through as stored JSON, not re-encoded."""
-        return self._body([self._message(d, orjson.Fragment(d.payload)) for d in self.delivered])
-
-    def _message(self, d: Delivered, data: Any) -> dict[str, Any]:
+    def message(self, d: Delivered, data: Any) -> dict[str, Any]:
+        """One delivered message in the shape of the pop answer, carrying ``data``."""
         return {
             "id": d.message_id,
             "transactionId": d.transaction_id,
@@ -70,27 +62,6 @@ class PopResult:
             "retryCount": d.retry_count,
             "offset": d.offset,
         }
-
-    def _body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        first = self.delivered[0] if self.delivered else None
-        body: dict[str, Any] = {
-            "success": True,
-            "queue": first.queue if first else None,
-            "partition": first.partition if first else None,
-            "partitionId": str(first.partition_id) if first else None,
-            "leaseId": self.lease_id,
-            "leaseExpiresAt": iso_utc(self.lease_expires_at) if self.lease_expires_at else None,
-            "consumerGroup": self.consumer_group,
-            "partitionsClaimed": self.partitions_claimed,
-            "messages": messages,
-        }
-        if self.sizing is not None:
-            body["autopilot"] = {
-                "partitions": self.sizing.partitions,
-                "batch": self.sizing.batch,
-                "waitMs": 0,
-            }
-        return body
 
 
 # --- the other answers of the consume side (rendered for HTTP by queen.http.render) ----------

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from queen.consume.policy import iso_of_uuid7, iso_utc
 from queen.consume.results import (
     ROLLED_BACK,
@@ -36,8 +38,27 @@ from queen.storage.traces import StoredTrace
 
 
 def pop(result: PopResult) -> dict[str, Any]:
-    """A non-empty pop (an empty one is 204 without a body); payloads pass through as stored."""
-    return result.wire()
+    """A non-empty pop (an empty one is 204 without a body). Payloads pass through as stored
+    JSON, not decoded and encoded again."""
+    first = result.delivered[0] if result.delivered else None
+    body: dict[str, Any] = {
+        "success": True,
+        "queue": first.queue if first else None,
+        "partition": first.partition if first else None,
+        "partitionId": str(first.partition_id) if first else None,
+        "leaseId": result.lease_id,
+        "leaseExpiresAt": iso_utc(result.lease_expires_at) if result.lease_expires_at else None,
+        "consumerGroup": result.consumer_group,
+        "partitionsClaimed": result.partitions_claimed,
+        "messages": [result.message(d, orjson.Fragment(d.payload)) for d in result.delivered],
+    }
+    if result.sizing is not None:
+        body["autopilot"] = {
+            "partitions": result.sizing.partitions,
+            "batch": result.sizing.batch,
+            "waitMs": 0,
+        }
+    return body
 
 
 def configured(c: QueueConfigured) -> dict[str, Any]:
