@@ -1,9 +1,11 @@
-"""A small pool of synchronous psycopg connections, driven from Trio through worker threads.
+"""A small pool of synchronous psycopg connections, driven from Trio on two paths.
 
-psycopg's async API is built on asyncio and does not run under Trio, so every database call is
-a plain function ``fn(connection)`` that runs in a worker thread while the Trio task waits.
-A call holds one connection for its whole duration (one call = one round trip in the push
-path).
+psycopg's async API is built on asyncio and does not run under Trio. :meth:`ConnectionPool.run`
+runs a plain function ``fn(connection)`` in a worker thread while the Trio task waits (every
+call but the push path's); :meth:`ConnectionPool.query` drives the connection's libpq handle
+from the Trio thread, waiting on its socket (the push statement and the batches of partition
+ids: no thread hop). A call holds one connection for its whole duration; one call is one
+round trip. Why two paths: ``docs/architecture.md``, "Database access from Trio".
 
 **Deadlines.** Every call has a client-side deadline, ``call_timeout_s`` from its start
 (waiting for a connection included), because a server that hangs without closing its
