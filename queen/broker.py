@@ -391,8 +391,8 @@ class Broker:
         if self._in_flight == 0:
             self._idle.set()
 
-    async def health(self) -> tuple[bool, dict[str, Any]]:
-        """(healthy, the /health body), within about half a second whatever the database does.
+    async def health(self) -> Health:
+        """How this broker is, within about half a second whatever the database does.
 
         Healthy means the database answers: a fresh probe if one answers within
         ``HEALTH_WAIT_S``, else the state the probes and the writers last saw. A failing
@@ -402,19 +402,16 @@ class Broker:
         healthy = await self.db_health.check(HEALTH_WAIT_S)
         loops = self.supervisor.loops
         status = "unhealthy" if not healthy else "degraded" if loops.failing() else "healthy"
-        body: dict[str, Any] = {
-            "status": status,
-            "database": "connected" if healthy else "disconnected",
-            "server": "queen-trio",
-            "version": _version(),
-            "activePartitions": self.supervisor.active_partitions,
-            "maintenanceMode": self.maintenance.enabled,
-            "encryption": self.encryption.describe(),
-            "loops": loops.describe(),
-        }
-        if self.spool is not None:
-            body["spool"] = self.spool.describe()
-        return healthy, body
+        return Health(
+            healthy=healthy,
+            status=status,
+            version=_version(),
+            active_partitions=self.supervisor.active_partitions,
+            maintenance_mode=self.maintenance.enabled,
+            encryption=self.encryption.describe(),
+            loops=loops.describe(),
+            spool=self.spool.describe() if self.spool is not None else None,
+        )
 
     def labelled_metrics(self) -> dict[str, tuple[str, dict[str, float]]]:
         """The /metrics families with a label: errors and state of each background loop."""
@@ -494,6 +491,22 @@ def _version() -> str:
         return version("queen-trio")
     except PackageNotFoundError:
         return "0+unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """What ``/health`` reports (rendered by :func:`queen.http.render.health`). ``status`` is
+    ``healthy``, ``degraded`` (a background loop fails) or ``unhealthy`` (no database); the
+    sections ``encryption``, ``loops`` and ``spool`` are as their owners describe them."""
+
+    healthy: bool
+    status: str
+    version: str
+    active_partitions: int
+    maintenance_mode: bool
+    encryption: dict[str, Any]
+    loops: dict[str, dict[str, Any]]
+    spool: dict[str, Any] | None
 
 
 @dataclass(slots=True)

@@ -1,12 +1,15 @@
-"""The HTTP bodies of typed consume results: keys, their order and the rolled-back rule, as
-the official clients read them (no database; the HTTP tests check the values end to end)."""
+"""The HTTP bodies of typed results (the consume side, /health): keys, their order and the
+rolled-back rule, as the official clients read them (no database; the HTTP tests check the
+values end to end)."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import orjson
 
+from queen.broker import Health
 from queen.consume.results import (
     ROLLED_BACK,
     AckResult,
@@ -79,3 +82,30 @@ def test_a_partition_seek_reports_its_partition_and_where_the_cursor_went() -> N
     one = render.seek(SeekResult("g", "q", False, None, "p", 0, None))
     assert (one["partitionName"], one["updated"], one["cursorMovedTo"]) == ("p", False, None)
     assert orjson.loads(orjson.dumps(one)) == one
+
+
+def test_health_says_database_and_adds_the_spool_only_when_there_is_one() -> None:
+    report = Health(
+        healthy=False,
+        status="unhealthy",
+        version="1.0",
+        active_partitions=2,
+        maintenance_mode=False,
+        encryption={"enabled": False},
+        loops={},
+        spool=None,
+    )
+    body = render.health(report)
+    assert list(body) == [
+        "status",
+        "database",
+        "server",
+        "version",
+        "activePartitions",
+        "maintenanceMode",
+        "encryption",
+        "loops",
+    ]
+    assert body["database"] == "disconnected" and body["status"] == "unhealthy"
+    with_spool = render.health(dataclasses.replace(report, spool={"pendingItems": 0}))
+    assert with_spool["spool"] == {"pendingItems": 0}

@@ -173,18 +173,18 @@ async def _outage_round_trip(server: EmbeddedPostgres, tmp_path: Any) -> None:
         async with open_broker(settings) as broker:
             first = await broker.push([{"queue": "outage", "payload": 1, "transactionId": "a"}])
             assert first[0]["status"] == "queued"
-            assert (await broker.health())[0]
+            assert (await broker.health()).healthy
 
             await trio.to_thread.run_sync(server.stop, "fast")
-            healthy, body = await broker.health()
-            assert not healthy and body["database"] == "disconnected"
+            report = await broker.health()
+            assert not report.healthy and report.status == "unhealthy"
             with trio.fail_after(10):  # bounded: no long TCP timeout
                 down = await broker.push([{"queue": "outage", "payload": 2, "transactionId": "b"}])
             assert down[0]["status"] == "buffered"
             assert broker.spool is not None and broker.spool.index.total == 1
 
             await trio.to_thread.run_sync(server.start)
-            assert (await broker.health())[0]
+            assert (await broker.health()).healthy
             with trio.fail_after(30):
                 await broker.wait_spool_empty()
             back = await broker.push([{"queue": "outage", "payload": 2, "transactionId": "b"}])

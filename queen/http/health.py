@@ -12,6 +12,7 @@ from quart import Blueprint, Response, current_app, request
 from queen.admin.service import AdminService
 from queen.broker import Broker
 from queen.consume.errors import ConsumeUnavailable
+from queen.http import render
 from queen.http.responses import json_response
 from queen.metrics import render_labelled_gauges
 from queen.storage.base import StoreError
@@ -24,8 +25,8 @@ PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 @blueprint.get("/health")
 async def health() -> Response:
     broker: Broker = current_app.config["QUEEN_BROKER"]
-    healthy, body = await broker.health()
-    return json_response(body, status=200 if healthy else 503)
+    report = await broker.health()
+    return json_response(render.health(report), status=200 if report.healthy else 503)
 
 
 def _wants_json() -> bool:

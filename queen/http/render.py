@@ -1,4 +1,5 @@
-"""The JSON bodies of the consume side's answers: typed results in, wire dicts out.
+"""The JSON bodies of the broker's typed answers (the consume side, /health): typed results
+in, wire dicts out.
 
 The only place that knows the camelCase shapes of these answers (the official clients read
 them). Timestamps are ISO-8601 UTC with milliseconds; ids of partitions and queues are strings.
@@ -10,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from queen.broker import Health
 from queen.consume.policy import iso_of_uuid7, iso_utc
 from queen.consume.results import (
     ROLLED_BACK,
@@ -280,3 +282,19 @@ def trace_names(page: TraceNamePage) -> dict[str, Any]:
         "total": page.total,
         "pagination": {"limit": page.limit, "offset": page.offset},
     }
+
+
+def health(h: Health) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "status": h.status,
+        "database": "connected" if h.healthy else "disconnected",
+        "server": "queen-trio",
+        "version": h.version,
+        "activePartitions": h.active_partitions,
+        "maintenanceMode": h.maintenance_mode,
+        "encryption": h.encryption,
+        "loops": h.loops,
+    }
+    if h.spool is not None:
+        body["spool"] = h.spool
+    return body
