@@ -230,7 +230,7 @@ async def drain(
                 continue
             answers = await broker.ack(result.messages, consumer_group=group)
             acks.append((time.perf_counter() - t1) * 1000)
-            bad = [a for a in answers if not a.get("success")]
+            bad = [a for a in answers if not a.success]
             if bad:
                 raise RuntimeError(f"ack failed: {bad[0]}")
             state.consumed += len(answers)
