@@ -42,7 +42,7 @@ from queen.primitives import Fence, Reply, ReplyGroup, Route
 from queen.push.batcher import Batcher
 from queen.push.messages import ActorStopped, PushOutcome, PushRequest
 from queen.push.supervisor import Supervisor
-from queen.records import TransactionRequest
+from queen.records import CycleRequest, TransactionRequest
 from queen.retention import RetentionLoop
 from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolWriter
@@ -51,7 +51,6 @@ from queen.storage.admin import PgAdminStore
 from queen.storage.base import Store
 from queen.storage.retention import PassOutcome, QueueHoldings
 from queen.storage.streams import PgStreamsStore
-from queen.streams.requests import CycleRequest
 from queen.streams.service import StreamsService
 
 log = logging.getLogger("queen.broker")
@@ -133,7 +132,7 @@ class Broker:
         """The streams side (``/streams/v1/*``), on the consume side's store and wake-ups."""
         if self._streams is None:
             consume = self.consume
-            self._streams = StreamsService(PgStreamsStore(consume.store.pool), consume)
+            self._streams = StreamsService(PgStreamsStore(consume.store.pool), consume)  # type: ignore[attr-defined]
         return self._streams
 
     def stop_waiting(self) -> None:

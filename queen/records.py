@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Literal
 
 from queen.intake import PreparedPush
@@ -189,3 +190,49 @@ OPTION_FIELDS: tuple[tuple[str, str, int | None], ...] = (
 def options_to_wire(options: QueueOptions) -> dict[str, Any]:
     """The camelCase ``options`` object of the configure answer."""
     return {key: getattr(options, name) for key, name, _ in OPTION_FIELDS}
+
+
+# --- streaming queries (``/streams/v1/*``) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterRequest:
+    name: str
+    source_queue: str
+    sink_queue: str | None
+    config_hash: str
+    reset: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CycleAck:
+    """The source ack of a cycle: every message of the batch up to and including the one
+    ``transaction_id`` names is done; with ``dlq`` (status ``failed`` or ``dlq``) that message
+    goes to the group's dead letter queue with ``error``. ``lease_id`` None: not fenced."""
+
+    transaction_id: str
+    lease_id: str | None
+    dlq: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CycleRequest:
+    query_id: str
+    partition_id: int
+    consumer_group: str
+    state_keys: list[str]  # one entry per key touched, in key order
+    state_values: list[str | None]  # the JSON text to store, or None to delete
+    state_ops: int  # operations in the body (the answer's state_ops_applied)
+    ack: CycleAck | None
+    release_lease: bool
+    push: PreparedPush | None
+
+
+@dataclass(frozen=True, slots=True)
+class StateQuery:
+    query_id: str
+    partition_id: int
+    keys: list[str]
+    key_prefix: str | None
+    ripe_at_or_before: Decimal | None

@@ -14,10 +14,9 @@ from typing import Any
 
 import psycopg
 
-from queen.consume.requests import TransactionRequest, TxPush
+from queen.records import CycleRequest, RegisterRequest, StateQuery, TransactionRequest, TxPush
 from queen.storage.consume import PushedFrame, _push_arrays, _pushed, _retrying
 from queen.storage.pool import ConnectionPool
-from queen.streams.requests import CycleRequest, RegisterRequest, StateQuery
 
 _REGISTER_SQL = (
     "SELECT r_id::text, r_fresh, r_reset, r_conflict"

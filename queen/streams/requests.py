@@ -10,7 +10,6 @@ import json
 import math
 import re
 import uuid
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -20,55 +19,13 @@ from queen.consume.errors import InvalidRequest
 from queen.consume.requests import NEVER_LEASE, group_of, name
 from queen.intake import PreparedPush, prepare_push
 from queen.model import InvalidPush
+from queen.records import CycleAck, CycleRequest, RegisterRequest, StateQuery
 
 _MAX_BIGINT = (1 << 63) - 1
 MAX_TEXT = 1024
 """Longest query name, config hash or state key accepted."""
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 """What PostgreSQL text and jsonb cannot hold: NUL and unpaired surrogates."""
-
-
-@dataclass(frozen=True, slots=True)
-class RegisterRequest:
-    name: str
-    source_queue: str
-    sink_queue: str | None
-    config_hash: str
-    reset: bool
-
-
-@dataclass(frozen=True, slots=True)
-class CycleAck:
-    """The source ack of a cycle: every message of the batch up to and including the one
-    ``transaction_id`` names is done; with ``dlq`` (status ``failed`` or ``dlq``) that message
-    goes to the group's dead letter queue with ``error``. ``lease_id`` None: not fenced."""
-
-    transaction_id: str
-    lease_id: str | None
-    dlq: bool = False
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CycleRequest:
-    query_id: str
-    partition_id: int
-    consumer_group: str
-    state_keys: list[str]  # one entry per key touched, in key order
-    state_values: list[str | None]  # the JSON text to store, or None to delete
-    state_ops: int  # operations in the body (the answer's state_ops_applied)
-    ack: CycleAck | None
-    release_lease: bool
-    push: PreparedPush | None
-
-
-@dataclass(frozen=True, slots=True)
-class StateQuery:
-    query_id: str
-    partition_id: int
-    keys: list[str]
-    key_prefix: str | None
-    ripe_at_or_before: Decimal | None
 
 
 def _object(body: Any) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from queen.consume.service import ConsumeService
+from queen.records import CycleRequest, RegisterRequest, StateQuery
 from queen.storage.streams import PgStreamsStore
-from queen.streams.requests import CycleRequest, RegisterRequest, StateQuery
 
 
 class QueryConflict(Exception):
