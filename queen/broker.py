@@ -49,6 +49,7 @@ from queen.spool import Replayer, SpoolIndex, SpoolWriter
 from queen.spool import describe as describe_spool
 from queen.storage.admin import PgAdminStore
 from queen.storage.base import Store
+from queen.storage.consume import PgConsumeStore
 from queen.storage.retention import PassOutcome, QueueHoldings
 from queen.storage.streams import PgStreamsStore
 from queen.streams.service import StreamsService
@@ -132,7 +133,9 @@ class Broker:
         """The streams side (``/streams/v1/*``), on the consume side's store and wake-ups."""
         if self._streams is None:
             consume = self.consume
-            self._streams = StreamsService(PgStreamsStore(consume.store.pool), consume)  # type: ignore[attr-defined]
+            if not isinstance(consume.store, PgConsumeStore):
+                raise ConsumeUnavailable("streaming queries need the PostgreSQL store")
+            self._streams = StreamsService(PgStreamsStore(consume.store.pool), consume)
         return self._streams
 
     def stop_waiting(self) -> None:
