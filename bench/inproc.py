@@ -220,7 +220,7 @@ async def drain(
     async def consumer() -> None:
         while state.consumed < total:
             t0 = time.perf_counter()
-            result = await broker.pop(queue, batch=batch, consumer_group=group)
+            result = await broker.pop(queue, batch=batch, consumer_group=group, autopilot=True)
             t1 = time.perf_counter()
             pops.append((t1 - t0) * 1000)
             state.pops += 1

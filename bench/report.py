@@ -52,7 +52,9 @@ METHOD = """\
   ceiling of the same batch shape.
 - **Consume (C)**: the same kind of process fills the queue (100 items per push, 8 tasks,
   not measured), then 8 consumers pop in a loop and ack each batch with one call until every
-  message is acked; msg/s = messages acked ÷ the drain's wall time; pop and ack latency per
+  message is acked. They pop as the official client's `consume()` with `.batch(n)` does
+  (`autopilot=true` and `batch`: the broker chooses how many partitions a pop claims, at
+  most the batch); msg/s = messages acked ÷ the drain's wall time; pop and ack latency per
   call. C2 times 100 single pops (`batch=1`, each acked) on the full queue first. C3: a first
   group (queue mode) drains the queue, then a named group reads it from the start (measured).
 """

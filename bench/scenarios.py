@@ -132,7 +132,9 @@ class Embedded:
 @dataclass(frozen=True, slots=True)
 class ConsumeLoad:
     """``messages`` in ``partitions`` partitions, drained by ``consumers`` tasks popping
-    ``batch`` in queue mode and acking each batch with one call."""
+    ``batch`` in queue mode (with autopilot, as the official client's ``consume()`` with
+    ``.batch(n)``: the broker chooses the partitions per pop) and acking each batch with one
+    call."""
 
     name: str
     messages: int

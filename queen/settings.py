@@ -191,9 +191,10 @@ class Settings:
         10_000, "QUEEN_POP_MAX_BATCH", "largest batch a pop may ask for (400 above)"
     )
     pop_autopilot_partitions: int = _setting(
-        4,
+        32,
         "QUEEN_POP_AUTOPILOT_PARTITIONS",
-        "partitions one pop may claim when the client leaves it to the broker (autopilot)",
+        "most partitions one pop may claim when the client leaves it to the broker (autopilot;"
+        " never more than the batch)",
     )
     pop_recheck_ms: float = _setting(
         1000.0,

@@ -288,3 +288,36 @@ async def test_embedding_api_acks_with_statuses_and_extends(broker: Broker, queu
     page = await broker.consume.dlq(dlq_query({"queue": queue}))
     assert [m.entry.error_message for m in page.messages] == ["bad"]
     assert [m.data for m in page.messages] == [0]
+
+
+def _advance_reference(start: int, done: list[int | None]) -> tuple[int, list[int]]:
+    """What the cursor is after ``done`` offsets: past the run from ``start``, the rest kept."""
+    pending = sorted({x for x in done if x is not None and x >= start})
+    nxt = start
+    while pending and pending[0] == nxt:
+        pending.pop(0)
+        nxt += 1
+    return nxt, pending
+
+
+@pytest.mark.parametrize(
+    ("start", "done"),
+    [
+        (5, []),
+        (5, [5]),
+        (5, [5, 6, 7]),
+        (5, [7, 6, 5]),
+        (5, [5, 5, 6]),
+        (5, [6, 7]),
+        (5, [5, 6, 9, 10]),
+        (5, [3, 4, 5]),
+        (5, [4]),
+        (5, [5, None, 6]),
+        (0, [*range(1000), 1002]),
+    ],
+)
+async def test_cursor_advance_moves_over_the_contiguous_run_only(
+    broker: Broker, db: Db, start: int, done: list[int | None]
+) -> None:
+    row = (await db.rows("SELECT * FROM queen.cursor_advance(%s, %s::bigint[])", start, done))[0]
+    assert (row[0], list(row[1])) == _advance_reference(start, done)

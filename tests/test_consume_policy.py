@@ -112,6 +112,9 @@ def test_pop_sizing_uses_client_values_and_fills_the_rest() -> None:
     )
     auto = pop_sizing(None, None, one_partition_route=False, autopilot=True, **common)
     assert (auto.batch, auto.partitions) == (100, 4)
+    # the broker never claims more partitions than the batch has messages
+    small = pop_sizing(2, None, one_partition_route=False, autopilot=True, **common)
+    assert (small.batch, small.partitions) == (2, 2)
     pinned = pop_sizing(7, 2, one_partition_route=False, autopilot=True, **common)
     assert (pinned.batch, pinned.partitions) == (7, 2)
     single = pop_sizing(None, 9, one_partition_route=True, autopilot=True, **common)

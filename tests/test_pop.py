@@ -280,9 +280,30 @@ async def test_default_batch_and_autopilot_echo(api: Api, queue: str) -> None:
     status, body = await api.pop(queue, autopilot=True)
     assert status == 200
     assert len(body["messages"]) == 100
-    assert body["autopilot"] == {"partitions": 4, "batch": 100, "waitMs": 0}
+    assert body["autopilot"] == {"partitions": 32, "batch": 100, "waitMs": 0}
     pinned = await api.pop(queue, batch=5, partitions=1, consumerGroup="g", autopilot=True)
     assert pinned[1]["autopilot"] == {"partitions": 1, "batch": 5, "waitMs": 0}
+
+
+async def test_autopilot_fills_a_batch_from_as_many_partitions_as_it_needs(
+    api: Api, queue: str
+) -> None:
+    for n in range(12):
+        await api.push(queue, f"p{n}", n)
+    # without autopilot the client pinned one partition: one message
+    status, plain = await api.pop(queue, batch=10, consumerGroup="plain")
+    assert status == 200 and len(plain["messages"]) == 1
+    # batch set, partitions left to the broker: the batch fills from ten partitions
+    status, body = await api.pop(queue, batch=10, autopilot=True)
+    assert status == 200
+    assert body["autopilot"]["partitions"] == 10
+    assert body["partitionsClaimed"] == 10
+    assert len({m["partitionId"] for m in body["messages"]}) == 10
+    # the next pop gets the two partitions the first one left
+    status, rest = await api.pop(queue, batch=10, autopilot=True)
+    assert status == 200 and sorted(m["data"] for m in rest["messages"]) == sorted(
+        set(range(12)) - {m["data"] for m in body["messages"]}
+    )
 
 
 async def test_pop_maintenance_answers_204_at_once_in_every_process(

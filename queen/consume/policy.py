@@ -46,13 +46,16 @@ def pop_sizing(
 
     A value the client set is used as is. When the client left the choice to the broker
     (``autopilot=true``), an omitted batch is ``autopilot_batch`` and an omitted partition
-    count ``autopilot_partitions``; otherwise they are ``default_batch`` (1, as the official
-    clients expect from a pop without ``batch``) and 1. The partition route always claims one
-    partition.
+    count is as many partitions as the batch could use, up to ``autopilot_partitions``: a
+    batch fills from several partitions when each holds only a few messages, and a pop that
+    fills it from its first partition claims no other. Without autopilot they are
+    ``default_batch`` (1, as the official clients expect from a pop without ``batch``) and 1.
+    The partition route always claims one partition.
     """
     if autopilot:
-        width = partitions or autopilot_partitions
-        return Sizing(batch or autopilot_batch, 1 if one_partition_route else width)
+        size = batch or autopilot_batch
+        width = partitions or min(size, autopilot_partitions)
+        return Sizing(size, 1 if one_partition_route else width)
     return Sizing(batch or default_batch, 1 if one_partition_route else partitions or 1)
 
 
