@@ -138,7 +138,7 @@ class Settings:
         "extra wait for more writes before a transaction starts (0: natural batching only)",
     )
     batch_spread_min_items: int = _setting(
-        0,
+        800,
         "QUEEN_BATCH_SPREAD_MIN_ITEMS",
         "when write slots are free, share the ready writes out over them, this many frames "
         "per transaction at least (0: everything ready goes into one transaction)",

@@ -6,7 +6,7 @@ Actors call :meth:`Batcher.write` and wait. The batcher's loop takes everything 
 most ``concurrency`` transactions are in flight; while they run, the next batch gathers in the
 channel, so the batch size follows the load without any timer ("natural batching").
 ``linger_s`` can add a deliberate wait before a small batch starts. With ``spread_min_items``
-(off by default), what is ready while more slots are free is shared out over them, that many
+(0 turns it off), what is ready while more slots are free is shared out over them, that many
 frames per transaction at least: producers answered by one big transaction come back
 together, and without it keep riding one transaction at a time while other connections idle.
 
