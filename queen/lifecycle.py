@@ -108,6 +108,7 @@ async def open_broker(
             linger_s=settings.batch_linger_ms / 1000,
             queue_size=settings.batch_queue_size,
             spread_min_items=settings.batch_spread_min_items,
+            spread_min_writes=settings.batch_spread_min_writes,
         )
         parts: SpoolParts | None = None
         router: WriteRouter | None = None

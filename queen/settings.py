@@ -143,6 +143,12 @@ class Settings:
         "when write slots are free, share the ready writes out over them, this many frames "
         "per transaction at least (0: everything ready goes into one transaction)",
     )
+    batch_spread_min_writes: int = _setting(
+        32,
+        "QUEEN_BATCH_SPREAD_MIN_WRITES",
+        "when write slots are free and too few frames are ready to share by frames, share "
+        "many small writes out by count, this many per transaction at least (0: off)",
+    )
     batch_queue_size: int = _setting(
         4096, "QUEEN_BATCH_QUEUE_SIZE", "segment writes waiting for the batcher (backpressure)"
     )
@@ -337,7 +343,13 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
-_MAY_BE_ZERO = {"batch_linger_ms", "batch_spread_min_items", "port", "gc_gen0_threshold"}
+_MAY_BE_ZERO = {
+    "batch_linger_ms",
+    "batch_spread_min_items",
+    "batch_spread_min_writes",
+    "port",
+    "gc_gen0_threshold",
+}
 
 
 def parse_value(name: str, raw: str) -> Any:

@@ -352,6 +352,15 @@ def test_spread_policy() -> None:
     assert spread_count([1] * 64, 3, min_items=0) == 64  # off
     assert spread_count([5000, 1, 1], 3, min_items=16) == 1
     assert spread_count([], 3, min_items=16) == 0
+    # many small writes, too few frames to share by frames: shared by count
+    assert spread_count([1] * 64, 3, min_items=800, min_writes=32) == 32
+    assert spread_count([1] * 63, 3, min_items=800, min_writes=32) == 63
+    assert spread_count([1] * 200, 3, min_items=800, min_writes=32) == 50
+    assert spread_count([1] * 64, 0, min_items=800, min_writes=32) == 64
+    # writes of several frames (multi-partition pushes) are not shared by count
+    assert spread_count([3] * 100, 3, min_items=800, min_writes=32) == 100
+    # enough frames: the frame rule decides
+    assert spread_count([10] * 160, 3, min_items=800, min_writes=32) == 80
 
 
 async def test_dedup_window_zero_stores_every_repeat(tmp_path) -> None:

@@ -6,9 +6,10 @@ Actors call :meth:`Batcher.write` and wait. The batcher's loop takes everything 
 most ``concurrency`` transactions are in flight; while they run, the next batch gathers in the
 channel, so the batch size follows the load without any timer ("natural batching").
 ``linger_s`` can add a deliberate wait before a small batch starts. With ``spread_min_items``
-(0 turns it off), what is ready while more slots are free is shared out over them, that many
-frames per transaction at least: producers answered by one big transaction come back
-together, and without it keep riding one transaction at a time while other connections idle.
+and ``spread_min_writes`` (0 turns each off), what is ready while more slots are free is
+shared out over them, that many frames (or, for many small writes, writes) per transaction at
+least: producers answered by one big transaction come back together, and without it keep
+riding one transaction at a time while other connections idle.
 
 Two writes for the same partition never share a transaction (the actor already guarantees a
 single write in flight; the batcher also defers a second one should it appear), and the store
@@ -56,6 +57,7 @@ class Batcher:
         linger_s: float,
         queue_size: int,
         spread_min_items: int = 0,
+        spread_min_writes: int = 0,
     ) -> None:
         self._store = store
         self._metrics = metrics
@@ -64,6 +66,7 @@ class Batcher:
         self._max_bytes = max_bytes
         self._linger_s = linger_s
         self._spread_min_items = spread_min_items
+        self._spread_min_writes = spread_min_writes
         self._send, self._recv = trio.open_memory_channel[_Pending](queue_size)
         self._deferred: list[_Pending] = []
         self._listeners: list[CommitListener] = []
@@ -132,11 +135,16 @@ class Batcher:
             with trio.move_on_after(self._linger_s):
                 while not full():
                     add(await self._recv.receive())
-        elif self._spread_min_items > 0 and self._slots.value > 0 and len(batch) > 1:
+        elif (
+            (self._spread_min_items > 0 or self._spread_min_writes > 0)
+            and self._slots.value > 0
+            and len(batch) > 1
+        ):
             keep = spread_count(
                 [len(segment) for segment, _ in batch],
                 self._slots.value,
                 min_items=self._spread_min_items,
+                min_writes=self._spread_min_writes,
             )
             if keep < len(batch):  # the rest goes first into the next transaction
                 self._deferred[:0] = batch[keep:]

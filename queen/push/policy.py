@@ -29,24 +29,39 @@ def batch_is_full(items: int, payload_bytes: int, *, max_items: int, max_bytes: 
     return items >= max_items or payload_bytes >= max_bytes
 
 
-def spread_count(sizes: Sequence[int], free_slots: int, *, min_items: int) -> int:
+def spread_count(
+    sizes: Sequence[int], free_slots: int, *, min_items: int, min_writes: int = 0
+) -> int:
     """How many of the ready writes (item counts ``sizes``, in arrival order) the transaction
-    being gathered keeps when ``free_slots`` more transactions could start now: the ready
-    items shared out evenly over this transaction and the free slots, at least ``min_items``
-    per share; the rest waits for the next transaction (which can start at once).
+    being gathered keeps when ``free_slots`` more transactions could start now; the rest waits
+    for the next transaction (which can start at once).
+
+    Ready items are shared out evenly over this transaction and the free slots, at least
+    ``min_items`` per share. When there are too few items for that, many one-frame writes
+    (single-item pushes, each its own producer) are shared out the same way by count, at least
+    ``min_writes`` per share. Writes of several frames are not: they are mostly pushes spread
+    over several partitions, and such a push waits for every transaction holding a part of it,
+    so splitting them adds commits without letting any producer go on sooner. 0 turns a rule
+    off.
 
     >>> spread_count([100] * 16, 3, min_items=100)
     4
     >>> spread_count([1] * 64, 3, min_items=100)
     64
+    >>> spread_count([1] * 64, 3, min_items=800, min_writes=32)
+    32
     """
-    total = sum(sizes)
-    if free_slots <= 0 or min_items <= 0 or total < 2 * min_items:
+    if free_slots <= 0:
         return len(sizes)
-    share = max(min_items, -(-total // (free_slots + 1)))
-    taken = 0
-    for count, size in enumerate(sizes, 1):
-        taken += size
-        if taken >= share:
-            return count
+    total = sum(sizes)
+    if min_items > 0 and total >= 2 * min_items:
+        share = max(min_items, -(-total // (free_slots + 1)))
+        taken = 0
+        for count, size in enumerate(sizes, 1):
+            taken += size
+            if taken >= share:
+                return count
+        return len(sizes)
+    if min_writes > 0 and len(sizes) >= 2 * min_writes and total < 2 * len(sizes):
+        return max(min_writes, -(-len(sizes) // (free_slots + 1)))
     return len(sizes)
