@@ -103,29 +103,47 @@ class PayloadCipher:
     def seal(self, payload: bytes, message_id: str) -> bytes:
         return self.seal_many([payload], [message_id])[0]
 
+    def seal_bound(self, payload: bytes, associated: bytes) -> bytes:
+        """The envelope of ``payload`` bound to ``associated`` (not a message id: a trace)."""
+        with self._lock:
+            counter = self._nonce
+            self._nonce = (counter + 1) % _NONCE_SPACE
+        nonce = counter.to_bytes(_NONCE_BYTES, "big")
+        sealed = self._aead.encrypt(nonce, payload, associated)
+        return self._head + binascii.b2a_base64(nonce + sealed, newline=False) + b'"'
+
     def open(self, stored: str, message_id: str) -> str:
         """The JSON text inside the envelope ``stored``; :class:`PayloadUnreadable` if this key
         cannot open it."""
+        return self.open_bound(stored, _associated(message_id), f"message {message_id}")
+
+    def open_bound(self, stored: str, associated: bytes, what: str) -> str:
+        """:meth:`open` for an envelope bound to ``associated``; ``what`` names its owner in
+        errors ("message ...", "a trace of ...")."""
         body = stored[len(PREFIX) : -1]
         stored_id, sep, data = body.partition(":")
         if not sep or not stored.endswith('"'):
-            raise PayloadUnreadable(f"the encrypted payload of message {message_id} is damaged")
+            raise PayloadUnreadable(f"the encrypted payload of {what} is damaged")
         if stored_id != self.key_id:
             raise PayloadUnreadable(
-                f"message {message_id} was encrypted with key {stored_id}, and "
+                f"{what} was encrypted with key {stored_id}, and "
                 f"QUEEN_ENCRYPTION_KEY is key {self.key_id}"
             )
         try:
             raw = binascii.a2b_base64(data, strict_mode=True)
-            plain = self._aead.decrypt(
-                raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _associated(message_id)
-            )
+            plain = self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], associated)
         except (binascii.Error, ValueError, InvalidTag):
             raise PayloadUnreadable(
-                f"the encrypted payload of message {message_id} does not authenticate with "
-                f"key {self.key_id}: it is damaged or belongs to another message"
+                f"the encrypted payload of {what} does not authenticate with "
+                f"key {self.key_id}: it is damaged or was not sealed for {what}"
             ) from None
         return plain.decode("utf-8")
+
+
+def trace_associated(partition_id: int, transaction_id: str) -> bytes:
+    """What a trace's envelope is bound to: its message (partition and transaction id), so
+    an envelope moved to another message's trace does not open."""
+    return b"trace\x00" + partition_id.to_bytes(8, "big") + transaction_id.encode("utf-8")
 
 
 def open_payload(cipher: PayloadCipher | None, stored: str, message_id: str) -> str:

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import trio
 
-from queen.cipher import PayloadCipher, PayloadUnreadable, open_payload
+from queen.cipher import PREFIX, PayloadCipher, PayloadUnreadable, open_payload, trace_associated
 from queen.storage.base import StoreError
 
 log = logging.getLogger("queen.encryption")
@@ -81,6 +81,27 @@ class QueueEncryption:
     def open(self, stored: str, message_id: str) -> str:
         """The plaintext JSON of a stored payload (see :func:`queen.cipher.open_payload`)."""
         return open_payload(self.cipher, stored, message_id)
+
+    def seal_trace(self, queue: str, partition_id: int, transaction_id: str, data: str) -> str:
+        """A trace's ``data`` as stored: an envelope bound to its message if ``queue`` is
+        encrypted, else ``data`` itself."""
+        cipher = self.cipher
+        if cipher is None or not self.seals(queue):
+            return data
+        associated = trace_associated(partition_id, transaction_id)
+        return cipher.seal_bound(data.encode("utf-8"), associated).decode("ascii")
+
+    def open_trace(self, stored: str, partition_id: int | None, transaction_id: str | None) -> str:
+        """The plaintext JSON of a stored trace's ``data``. Raises :class:`PayloadUnreadable`
+        when it is sealed and cannot be opened."""
+        if not stored.startswith(PREFIX):
+            return stored
+        what = f"a trace of {transaction_id!r} in partition {partition_id}"
+        if self.cipher is None:
+            raise PayloadUnreadable(f"{what} is encrypted and QUEEN_ENCRYPTION_KEY is not set")
+        if partition_id is None or transaction_id is None:
+            raise PayloadUnreadable(f"{what} is encrypted and its message is unknown")
+        return self.cipher.open_bound(stored, trace_associated(partition_id, transaction_id), what)
 
     def configured(self, queue: str, encrypted: bool) -> None:
         """A ``configure`` of ``queue`` in this process committed: apply it now."""

@@ -362,3 +362,50 @@ async def test_health_and_the_log_name_the_key_but_never_show_it(
         assert health["encryption"]["keySet"] is True
         assert health["encryption"]["keyId"] == PayloadCipher(parse_key(KEY_A)).key_id
         assert KEY_A not in json.dumps(health)
+
+
+async def test_traces_of_an_encrypted_queue_are_stored_sealed_and_read_in_plaintext(
+    settings: Settings, db: Db, queue: str
+) -> None:
+    plain_queue = f"{queue}-plain"
+    name = f"audit-{queue}"
+    async with http(settings, KEY_A) as (api, _):
+        await api.configure(queue, encryptionEnabled=True)
+        await api.push(queue, "p", {"n": 1}, tx=["tx-1"])
+        await api.push(plain_queue, "p", {"n": 2}, tx=["tx-2"])
+        [sealed_msg] = await api.messages(queue)
+        [plain_msg] = await api.messages(plain_queue)
+        for msg, tx in ((sealed_msg, "tx-1"), (plain_msg, "tx-2")):
+            body = {"partitionId": msg["partitionId"], "transactionId": tx, "data": SECRET}
+            status, _ = await api.post("/api/v1/traces", {**body, "traceNames": [name]})
+            assert status == 201
+
+        stored = {
+            r[0]: r[1]
+            for r in await db.rows(
+                "SELECT t.transaction_id, t.data FROM queen.traces t "
+                "JOIN queen.partitions p ON p.id = t.partition_id "
+                "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name IN (%s, %s)",
+                queue,
+                plain_queue,
+            )
+        }
+        assert stored["tx-1"].startswith(PREFIX) and SECRET_TEXT not in stored["tx-1"]
+        assert orjson.loads(stored["tx-2"]) == SECRET  # a plain queue's traces stay plain
+
+        status, body = await api.get(f"/api/v1/traces/{sealed_msg['partitionId']}/tx-1")
+        assert status == 200 and [t["data"] for t in body["traces"]] == [SECRET]
+        status, body = await api.get(f"/api/v1/traces/by-name/{name}")
+        assert status == 200 and [t["data"] for t in body["traces"]] == [SECRET, SECRET]
+
+        # An envelope moved onto another message's trace does not open.
+        await db.rows(
+            "UPDATE queen.traces SET data = %s WHERE transaction_id = 'tx-2' AND partition_id = %s",
+            stored["tx-1"],
+            int(plain_msg["partitionId"]),
+        )
+        status, body = await api.get(f"/api/v1/traces/{plain_msg['partitionId']}/tx-2")
+        assert status == 503 and body["code"] == "decryption_failed"
+    async with http(settings, None) as (api, _):
+        status, body = await api.get(f"/api/v1/traces/{sealed_msg['partitionId']}/tx-1")
+        assert status == 503 and "QUEEN_ENCRYPTION_KEY is not set" in body["error"]

@@ -99,7 +99,7 @@ class ConsumeService:
         self.metrics = metrics
         self.wakeups = Wakeups()
         self.switches = switches
-        self.traces = Traces(store.trace_store())
+        self.traces = Traces(store.trace_store(), self.encryption)
         self.listener: PushListener | None = None
         self._recheck_s = max(_MIN_RECHECK_S, settings.pop_recheck_ms / 1000)
         self._closing = False

@@ -40,6 +40,8 @@ class TraceName:
 class TraceStore(Protocol):
     """Where processing traces are kept (:class:`PgTraceStore`)."""
 
+    async def queue_of(self, partition_id: int) -> str | None: ...
+
     async def record(self, trace: TraceRecord, worker_id: str) -> int | None: ...
 
     async def for_message(self, partition_id: int, transaction_id: str) -> list[StoredTrace]: ...
@@ -56,6 +58,22 @@ class PgTraceStore:
 
     def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
+
+    async def queue_of(self, partition_id: int) -> str | None:
+        """The name of the queue holding ``partition_id``; None when there is no such
+        partition."""
+        if not 0 < partition_id <= _MAX_BIGINT:
+            return None
+
+        def call(conn: psycopg.Connection[Any]) -> str | None:
+            row = conn.execute(
+                "SELECT q.name FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id"
+                " WHERE p.id = %s::bigint",
+                (partition_id,),
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self.pool.run(call)
 
     async def record(self, trace: TraceRecord, worker_id: str) -> int | None:
         """The new trace's id; None when its partition does not exist."""
