@@ -46,6 +46,49 @@ CREATE TABLE IF NOT EXISTS queen.retention_totals (
     value bigint NOT NULL DEFAULT 0
 );
 
+-- Remove the segments (p_pids[i], p_firsts[i]) that hold no message under a live lease, and
+-- count them in queen.retention_totals under the two names given. The cursors of the
+-- partitions concerned are locked FOR SHARE first, in (partition, group) order, the consume
+-- side's order: a pop holding one finishes first and its lease is then seen; a pop arriving
+-- meanwhile skips the partition (SKIP LOCKED). Shared by retention and eviction.
+CREATE OR REPLACE FUNCTION queen.remove_unleased_segments(
+    p_pids bigint[], p_firsts bigint[], p_segments_name text, p_messages_name text,
+    OUT segments bigint, OUT messages bigint)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    WITH candidates AS (
+        SELECT v.partition_id, v.first_offset
+        FROM unnest(p_pids, p_firsts) AS v(partition_id, first_offset)
+    ),
+    held AS MATERIALIZED (
+        SELECT c.partition_id, c.next_offset, c.lease_end, c.lease_expires_at
+        FROM queen.cursors c
+        WHERE c.partition_id IN (SELECT DISTINCT partition_id FROM candidates)
+        ORDER BY c.partition_id, c.consumer_group
+        FOR SHARE
+    ),
+    gone AS (
+        DELETE FROM queen.segments s
+        USING candidates v
+        WHERE s.partition_id = v.partition_id AND s.first_offset = v.first_offset
+          AND NOT EXISTS (
+              SELECT 1 FROM held h
+              WHERE h.partition_id = s.partition_id
+                AND h.lease_expires_at > now()
+                AND s.last_offset >= h.next_offset
+                AND s.first_offset < h.lease_end)
+        RETURNING s.last_offset - s.first_offset + 1 AS n
+    )
+    SELECT count(*), coalesce(sum(n), 0) INTO segments, messages FROM gone;
+
+    IF segments > 0 THEN
+        INSERT INTO queen.retention_totals AS t (name, value)
+        VALUES (p_segments_name, segments), (p_messages_name, messages)
+        ON CONFLICT (name) DO UPDATE SET value = t.value + excluded.value;
+    END IF;
+END
+$fn$;
+
 -- One batch of segment retention: at most p_limit segments, each removed whole. Only queues
 -- with retention_enabled take part; without it both times are kept but remove nothing.
 --
@@ -98,32 +141,14 @@ BEGIN
         WHERE q.retention_enabled AND (q.retention_s > 0 OR q.completed_retention_s > 0)
         LIMIT p_limit
     ),
-    held AS MATERIALIZED (
-        SELECT c.partition_id, c.next_offset, c.lease_end, c.lease_expires_at
-        FROM queen.cursors c
-        WHERE c.partition_id IN (SELECT DISTINCT partition_id FROM candidates)
-        ORDER BY c.partition_id, c.consumer_group
-        FOR SHARE
-    ),
-    gone AS (
-        DELETE FROM queen.segments s
-        USING candidates v
-        WHERE s.partition_id = v.partition_id AND s.first_offset = v.first_offset
-          AND NOT EXISTS (
-              SELECT 1 FROM held h
-              WHERE h.partition_id = s.partition_id
-                AND h.lease_expires_at > now()
-                AND s.last_offset >= h.next_offset
-                AND s.first_offset < h.lease_end)
-        RETURNING s.last_offset - s.first_offset + 1 AS n
+    chosen AS (
+        SELECT array_agg(v.partition_id ORDER BY v.partition_id, v.first_offset) AS pids,
+               array_agg(v.first_offset ORDER BY v.partition_id, v.first_offset) AS firsts
+        FROM candidates v
     )
-    SELECT count(*), coalesce(sum(n), 0) INTO segments, messages FROM gone;
-
-    IF segments > 0 THEN
-        INSERT INTO queen.retention_totals AS t (name, value)
-        VALUES ('segments', segments), ('messages', messages)
-        ON CONFLICT (name) DO UPDATE SET value = t.value + excluded.value;
-    END IF;
+    SELECT r.segments, r.messages INTO segments, messages
+    FROM chosen c
+    CROSS JOIN LATERAL queen.remove_unleased_segments(c.pids, c.firsts, 'segments', 'messages') r;
 END
 $fn$;
 
@@ -210,32 +235,14 @@ BEGIN
         WHERE d.done_below < d.next_offset
         LIMIT p_limit
     ),
-    held AS MATERIALIZED (
-        SELECT c.partition_id, c.next_offset, c.lease_end, c.lease_expires_at
-        FROM queen.cursors c
-        WHERE c.partition_id IN (SELECT DISTINCT partition_id FROM candidates)
-        ORDER BY c.partition_id, c.consumer_group
-        FOR SHARE
-    ),
-    gone AS (
-        DELETE FROM queen.segments s
-        USING candidates v
-        WHERE s.partition_id = v.partition_id AND s.first_offset = v.first_offset
-          AND NOT EXISTS (
-              SELECT 1 FROM held h
-              WHERE h.partition_id = s.partition_id
-                AND h.lease_expires_at > now()
-                AND s.last_offset >= h.next_offset
-                AND s.first_offset < h.lease_end)
-        RETURNING s.last_offset - s.first_offset + 1 AS n
+    chosen AS (
+        SELECT array_agg(v.partition_id ORDER BY v.partition_id, v.first_offset) AS pids,
+               array_agg(v.first_offset ORDER BY v.partition_id, v.first_offset) AS firsts
+        FROM candidates v
     )
-    SELECT count(*), coalesce(sum(n), 0) INTO segments, messages FROM gone;
-
-    IF segments > 0 THEN
-        INSERT INTO queen.retention_totals AS t (name, value)
-        VALUES ('evicted_segments', segments), ('evicted_messages', messages)
-        ON CONFLICT (name) DO UPDATE SET value = t.value + excluded.value;
-    END IF;
+    SELECT r.segments, r.messages INTO segments, messages
+    FROM chosen c
+    CROSS JOIN LATERAL queen.remove_unleased_segments(c.pids, c.firsts, 'evicted_segments', 'evicted_messages') r;
 END
 $fn$;
 
