@@ -47,6 +47,7 @@ class Metrics:
     pop_empty: int = 0  # of which nothing to deliver (204)
     pop_messages: int = 0  # messages delivered
     pop_undecryptable: int = 0  # messages withheld: encrypted, and the key cannot open them
+    pop_rechecks_shared: int = 0  # re-checks of waiting pops answered by a like pop's look
     acks: int = 0  # acknowledgments judged by ack and ack/batch
     acks_refused: int = 0  # of which refused (stale lease, unknown message)
     acks_dlq: int = 0  # of which moved a message to the dead letter queue

@@ -182,3 +182,86 @@ async def test_one_cache_holds_both_switches_set_by_another_process(
     store.state["pop_maintenance_mode"] = {"enabled": False}
     await switches.load()
     assert not switches.pop_enabled and switches.enabled
+
+
+async def _wait_many(service: ConsumeService, requests: list[PopRequest]) -> list[object]:
+    results: list[object] = []
+    async with trio.open_nursery() as nursery:
+        for request in requests:
+
+            async def pop(request: PopRequest = request) -> None:
+                results.append(await service.pop(request))
+
+            nursery.start_soon(pop)
+    return results
+
+
+async def test_like_waiting_pops_share_their_rechecks(
+    rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    pops = 10
+    results = await _wait_many(rechecking, [_waiting_pop("q") for _ in range(pops)])
+    assert len(results) == pops and not any(results)
+    seconds = TIMEOUT_MS // 1000
+    # each pop's first query, then about one query a second between them all (and a last
+    # look at the deadline); not one a second for each of them
+    assert store.pop_calls <= pops + 2 * (seconds + 1), store.pop_calls
+    assert rechecking.metrics.pop_rechecks_shared >= (pops - 2) * (seconds - 1)
+
+
+async def test_pops_of_different_kinds_do_not_share_their_rechecks(
+    rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    kinds = [
+        _waiting_pop("q"),
+        PopRequest(queue="q", partition="p1", wait=True, timeout_ms=TIMEOUT_MS),
+        PopRequest(queue="q", consumer_group="g", wait=True, timeout_ms=TIMEOUT_MS),
+    ]
+    await _wait_many(rechecking, kinds)
+    seconds = TIMEOUT_MS // 1000
+    assert rechecking.metrics.pop_rechecks_shared == 0
+    assert store.pop_calls >= len(kinds) * seconds  # each re-checked every second itself
+
+
+async def test_an_unannounced_message_reaches_one_of_many_sharing_pops_within_a_recheck(
+    rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    answered: list[tuple[float, object]] = []
+    async with trio.open_nursery() as nursery:
+        for _ in range(8):
+
+            async def pop() -> None:
+                result = await rechecking.pop(_waiting_pop("q"))
+                answered.append((trio.current_time(), result))
+
+            nursery.start_soon(pop)
+        await trio.sleep(7.25)  # several shared re-checks have happened
+        assert rechecking.metrics.pop_rechecks_shared > 0
+        added_at = trio.current_time()
+        pushed = store.add("q")  # nobody is told
+    [(at, got)] = [(t, r) for t, r in answered if r]
+    assert [d.message_id for d in got.delivered] == [pushed.message_id]  # type: ignore[attr-defined]
+    assert at - added_at <= 1.0 + 1e-6
+
+
+async def test_a_push_wakes_pops_that_share_their_rechecks(
+    rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    answered: list[tuple[float, object]] = []
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):
+
+            async def pop() -> None:
+                result = await rechecking.pop(_waiting_pop("q"))
+                answered.append((trio.current_time(), result))
+
+            nursery.start_soon(pop)
+        await trio.sleep(5.5)
+        await trio.testing.wait_all_tasks_blocked()
+        assert rechecking.metrics.pop_rechecks_shared > 0
+        pushed_at = trio.current_time()
+        pushed = store.add("q")
+        store.notify("q")
+    [(at, got)] = [(t, r) for t, r in answered if r]
+    assert [d.message_id for d in got.delivered] == [pushed.message_id]  # type: ignore[attr-defined]
+    assert at == pushed_at  # on the wake-up, not at a re-check

@@ -12,6 +12,11 @@ waiting:
   commit listener), by transactions and lease-releasing acks here, and by the push listener
   (NOTIFY from every other broker process). A pop whose client disconnects is cancelled by
   the HTTP server; cancellation only ever interrupts the wait, never a database call.
+  Waiting pops of the same kind (queue, partition, namespace, task, group) share their
+  re-checks: one whose timer comes while another queried less than a re-check ago, after it,
+  found nothing and saw no wake-up since, waits again without a query. On a queue of many
+  partitions an empty query reads every cursor of the group, so a hundred idle consumers
+  cost one such query per re-check instead of a hundred.
 - **Encryption.** Payloads pushed by a transaction to an encrypted queue are sealed before the
   database call; every payload a pop or a dead letter page reads is opened
   (:class:`queen.encryption.QueueEncryption`). A pop that reads a payload it cannot decrypt
@@ -32,7 +37,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -81,6 +86,18 @@ from queen.storage.listener import PushListener
 log = logging.getLogger("queen.consume")
 
 _MIN_RECHECK_S = 0.01
+_EMPTY_KEPT = 1024  # like-pop records kept before the stale ones are dropped
+
+
+class _PopKey(NamedTuple):
+    """What decides what a pop can find (its batch size does not): pops with the same key
+    that found nothing share their re-checks."""
+
+    queue: str | None
+    partition: str | None
+    namespace: str
+    task: str
+    consumer_group: str
 
 
 class ConsumeService:
@@ -102,6 +119,10 @@ class ConsumeService:
         self.traces = Traces(store.trace_store(), self.encryption)
         self.listener: PushListener | None = None
         self._recheck_s = max(_MIN_RECHECK_S, settings.pop_recheck_ms / 1000)
+        # like pops that found nothing: when the last query started, and the wake-up epoch
+        self._empty: dict[_PopKey, tuple[float, int]] = {}
+        # like pops querying now: when the query started, and set when it has answered
+        self._looking: dict[_PopKey, tuple[float, trio.Event]] = {}
         self._closing = False
 
     async def run(
@@ -161,23 +182,80 @@ class ConsumeService:
         self.metrics.pop_requests += 1
         result = PopResult(request.consumer_group, sizing=sizing if request.autopilot else None)
         deadline = trio.current_time() + request.timeout_ms / 1000
+        key = _PopKey(
+            request.queue,
+            request.partition,
+            request.namespace,
+            request.task,
+            request.consumer_group,
+        )
+        looked = float("-inf")  # when this pop last queried
         while not self._closing and not self.switches.pop_enabled:
             ticket = self.wakeups.ticket(request.queue)
-            lease_id = "" if request.auto_ack else mint_id()
-            delivered, expires_at = await self.store.pop(request, sizing, lease_id or None)
-            if delivered:
-                delivered = await self._opened(request, delivered, lease_id)
-                self.metrics.pop_messages += len(delivered)
-                result.delivered = delivered
-                result.lease_id = lease_id
-                result.lease_expires_at = expires_at
-                return result
+            if looked > float("-inf"):  # a re-check (or a wake-up): a like query may serve
+                await self._like_query_done(key, looked)
+            if self._seen_empty_since(key, looked):
+                # A pop of the same kind queried after this one, less than a re-check ago,
+                # and found nothing, and nothing was announced since: this re-check would read
+                # the same. The ticket taken now is as good as one taken before that query.
+                self.metrics.pop_rechecks_shared += 1
+            else:
+                epoch = self.wakeups.epoch(request.queue)
+                looked = trio.current_time()
+                lease_id = "" if request.auto_ack else mint_id()
+                mine = (looked, trio.Event())
+                self._looking.setdefault(key, mine)
+                try:
+                    delivered, expires_at = await self.store.pop(request, sizing, lease_id or None)
+                finally:
+                    if self._looking.get(key) is mine:
+                        del self._looking[key]
+                    mine[1].set()
+                if delivered:
+                    delivered = await self._opened(request, delivered, lease_id)
+                    self.metrics.pop_messages += len(delivered)
+                    result.delivered = delivered
+                    result.lease_id = lease_id
+                    result.lease_expires_at = expires_at
+                    return result
+                self._found_empty(key, looked, epoch)
             now = trio.current_time()
             if not request.wait or now >= deadline or self._closing:
                 break
             await self.wakeups.wait(ticket, min(deadline, now + self._recheck_s))
         self.metrics.pop_empty += 1
         return result
+
+    async def _like_query_done(self, key: _PopKey, looked: float) -> None:
+        """If a pop like ``key`` is querying now, having started after ``looked``, wait for
+        its answer (one query for all of them, not one each)."""
+        running = self._looking.get(key)
+        if running is not None and running[0] > looked:
+            await running[1].wait()
+
+    def _seen_empty_since(self, key: _PopKey, looked: float) -> bool:
+        """Whether a pop like ``key`` found nothing in a query that started after ``looked``
+        (this pop's own last query; never for its first), less than a re-check ago, with no
+        wake-up of its queue since that query's ticket."""
+        found = self._empty.get(key)
+        if found is None or looked == float("-inf"):
+            return False
+        started, epoch = found
+        return (
+            started > looked
+            and started > trio.current_time() - self._recheck_s
+            and epoch == self.wakeups.epoch(key.queue)
+        )
+
+    def _found_empty(self, key: _PopKey, started: float, epoch: int) -> None:
+        """Remember that a query of ``key`` that started at ``started`` (its ticket taken at
+        wake-up ``epoch``) found nothing."""
+        found = self._empty.get(key)
+        if found is None or started >= found[0]:
+            self._empty[key] = (started, epoch)
+        if len(self._empty) > _EMPTY_KEPT:
+            old = trio.current_time() - self._recheck_s
+            self._empty = {k: v for k, v in self._empty.items() if v[0] > old}
 
     async def _opened(
         self, request: PopRequest, delivered: list[Delivered], lease_id: str

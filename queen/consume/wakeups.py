@@ -8,7 +8,9 @@ Because the ticket predates the query, a push that commits after the query's sna
 sets it: no wake-up is lost between "nothing there" and "wait".
 
 Namespace/task pops (no queue name) take the wildcard ticket, which every fire sets.
-Everything here runs in the Trio thread and never blocks.
+:meth:`Wakeups.epoch` counts the fires that concern a ticket: while it has not changed, a
+ticket taken now is as good as one taken earlier. Everything here runs in the Trio thread and
+never blocks.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ ANY_QUEUE = "\x00*"
 class Wakeups:
     def __init__(self) -> None:
         self._tickets: dict[str, trio.Event] = {}
+        self._fired: dict[str, int] = {}  # fires per queue name (ANY_QUEUE: any fire)
+        self._fired_all = 0
         self._waiting = 0
         self._changed = trio.Event()
 
@@ -40,6 +44,12 @@ class Wakeups:
             event = self._tickets[key] = trio.Event()
         return event
 
+    def epoch(self, queue: str | None) -> int:
+        """How many fires so far would have set a ticket of ``queue`` (None: a cross-queue
+        ticket)."""
+        key = ANY_QUEUE if queue is None else queue
+        return self._fired.get(key, 0) + self._fired_all
+
     def fire(self, queues: Iterable[str]) -> None:
         """Wake every pop waiting on one of ``queues``, and every cross-queue pop."""
         fired = False
@@ -47,8 +57,10 @@ class Wakeups:
             event = self._tickets.pop(queue, None)
             if event is not None:
                 event.set()
+            self._fired[queue] = self._fired.get(queue, 0) + 1
             fired = True
         if fired:
+            self._fired[ANY_QUEUE] = self._fired.get(ANY_QUEUE, 0) + 1
             event = self._tickets.pop(ANY_QUEUE, None)
             if event is not None:
                 event.set()
@@ -56,6 +68,7 @@ class Wakeups:
     def fire_all(self) -> None:
         """Wake every waiting pop (shutdown, or notifications that may have been missed)."""
         tickets, self._tickets = self._tickets, {}
+        self._fired_all += 1
         for event in tickets.values():
             event.set()
 
