@@ -265,3 +265,27 @@ async def test_a_push_wakes_pops_that_share_their_rechecks(
     [(at, got)] = [(t, r) for t, r in answered if r]
     assert [d.message_id for d in got.delivered] == [pushed.message_id]  # type: ignore[attr-defined]
     assert at == pushed_at  # on the wake-up, not at a re-check
+
+
+async def test_a_push_of_one_message_costs_two_queries_however_many_pops_wait(
+    service: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    answered: list[object] = []
+    async with trio.open_nursery() as nursery:
+        for _ in range(10):
+
+            async def pop() -> None:
+                answered.append(await service.pop(_waiting_pop("q")))
+
+            nursery.start_soon(pop)
+        await trio.testing.wait_all_tasks_blocked()
+        before = store.pop_calls
+        store.add("q")
+        store.notify("q")
+        await trio.testing.wait_all_tasks_blocked()
+        # one woken pop takes the message; the next one to look finds nothing, which answers
+        # for the other eight
+        assert store.pop_calls - before == 2
+        assert len([r for r in answered if r]) == 1
+        assert service.wakeups.waiting == 9
+        nursery.cancel_scope.cancel()

@@ -13,10 +13,11 @@ waiting:
   (NOTIFY from every other broker process). A pop whose client disconnects is cancelled by
   the HTTP server; cancellation only ever interrupts the wait, never a database call.
   Waiting pops of the same kind (queue, partition, namespace, task, group) share their
-  re-checks: one whose timer comes while another queried less than a re-check ago, after it,
-  found nothing and saw no wake-up since, waits again without a query. On a queue of many
-  partitions an empty query reads every cursor of the group, so a hundred idle consumers
-  cost one such query per re-check instead of a hundred.
+  re-checks and wake-ups: one whose timer comes or whose ticket was set waits for a like
+  pop's query started after its own last one, and if a like query that recent found nothing,
+  with no wake-up since, waits again without a query. On a queue of many partitions an empty
+  query reads every cursor of the group, so a hundred idle consumers cost one such query per
+  re-check, and a push of one message two queries, instead of a hundred.
 - **Encryption.** Payloads pushed by a transaction to an encrypted queue are sealed before the
   database call; every payload a pop or a dead letter page reads is opened
   (:class:`queen.encryption.QueueEncryption`). A pop that reads a payload it cannot decrypt
@@ -119,10 +120,12 @@ class ConsumeService:
         self.traces = Traces(store.trace_store(), self.encryption)
         self.listener: PushListener | None = None
         self._recheck_s = max(_MIN_RECHECK_S, settings.pop_recheck_ms / 1000)
-        # like pops that found nothing: when the last query started, and the wake-up epoch
-        self._empty: dict[_PopKey, tuple[float, int]] = {}
-        # like pops querying now: when the query started, and set when it has answered
-        self._looking: dict[_PopKey, tuple[float, trio.Event]] = {}
+        self._queries = 0  # pop queries started: their order
+        # like pops that found nothing: the last such query (its number, start time and the
+        # wake-up epoch of its ticket)
+        self._empty: dict[_PopKey, tuple[int, float, int]] = {}
+        # like pops querying now: the query's number, and an event set once it has answered
+        self._looking: dict[_PopKey, tuple[int, trio.Event]] = {}
         self._closing = False
 
     async def run(
@@ -189,10 +192,10 @@ class ConsumeService:
             request.task,
             request.consumer_group,
         )
-        looked = float("-inf")  # when this pop last queried
+        looked = 0  # the number of this pop's last query (0: none yet)
         while not self._closing and not self.switches.pop_enabled:
             ticket = self.wakeups.ticket(request.queue)
-            if looked > float("-inf"):  # a re-check (or a wake-up): a like query may serve
+            if looked:  # a re-check (or a wake-up): a like pop's query may answer for it
                 await self._like_query_done(key, looked)
             if self._seen_empty_since(key, looked):
                 # A pop of the same kind queried after this one, less than a re-check ago,
@@ -201,7 +204,9 @@ class ConsumeService:
                 self.metrics.pop_rechecks_shared += 1
             else:
                 epoch = self.wakeups.epoch(request.queue)
-                looked = trio.current_time()
+                self._queries += 1
+                looked = self._queries
+                started = trio.current_time()
                 lease_id = "" if request.auto_ack else mint_id()
                 mine = (looked, trio.Event())
                 self._looking.setdefault(key, mine)
@@ -218,7 +223,7 @@ class ConsumeService:
                     result.lease_id = lease_id
                     result.lease_expires_at = expires_at
                     return result
-                self._found_empty(key, looked, epoch)
+                self._found_empty(key, looked, started, epoch)
             now = trio.current_time()
             if not request.wait or now >= deadline or self._closing:
                 break
@@ -226,36 +231,39 @@ class ConsumeService:
         self.metrics.pop_empty += 1
         return result
 
-    async def _like_query_done(self, key: _PopKey, looked: float) -> None:
-        """If a pop like ``key`` is querying now, having started after ``looked``, wait for
-        its answer (one query for all of them, not one each)."""
-        running = self._looking.get(key)
-        if running is not None and running[0] > looked:
-            await running[1].wait()
+    async def _like_query_done(self, key: _PopKey, looked: int) -> None:
+        """While a pop like ``key`` is querying, having started after ``looked``, wait for its
+        answer (one query for all of them, not one each). A query that delivered something
+        does not answer for the others: the next of them to run looks, and the rest wait for
+        that one."""
+        while (running := self._looking.get(key)) is not None and running[0] > looked:
+            await running[1].wait()  # then, if it delivered, maybe another like pop looks
+            if self._seen_empty_since(key, looked):
+                return
 
-    def _seen_empty_since(self, key: _PopKey, looked: float) -> bool:
+    def _seen_empty_since(self, key: _PopKey, looked: int) -> bool:
         """Whether a pop like ``key`` found nothing in a query that started after ``looked``
         (this pop's own last query; never for its first), less than a re-check ago, with no
         wake-up of its queue since that query's ticket."""
         found = self._empty.get(key)
-        if found is None or looked == float("-inf"):
+        if found is None or not looked:
             return False
-        started, epoch = found
+        number, started, epoch = found
         return (
-            started > looked
+            number > looked
             and started > trio.current_time() - self._recheck_s
             and epoch == self.wakeups.epoch(key.queue)
         )
 
-    def _found_empty(self, key: _PopKey, started: float, epoch: int) -> None:
+    def _found_empty(self, key: _PopKey, number: int, started: float, epoch: int) -> None:
         """Remember that a query of ``key`` that started at ``started`` (its ticket taken at
         wake-up ``epoch``) found nothing."""
         found = self._empty.get(key)
-        if found is None or started >= found[0]:
-            self._empty[key] = (started, epoch)
+        if found is None or number > found[0]:
+            self._empty[key] = (number, started, epoch)
         if len(self._empty) > _EMPTY_KEPT:
             old = trio.current_time() - self._recheck_s
-            self._empty = {k: v for k, v in self._empty.items() if v[0] > old}
+            self._empty = {k: v for k, v in self._empty.items() if v[1] > old}
 
     async def _opened(
         self, request: PopRequest, delivered: list[Delivered], lease_id: str
