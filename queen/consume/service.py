@@ -196,7 +196,8 @@ class ConsumeService:
         while not self._closing and not self.switches.pop_enabled:
             ticket = self.wakeups.ticket(request.queue)
             if looked:  # a re-check (or a wake-up): a like pop's query may answer for it
-                await self._like_query_done(key, looked)
+                with trio.move_on_at(deadline):
+                    await self._like_query_done(key, looked)
             if self._seen_empty_since(key, looked):
                 # A pop of the same kind queried after this one, less than a re-check ago,
                 # and found nothing, and nothing was announced since: this re-check would read
