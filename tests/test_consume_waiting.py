@@ -223,18 +223,28 @@ async def test_pops_of_different_kinds_do_not_share_their_rechecks(
     assert store.pop_calls >= len(kinds) * seconds  # each re-checked every second itself
 
 
+def _start_timed_pops(
+    nursery: trio.Nursery,
+    service: ConsumeService,
+    count: int,
+    answered: list[tuple[float, object]],
+) -> None:
+    """``count`` waiting pops of "q"; each adds (when it answered, its result) to ``answered``."""
+
+    async def pop() -> None:
+        result = await service.pop(_waiting_pop("q"))
+        answered.append((trio.current_time(), result))
+
+    for _ in range(count):
+        nursery.start_soon(pop)
+
+
 async def test_an_unannounced_message_reaches_one_of_many_sharing_pops_within_a_recheck(
     rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
 ) -> None:
     answered: list[tuple[float, object]] = []
     async with trio.open_nursery() as nursery:
-        for _ in range(8):
-
-            async def pop() -> None:
-                result = await rechecking.pop(_waiting_pop("q"))
-                answered.append((trio.current_time(), result))
-
-            nursery.start_soon(pop)
+        _start_timed_pops(nursery, rechecking, 8, answered)
         await trio.sleep(7.25)  # several shared re-checks have happened
         assert rechecking.metrics.pop_rechecks_shared > 0
         added_at = trio.current_time()
@@ -249,13 +259,7 @@ async def test_a_push_wakes_pops_that_share_their_rechecks(
 ) -> None:
     answered: list[tuple[float, object]] = []
     async with trio.open_nursery() as nursery:
-        for _ in range(4):
-
-            async def pop() -> None:
-                result = await rechecking.pop(_waiting_pop("q"))
-                answered.append((trio.current_time(), result))
-
-            nursery.start_soon(pop)
+        _start_timed_pops(nursery, rechecking, 4, answered)
         await trio.sleep(5.5)
         await trio.testing.wait_all_tasks_blocked()
         assert rechecking.metrics.pop_rechecks_shared > 0

@@ -12,12 +12,9 @@ waiting:
   commit listener), by transactions and lease-releasing acks here, and by the push listener
   (NOTIFY from every other broker process). A pop whose client disconnects is cancelled by
   the HTTP server; cancellation only ever interrupts the wait, never a database call.
-  Waiting pops of the same kind (queue, partition, namespace, task, group) share their
-  re-checks and wake-ups: one whose timer comes or whose ticket was set waits for a like
-  pop's query started after its own last one, and if a like query that recent found nothing,
-  with no wake-up since, waits again without a query. On a queue of many partitions an empty
-  query reads every cursor of the group, so a hundred idle consumers cost one such query per
-  re-check, and a push of one message two queries, instead of a hundred.
+  Waiting pops of the same kind share their re-checks and wake-ups
+  (:mod:`queen.consume.looks`): a hundred idle consumers cost one query per re-check, and a
+  push of one message two queries, instead of a hundred.
 - **Encryption.** Payloads pushed by a transaction to an encrypted queue are sealed before the
   database call; every payload a pop or a dead letter page reads is opened
   (:class:`queen.encryption.QueueEncryption`). A pop that reads a payload it cannot decrypt
@@ -38,13 +35,14 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import trio
 
 from queen.cipher import PREFIX, PayloadUnreadable
 from queen.consume import requests
 from queen.consume.errors import InvalidRequest, NotFound
+from queen.consume.looks import PopKey, SharedLooks
 from queen.consume.policy import pop_sizing
 from queen.consume.results import (
     AckResult,
@@ -87,18 +85,6 @@ from queen.storage.listener import PushListener
 log = logging.getLogger("queen.consume")
 
 _MIN_RECHECK_S = 0.01
-_EMPTY_KEPT = 1024  # like-pop records kept before the stale ones are dropped
-
-
-class _PopKey(NamedTuple):
-    """What decides what a pop can find (its batch size does not): pops with the same key
-    that found nothing share their re-checks."""
-
-    queue: str | None
-    partition: str | None
-    namespace: str
-    task: str
-    consumer_group: str
 
 
 class ConsumeService:
@@ -120,12 +106,7 @@ class ConsumeService:
         self.traces = Traces(store.trace_store(), self.encryption)
         self.listener: PushListener | None = None
         self._recheck_s = max(_MIN_RECHECK_S, settings.pop_recheck_ms / 1000)
-        self._queries = 0  # pop queries started: their order
-        # like pops that found nothing: the last such query (its number, start time and the
-        # wake-up epoch of its ticket)
-        self._empty: dict[_PopKey, tuple[int, float, int]] = {}
-        # like pops querying now: the query's number, and an event set once it has answered
-        self._looking: dict[_PopKey, tuple[int, trio.Event]] = {}
+        self._looks = SharedLooks(self.wakeups, self._recheck_s)
         self._closing = False
 
     async def run(
@@ -185,7 +166,7 @@ class ConsumeService:
         self.metrics.pop_requests += 1
         result = PopResult(request.consumer_group, sizing=sizing if request.autopilot else None)
         deadline = trio.current_time() + request.timeout_ms / 1000
-        key = _PopKey(
+        key = PopKey(
             request.queue,
             request.partition,
             request.namespace,
@@ -195,28 +176,20 @@ class ConsumeService:
         looked = 0  # the number of this pop's last query (0: none yet)
         while not self._closing and not self.switches.pop_enabled:
             ticket = self.wakeups.ticket(request.queue)
-            if looked:  # a re-check (or a wake-up): a like pop's query may answer for it
-                with trio.move_on_at(deadline):
-                    await self._like_query_done(key, looked)
-            if self._seen_empty_since(key, looked):
-                # A pop of the same kind queried after this one, less than a re-check ago,
-                # and found nothing, and nothing was announced since: this re-check would read
-                # the same. The ticket taken now is as good as one taken before that query.
+            with trio.move_on_at(deadline):
+                await self._looks.wait_for_like(key, looked)
+            if self._looks.answered(key, looked):
                 self.metrics.pop_rechecks_shared += 1
             else:
-                epoch = self.wakeups.epoch(request.queue)
-                self._queries += 1
-                looked = self._queries
-                started = trio.current_time()
+                look = self._looks.start(key)
+                looked = look.number
                 lease_id = "" if request.auto_ack else mint_id()
-                mine = (looked, trio.Event())
-                self._looking.setdefault(key, mine)
                 try:
                     delivered, expires_at = await self.store.pop(request, sizing, lease_id or None)
-                finally:
-                    if self._looking.get(key) is mine:
-                        del self._looking[key]
-                    mine[1].set()
+                except BaseException:
+                    self._looks.finish(look, found_nothing=False)
+                    raise
+                self._looks.finish(look, found_nothing=not delivered)
                 if delivered:
                     delivered = await self._opened(request, delivered, lease_id)
                     self.metrics.pop_messages += len(delivered)
@@ -224,47 +197,12 @@ class ConsumeService:
                     result.lease_id = lease_id
                     result.lease_expires_at = expires_at
                     return result
-                self._found_empty(key, looked, started, epoch)
             now = trio.current_time()
             if not request.wait or now >= deadline or self._closing:
                 break
             await self.wakeups.wait(ticket, min(deadline, now + self._recheck_s))
         self.metrics.pop_empty += 1
         return result
-
-    async def _like_query_done(self, key: _PopKey, looked: int) -> None:
-        """While a pop like ``key`` is querying, having started after ``looked``, wait for its
-        answer (one query for all of them, not one each). A query that delivered something
-        does not answer for the others: the next of them to run looks, and the rest wait for
-        that one."""
-        while (running := self._looking.get(key)) is not None and running[0] > looked:
-            await running[1].wait()  # then, if it delivered, maybe another like pop looks
-            if self._seen_empty_since(key, looked):
-                return
-
-    def _seen_empty_since(self, key: _PopKey, looked: int) -> bool:
-        """Whether a pop like ``key`` found nothing in a query that started after ``looked``
-        (this pop's own last query; never for its first), less than a re-check ago, with no
-        wake-up of its queue since that query's ticket."""
-        found = self._empty.get(key)
-        if found is None or not looked:
-            return False
-        number, started, epoch = found
-        return (
-            number > looked
-            and started > trio.current_time() - self._recheck_s
-            and epoch == self.wakeups.epoch(key.queue)
-        )
-
-    def _found_empty(self, key: _PopKey, number: int, started: float, epoch: int) -> None:
-        """Remember that a query of ``key`` that started at ``started`` (its ticket taken at
-        wake-up ``epoch``) found nothing."""
-        found = self._empty.get(key)
-        if found is None or number > found[0]:
-            self._empty[key] = (number, started, epoch)
-        if len(self._empty) > _EMPTY_KEPT:
-            old = trio.current_time() - self._recheck_s
-            self._empty = {k: v for k, v in self._empty.items() if v[1] > old}
 
     async def _opened(
         self, request: PopRequest, delivered: list[Delivered], lease_id: str

@@ -140,14 +140,10 @@ BEGIN
             LIMIT p_limit) x
         WHERE q.retention_enabled AND (q.retention_s > 0 OR q.completed_retention_s > 0)
         LIMIT p_limit
-    ),
-    chosen AS (
-        SELECT array_agg(v.partition_id ORDER BY v.partition_id, v.first_offset) AS pids,
-               array_agg(v.first_offset ORDER BY v.partition_id, v.first_offset) AS firsts
-        FROM candidates v
     )
     SELECT r.segments, r.messages INTO segments, messages
-    FROM chosen c
+    FROM (SELECT array_agg(v.partition_id) AS pids, array_agg(v.first_offset) AS firsts
+          FROM candidates v) c
     CROSS JOIN LATERAL queen.remove_unleased_segments(c.pids, c.firsts, 'segments', 'messages') r;
 END
 $fn$;
@@ -234,14 +230,10 @@ BEGIN
             LIMIT p_limit) x
         WHERE d.done_below < d.next_offset
         LIMIT p_limit
-    ),
-    chosen AS (
-        SELECT array_agg(v.partition_id ORDER BY v.partition_id, v.first_offset) AS pids,
-               array_agg(v.first_offset ORDER BY v.partition_id, v.first_offset) AS firsts
-        FROM candidates v
     )
     SELECT r.segments, r.messages INTO segments, messages
-    FROM chosen c
+    FROM (SELECT array_agg(v.partition_id) AS pids, array_agg(v.first_offset) AS firsts
+          FROM candidates v) c
     CROSS JOIN LATERAL queen.remove_unleased_segments(c.pids, c.firsts, 'evicted_segments', 'evicted_messages') r;
 END
 $fn$;

@@ -1,0 +1,104 @@
+"""Queries shared by waiting pops of the same kind.
+
+On a queue of many partitions a pop that finds nothing has read every cursor of its group, so
+idle consumers re-checking one by one cost one such read each. Pops of the same kind (the
+same :class:`PopKey`) share them instead:
+
+- a pop about to re-check (its timer came, or its ticket was set) first waits for a like pop's
+  query that started after its own last one;
+- if a like query that started after its own last one, less than a re-check ago, found
+  nothing, and no fire of the queue came since its ticket (:meth:`Wakeups.epoch`), the re-check
+  would read the same: the pop waits again without querying, on a ticket taken now, which is
+  as good as one taken before that query since nothing fired in between;
+- a like query that delivered something answers for nobody: the next pop to run looks, and
+  the rest wait for that one. A pop's first query is never shared.
+
+Queries are numbered, so "started after" holds even when the clock did not move. Everything
+here runs in the Trio thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import trio
+
+from queen.consume.wakeups import Wakeups
+
+_EMPTY_KEPT = 1024  # records of empty queries kept before the stale ones are dropped
+
+
+class PopKey(NamedTuple):
+    """What decides what a pop can find (its batch size does not)."""
+
+    queue: str | None
+    partition: str | None
+    namespace: str
+    task: str
+    consumer_group: str
+
+
+@dataclass(slots=True)
+class Look:
+    """One query of a pop: its number, when it started, the wake-up epoch of the ticket taken
+    before it, and an event set once it has answered."""
+
+    key: PopKey
+    number: int
+    started: float
+    epoch: int
+    answered: trio.Event = field(default_factory=trio.Event)
+
+
+class SharedLooks:
+    def __init__(self, wakeups: Wakeups, recheck_s: float) -> None:
+        self._wakeups = wakeups
+        self._recheck_s = recheck_s
+        self._count = 0
+        self._empty: dict[PopKey, Look] = {}  # the latest like query that found nothing
+        self._running: dict[PopKey, Look] = {}  # a like query in flight
+
+    async def wait_for_like(self, key: PopKey, looked: int) -> None:
+        """While a like pop's query that started after query ``looked`` is in flight, wait
+        for its answer (if it delivered, another like pop may look next: wait for that one)."""
+        if not looked:
+            return
+        while (running := self._running.get(key)) is not None and running.number > looked:
+            await running.answered.wait()
+            if self.answered(key, looked):
+                return
+
+    def answered(self, key: PopKey, looked: int) -> bool:
+        """Whether a like query that started after query ``looked`` (0: none yet, never
+        answered), less than a re-check ago, found nothing, with no wake-up of the queue
+        since."""
+        latest = self._empty.get(key)
+        return (
+            bool(looked)
+            and latest is not None
+            and latest.number > looked
+            and latest.started > trio.current_time() - self._recheck_s
+            and latest.epoch == self._wakeups.epoch(key.queue)
+        )
+
+    def start(self, key: PopKey) -> Look:
+        """A query of ``key`` starts now (its ticket already taken)."""
+        self._count += 1
+        look = Look(key, self._count, trio.current_time(), self._wakeups.epoch(key.queue))
+        self._running.setdefault(key, look)
+        return look
+
+    def finish(self, look: Look, *, found_nothing: bool) -> None:
+        """``look`` has answered (``found_nothing``: it delivered nothing)."""
+        if self._running.get(look.key) is look:
+            del self._running[look.key]
+        look.answered.set()
+        if not found_nothing:
+            return
+        latest = self._empty.get(look.key)
+        if latest is None or look.number > latest.number:
+            self._empty[look.key] = look
+        if len(self._empty) > _EMPTY_KEPT:
+            old = trio.current_time() - self._recheck_s
+            self._empty = {k: v for k, v in self._empty.items() if v.started > old}
