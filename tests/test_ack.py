@@ -127,8 +127,20 @@ async def test_a_stale_or_foreign_lease_is_refused_and_changes_nothing(
     assert (late["success"], late["error"]) == (False, "Invalid or expired lease")
     again = await api.messages(queue, batch=2)
     assert [m["id"] for m in again] == [m["id"] for m in batch]
-    unfenced = await api.ack(again[0], lease=None)  # no lease id: trusted, as the contract says
-    assert unfenced["success"] is True
+    # without a lease id, under the live lease of another pop: refused, the lease stays
+    unfenced = await api.ack(again[0], lease=None)
+    assert (unfenced["success"], unfenced["error"]) == (
+        False,
+        "Lease required: the partition is leased",
+    )
+    failed = await api.ack(again[0], "failed", lease=None)
+    assert failed["success"] is False and failed["leaseReleased"] is False
+    assert await cursor(db, queue) == (0, [], True)
+    assert not await api.messages(queue, batch=2), "the holder keeps its batch"
+    # once no lease is live, an ack without one is trusted (as the original server does)
+    await expire_leases(db, queue)
+    trusted = await api.ack(again[0], lease=None)
+    assert trusted["success"] is True
 
 
 async def test_unknown_messages_are_refused_per_item(api: Api, queue: str) -> None:

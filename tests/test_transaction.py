@@ -127,6 +127,32 @@ async def test_a_required_lease_that_is_not_live_fails_the_transaction(
     assert await db.count_frames(out) == 0
 
 
+async def test_acks_without_lease_ids_act_under_the_required_leases_holding_them(
+    api: Api, queue: str, db: Db
+) -> None:
+    """The JS client's transaction sends its acks without lease ids and the leases in
+    ``requiredLeases``: two pops, two leases, one transaction."""
+    await api.push(queue, "a", "one")
+    await api.push(queue, "b", "two")
+    [first] = await api.messages(queue, "a")
+    [second] = await api.messages(queue, "b")
+    assert first["leaseId"] != second["leaseId"]
+    bare = [{k: v for k, v in ack_op(m).items() if k != "leaseId"} for m in (first, second)]
+
+    # without the leases named, nobody may judge messages another consumer holds
+    status, body = await api.post("/api/v1/transaction", {"operations": bare})
+    assert status == 200 and body["success"] is False
+    assert body["results"][0]["error"] == "Lease required: the partition is leased"
+
+    status, body = await api.post(
+        "/api/v1/transaction",
+        {"operations": bare, "requiredLeases": [second["leaseId"], first["leaseId"]]},
+    )
+    assert status == 200 and body["success"] is True, body
+    assert [r["leaseReleased"] for r in body["results"]] == [True, True]
+    assert await api.messages(queue) == []
+
+
 async def test_trace_ids_are_stored_only_by_transactions(api: Api, queue: str) -> None:
     status, _ = await api.post(
         "/api/v1/push", {"items": [{"queue": queue, "payload": "plain", "traceId": TRACE}]}

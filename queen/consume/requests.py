@@ -214,7 +214,6 @@ def transaction_request(body: Any) -> TransactionRequest:
     if type(required_raw) is not list or any(type(x) is not str for x in required_raw):
         raise InvalidRequest("requiredLeases must be an array of lease ids")
     required = list(dict.fromkeys(_lease_id(x, "requiredLeases: ") for x in required_raw))
-    lend = required[0] if len(required) == 1 else None
     acks: list[TxAck] = []
     pushes: list[TxPush] = []
     flat = 0
@@ -224,17 +223,8 @@ def transaction_request(body: Any) -> TransactionRequest:
             raise InvalidRequest(f"operations[{i}] must be an object")
         kind = op.get("type")
         if kind == "ack":
-            item = ack_item(op, where=where, default_status="completed")
-            if item.lease_id is None and lend is not None:
-                item = AckItem(
-                    item.transaction_id,
-                    item.partition_id,
-                    item.status,
-                    item.consumer_group,
-                    item.error,
-                    lend,
-                )
-            acks.append(TxAck(flat, item))
+            # an ack without a lease id acts under the required lease holding its partition
+            acks.append(TxAck(flat, ack_item(op, where=where, default_status="completed")))
             flat += 1
         elif kind == "push":
             try:

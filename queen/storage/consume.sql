@@ -578,8 +578,10 @@ $fn$;
 -- Acknowledge messages: one element per ack in every array (p_leases[i] NULL = unfenced).
 -- Statuses: 'completed', 'failed' (retry until the queue's retry_limit, then the DLQ; either
 -- way the lease is released, since the consumer gives up the rest of the batch), 'dlq' (to the
--- DLQ, the lease stays) and 'retry' (release the lease without counting). A lease id that is not the live lease of
--- the message's (partition, group) fails that item: 'Invalid or expired lease'.
+-- DLQ, the lease stays) and 'retry' (release the lease without counting). A lease id that is
+-- not the live lease of the message's (partition, group) fails that item: 'Invalid or expired
+-- lease'; so does an item without a lease id while a lease is live ('Lease required'): the
+-- consumer holding it is the only one that may complete, fail or release its batch.
 --
 -- Cursor rows are locked in (partition_id, consumer_group) order. A completed ack moves the
 -- cursor over every contiguous done offset; when the whole leased batch is done, or on a
@@ -663,6 +665,11 @@ BEGIN
             IF it.lease IS NOT NULL AND NOT (v_live AND it.lease = cu.lease_id) THEN
                 r_ok := r_ok || false;
                 r_err := r_err || 'Invalid or expired lease'::text;
+                CONTINUE;
+            END IF;
+            IF it.lease IS NULL AND v_live THEN   -- leased to a consumer: only it may judge
+                r_ok := r_ok || false;
+                r_err := r_err || 'Lease required: the partition is leased'::text;
                 CONTINUE;
             END IF;
             IF it.off IS NULL THEN
@@ -806,6 +813,7 @@ LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
     v_missing uuid;
+    v_leases  uuid[];
     v_wpids   bigint[];
     v_wcounts integer[];
 BEGIN
@@ -818,8 +826,18 @@ BEGIN
                           WHERE c.lease_id = l AND c.lease_expires_at > now())
         LIMIT 1;
 
+        -- An ack without a lease id of its own acts under the required lease that holds its
+        -- (partition, group), if one does.
+        SELECT coalesce(array_agg(coalesce(u.lease, (
+                   SELECT c.lease_id FROM queen.cursors c
+                   WHERE c.partition_id = u.pid AND c.consumer_group = u.grp
+                     AND c.lease_id = ANY (p_required) AND c.lease_expires_at > now()))
+                   ORDER BY u.ord), '{}')
+        INTO v_leases
+        FROM unnest(p_pids, p_groups, p_leases) WITH ORDINALITY AS u (pid, grp, lease, ord);
+
         SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.idx), '[]') INTO acks
-        FROM queen.ack(p_groups, p_pids, p_txids, p_statuses, p_errors, p_leases) a;
+        FROM queen.ack(p_groups, p_pids, p_txids, p_statuses, p_errors, v_leases) a;
         IF EXISTS (SELECT 1 FROM jsonb_array_elements(acks) e
                    WHERE NOT (e->>'success')::boolean) THEN
             reason := 'ack';

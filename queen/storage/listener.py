@@ -11,7 +11,9 @@ Lifetime: started with ``await nursery.start(listener.run)``; ready once the fir
 succeeded (or failed: the broker does not wait for the database here; waiting pops then rely
 on their periodic re-check). If the connection breaks it is reopened every ``retry_s``, and
 ``on_reconnect`` runs (notifications may have been missed meanwhile). Cancelling the task
-stops it at once, and the connection is closed on the way out. Opening a connection and
+stops it at once, and the connection is closed on the way out. The log follows the state, not
+the attempts: one WARNING when the connection is lost (or the first connect fails), a reminder
+every ``remind_s`` while it stays down, and one line when it is back. Opening a connection and
 sending LISTEN runs in a worker thread, within ``open_timeout_s`` (a server that hangs without
 closing would otherwise hold it forever): past it the attempt is abandoned (the thread closes
 whatever it opened when it returns) and retried.
@@ -43,13 +45,18 @@ class PushListener:
         on_reconnect: Callable[[], None] = lambda: None,
         retry_s: float = 1.0,
         open_timeout_s: float = 10.0,
+        remind_s: float = 60.0,
     ) -> None:
         self._connect = connect
         self._on_queues = on_queues
         self._on_reconnect = on_reconnect
         self._retry_s = retry_s
         self._open_timeout_s = open_timeout_s
+        self._remind_s = remind_s
         self.connected = False
+        self._down_since: float | None = None  # trio clock, while it cannot listen
+        self._attempts = 0  # failed attempts since then
+        self._reminded_at = 0.0
 
     async def run(
         self, *, task_status: trio.TaskStatus[PushListener] = trio.TASK_STATUS_IGNORED
@@ -62,9 +69,9 @@ class PushListener:
                 try:
                     conn = await self._open_bounded()
                 except (StoreError, psycopg.Error) as exc:
-                    log.warning("push listener cannot connect (%s); retrying", exc)
+                    self._failed("cannot connect", exc)
                 if conn is not None:
-                    self.connected = True
+                    self._connected()
                     self._on_reconnect()
                 if not started:
                     task_status.started(self)
@@ -72,12 +79,40 @@ class PushListener:
                 if conn is not None:
                     await self._listen(conn)
             except psycopg.Error as exc:
-                log.warning("push listener connection lost (%s); reconnecting", exc)
+                self._failed("connection lost", exc)
             finally:
                 self.connected = False
                 if conn is not None:
                     conn.close()
             await trio.sleep(self._retry_s)
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        now = trio.current_time()
+        self._attempts += 1
+        if self._down_since is None:
+            self._down_since = self._reminded_at = now
+            log.warning("push listener %s (%s); retrying every %g s", what, exc, self._retry_s)
+        elif now - self._reminded_at >= self._remind_s:
+            self._reminded_at = now
+            log.warning(
+                "push listener still down after %.0f s (%d attempts): %s",
+                now - self._down_since,
+                self._attempts,
+                exc,
+            )
+        else:
+            log.debug("push listener %s (%s)", what, exc)
+
+    def _connected(self) -> None:
+        self.connected = True
+        if self._down_since is not None:
+            log.info(
+                "push listener connected again after %.1f s (%d failed attempts)",
+                trio.current_time() - self._down_since,
+                self._attempts,
+            )
+        self._down_since = None
+        self._attempts = 0
 
     async def _open_bounded(self) -> psycopg.Connection[Any]:
         lock = threading.Lock()

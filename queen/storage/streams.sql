@@ -122,7 +122,8 @@ BEGIN
                 RAISE EXCEPTION USING ERRCODE = 'QN001';
             END IF;
             v_live := cu.lease_id IS NOT NULL AND cu.lease_expires_at > now();
-            IF p_ack_lease IS NOT NULL AND NOT (v_live AND p_ack_lease = cu.lease_id) THEN
+            IF (p_ack_lease IS NOT NULL AND NOT (v_live AND p_ack_lease = cu.lease_id))
+               OR (p_ack_lease IS NULL AND v_live) THEN   -- only the lease holder may judge
                 reason := 'lease';
                 RAISE EXCEPTION USING ERRCODE = 'QN001';
             END IF;
