@@ -74,7 +74,7 @@ def create_app(max_body_bytes: int) -> QuartTrio:
 async def serve(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM, as :func:`queen.server.serve` does (without a broker)."""
     app = create_app(settings.max_body_bytes)
-    sock = listen_socket(settings.host, settings.port)
+    sock = listen_socket(settings.host, settings.port, reuse_port=True)
     stop = trio.Event()
 
     async def stop_on_signal() -> None:

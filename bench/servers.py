@@ -183,7 +183,8 @@ def start_broker(
     }
     log_path = workdir / f"{name}.log"
     proc = _spawn([sys.executable, "-m", "queen.cli", "serve"], child_env, log_path)
-    return Server(f"broker ({name})", [proc], port, workers, log_path)
+    # the workers of one broker accept on the one socket their parent bound
+    return Server(f"broker ({name})", [proc], port, 1, log_path)
 
 
 def start_http_ceiling(*, workers: int, workdir: Path, name: str) -> Server:

@@ -69,11 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from queen.server import StartupError, run
+    from queen.storage.embedded import DataDirInUse
     from queen.storage.postgres import ForeignSchemaError
 
     try:
         run(settings)
-    except (StartupError, ForeignSchemaError) as exc:
+    except (StartupError, ForeignSchemaError, DataDirInUse) as exc:
         print(f"queen: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -92,6 +92,13 @@ class DatabaseHealth:
                 await self._probe()
         return self._up
 
+    def probe_soon(self) -> None:
+        """Start a probe now (unless one is in flight), without waiting for it: the database
+        is known to be back (an embedded server that was started again)."""
+        if self._nursery is not None and self._probing is None:
+            self._probing = trio.Event()
+            self._nursery.start_soon(self._probe_once, self._probing)
+
     async def run(
         self, *, task_status: trio.TaskStatus[DatabaseHealth] = trio.TASK_STATUS_IGNORED
     ) -> None:
@@ -128,12 +135,9 @@ class DatabaseHealth:
 
     async def _probe(self) -> None:
         """Wait for the probe in flight, starting one if none is."""
-        if self._probing is None:
-            if self._nursery is None:
-                return
-            self._probing = trio.Event()
-            self._nursery.start_soon(self._probe_once, self._probing)
-        await self._probing.wait()
+        self.probe_soon()
+        if self._probing is not None:
+            await self._probing.wait()
 
     async def _probe_once(self, done: trio.Event) -> None:
         try:

@@ -37,7 +37,7 @@ from queen.spool.replay import DeletedQueues
 from queen.storage.admin import PgAdminStore
 from queen.storage.base import StateStore, Store, StoreUnavailable
 from queen.storage.consume import PgConsumeStore
-from queen.storage.database import open_database
+from queen.storage.database import EmbeddedWatch, open_database
 from queen.storage.pool import ConnectionPool
 from queen.storage.postgres import ForeignSchemaError, PgStore
 from queen.storage.retention import PgRetentionStore
@@ -57,7 +57,7 @@ async def open_broker(
     ``failed`` instead of ``buffered``.
     """
     settings = settings or Settings.from_env()
-    async with _open_store(settings, store) as (opened, database, ready):
+    async with _open_store(settings, store) as (opened, database, ready, embedded):
         metrics = Metrics()
         changed = Signal()
 
@@ -133,6 +133,9 @@ async def open_broker(
                 opened, batcher, settings, metrics, router=router, encryption=encryption
             )
             await nursery.start(supervisor.run)
+            if embedded is not None:  # an embedded server this process keeps running
+                embedded.on_restarted = db_health.probe_soon
+                await supervisor.start_loop("embedded-postgres", embedded.run)
             await supervisor.start_loop("database-probe", db_health.run)
             await supervisor.start_loop("maintenance-switch", maintenance.run)
             await supervisor.start_loop("encryption-refresh", encryption.run)
@@ -204,15 +207,16 @@ async def open_broker(
 @asynccontextmanager
 async def _open_store(
     settings: Settings, store: Store | None
-) -> AsyncIterator[tuple[Store, str, bool]]:
-    """Yield (store, description, database ready). An external database that cannot be
-    reached at start-up is not fatal: the broker starts with it marked down and spools."""
+) -> AsyncIterator[tuple[Store, str, bool, EmbeddedWatch | None]]:
+    """Yield (store, description, database ready, the embedded server's watch). An external
+    database that cannot be reached at start-up is not fatal: the broker starts with it
+    marked down and spools."""
     if store is not None:
-        yield store, type(store).__name__, True
+        yield store, type(store).__name__, True, None
         return
-    async with open_database(settings) as (conninfo, description):
+    async with open_database(settings) as database:
         pool = ConnectionPool(
-            conninfo,
+            database.conninfo,
             size=settings.db_pool_size,
             connect_timeout_s=settings.db_connect_timeout_s,
             statement_timeout_ms=settings.db_statement_timeout_ms,
@@ -227,7 +231,7 @@ async def _open_store(
             except StoreUnavailable as exc:
                 log.warning("database unreachable at start-up (%s); starting with the spool", exc)
                 ready = False
-            yield pg, description, ready
+            yield pg, database.description, ready, database.embedded
         finally:
             with trio.CancelScope(shield=True):
                 await pool.aclose()

@@ -56,6 +56,10 @@ class Metrics:
     transactions_refused: int = 0  # a pushed partition could not be written now (503)
     streams_cycles: int = 0  # streaming cycles judged
     streams_cycles_failed: int = 0  # of which nothing applied (stale lease, unknown message)
+    http_connections_open: int = 0
+    http_connections_accepted: int = 0
+    http_connections_shed: int = 0  # idle connections closed to make room for a new one
+    http_connections_refused: int = 0  # new connections answered 503: every one was busy
 
     def snapshot(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -92,6 +96,7 @@ def _escape(value: str) -> str:
 
 _GAUGES = {
     "actors_active",
+    "http_connections_open",
     "max_partitions_per_transaction",
     "spool_pending_items",
     "spool_files",

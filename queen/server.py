@@ -5,22 +5,31 @@ order, inside one ``trio.run``. SIGINT/SIGTERM start a graceful shutdown: the se
 accepting, closes idle connections and finishes its requests, then the broker drains, then
 the embedded PostgreSQL (if this process started it) stops.
 
-With ``workers > 1`` the parent starts the database once, then runs that many broker processes
-that share the listening port through ``SO_REUSEPORT`` and the database through the URL. Every
-setting the parent was given (flags included) reaches the workers through their environment.
-The parent forwards SIGINT/SIGTERM to the workers; if a worker exits on its own, the parent
-stops the others and exits (with an error if that worker failed), so a process manager sees it.
+The port belongs to one ``queen serve``: the listening socket is bound without
+``SO_REUSEPORT``, first of all (before any database is opened), so a second broker started on
+the same port, from anywhere, stops with "port in use" (exit status 2) instead of silently
+taking part of the traffic. At start the soft limit on open files is raised to the hard one.
+
+With ``workers > 1`` the parent binds the port and starts the database once, then runs that
+many broker processes that accept on the parent's listening socket (inherited, its descriptor
+named by ``QUEEN_LISTEN_FD``) and share the database through the URL. Every setting the parent
+was given (flags included) reaches the workers through their environment. The parent forwards
+SIGINT/SIGTERM to the workers, and a worker gets SIGTERM if the parent dies; if a worker exits
+on its own, the parent stops the others and exits (with an error if that worker failed), so a
+process manager sees it.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
 import logging
 import os
 import signal
 import socket
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
@@ -31,43 +40,13 @@ from queen.broker import Broker
 from queen.gctune import tune_gc
 from queen.http.app import create_app
 from queen.lifecycle import open_broker
-from queen.serving import serve_app
+from queen.serving import capacity_for, raise_descriptor_limit, serve_app
 from queen.settings import Settings, describe
 from queen.spool import files
 from queen.storage.database import open_database
+from queen.supervision import Loops
 
 log = logging.getLogger("queen.server")
-
-
-class AcceptErrorThrottle(logging.Filter):
-    """Out of descriptors, Trio's accept loop waits 0.1 s and retries, logging every retry with
-    its traceback. Keep the first record, then at most one line per ``period_s`` saying how
-    many were left out."""
-
-    def __init__(self, period_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__()
-        self._period_s = period_s
-        self._clock = clock
-        self._last: float | None = None
-        self._dropped = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        now = self._clock()
-        if self._last is not None and now - self._last < self._period_s:
-            self._dropped += 1
-            return False
-        if self._dropped:
-            record.msg = f"{record.msg} ({self._dropped} more since the last report)"
-            record.exc_info, record.exc_text = None, None
-        self._last, self._dropped = now, 0
-        return True
-
-
-def throttle_accept_errors() -> None:
-    """Install :class:`AcceptErrorThrottle` on Trio's accept loop logger (once)."""
-    logger = logging.getLogger("trio.serve_listeners")
-    if not any(isinstance(f, AcceptErrorThrottle) for f in logger.filters):
-        logger.addFilter(AcceptErrorThrottle())
 
 
 class StartupError(RuntimeError):
@@ -93,16 +72,50 @@ def check_auth(settings: Settings) -> AccessGate:
         raise StartupError(str(exc)) from exc
 
 
-def listen_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
+LISTEN_FD_ENV = "QUEEN_LISTEN_FD"
+
+
+def listen_socket(
+    host: str, port: int, backlog: int = 1024, *, reuse_port: bool = False
+) -> socket.socket:
+    """A listening socket on ``host:port``. Only with ``reuse_port`` may other sockets bind
+    the same port (the HTTP ceiling bench's processes); a port taken already is a
+    :class:`StartupError`."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if hasattr(socket, "SO_REUSEPORT"):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    sock.listen(backlog)
+    try:
+        # SO_REUSEADDR lets a restarted broker bind while its old connections are in TIME_WAIT;
+        # on Linux it never lets two sockets listen on one port.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(
+                f"port {port} on {host} is in use (another queen serve, or another program, "
+                "listens on it)"
+            ) from exc
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     sock.setblocking(False)
     return sock
+
+
+def inherited_socket() -> socket.socket | None:
+    """The listening socket a ``queen serve --workers`` parent handed this worker, if any."""
+    raw = os.environ.get(LISTEN_FD_ENV)
+    if not raw:
+        return None
+    sock = socket.socket(fileno=int(raw))
+    sock.setblocking(False)
+    return sock
+
+
+def raise_open_files_limit() -> None:
+    soft, hard = raise_descriptor_limit()
+    log.debug("open files limit: %s (hard %s)", soft, hard)
 
 
 async def serve(
@@ -111,12 +124,22 @@ async def serve(
     """Run one broker process until SIGINT/SIGTERM; ``task_status`` gets the bound port."""
     gate = check_auth(settings)
     spool = check_spool_dir(settings)
+    with inherited_socket() or listen_socket(settings.host, settings.port) as sock:
+        await _serve_on(sock, settings, gate, spool, task_status)
+
+
+async def _serve_on(
+    sock: socket.socket,
+    settings: Settings,
+    gate: AccessGate,
+    spool: Path,
+    task_status: trio.TaskStatus[int],
+) -> None:
+    port = sock.getsockname()[1]
     async with open_broker(settings) as broker:
         await gate.warm_up()
         app = create_app(broker, gate=gate)
-        throttle_accept_errors()
-        sock = listen_socket(settings.host, settings.port)
-        port = sock.getsockname()[1]
+        capacity = capacity_for(settings, broker.metrics)
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, stop)
@@ -127,16 +150,19 @@ async def serve(
                     settings,
                     sock,
                     shutdown_trigger=partial(_shutdown_trigger, stop, broker),
+                    capacity=capacity,
                 )
             )
             worker = os.environ.get("QUEEN_WORKER_ID", "0")
             log.info(
-                "queen listening on http://%s:%d (worker %s); database: %s; spool: %s",
+                "queen listening on http://%s:%d (worker %s); database: %s; spool: %s; "
+                "up to %d connections",
                 settings.host,
                 port,
                 worker,
                 broker.database,
                 spool,
+                capacity.max_connections,
             )
             log.info("authentication: %s", gate.describe())
             task_status.started(port)
@@ -159,9 +185,15 @@ async def _stop_on_signal(stop: trio.Event) -> None:
 
 
 def worker_environ(
-    settings: Settings, conninfo: str, worker: int, base: Mapping[str, str] | None = None
+    settings: Settings,
+    conninfo: str,
+    worker: int,
+    base: Mapping[str, str] | None = None,
+    *,
+    listen_fd: int | None = None,
 ) -> dict[str, str]:
-    """The environment of worker ``worker``: ``base`` (default: ours) plus every setting."""
+    """The environment of worker ``worker``: ``base`` (default: ours) plus every setting, and
+    the descriptor of the listening socket it inherits."""
     env = dict(os.environ if base is None else base)
     for name, variable, _kind, _default, _help in describe():
         value = getattr(settings, name)
@@ -175,78 +207,111 @@ def worker_environ(
     env.pop("PG_HOST", None)  # the URL above is the database, whichever settings named it
     env["QUEEN_WORKERS"] = "1"
     env["QUEEN_WORKER_ID"] = str(worker)
+    if listen_fd is None:
+        env.pop(LISTEN_FD_ENV, None)
+    else:
+        env[LISTEN_FD_ENV] = str(listen_fd)
     return env
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In a worker, before it runs: SIGTERM when the parent dies (Linux), so a killed parent
+    leaves no broker behind holding the port."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 async def serve_workers(settings: Settings) -> None:
-    """Start the database once, then ``settings.workers`` broker processes on one port.
+    """Bind the port and start the database once, then ``settings.workers`` broker processes
+    accepting on that one socket.
 
     Returns when every worker has stopped. Raises :class:`StartupError` if a worker failed
-    (exited with an error without being asked to stop); the others are stopped first.
+    (exited with an error without being asked to stop); the others are stopped first. An
+    embedded database is kept running meanwhile (``embedded-postgres``, as in one process).
     """
     check_auth(settings)
     check_spool_dir(settings)
-    async with open_database(settings) as (conninfo, description):
-        log.info(
-            "queen starting %d workers on http://%s:%d; database: %s; spool: %s",
-            settings.workers,
-            settings.host,
-            settings.port,
-            description,
-            settings.file_buffer_dir,
-        )
-        stopping = False
-        failure: list[str] = []
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            children: list[trio.Process] = []
-            try:
-                for i in range(settings.workers):
-                    children.append(
-                        await trio.lowlevel.open_process(
-                            [sys.executable, "-m", "queen.cli", "serve", "--workers", "1"],
-                            env=worker_environ(settings, conninfo, i),
-                        )
-                    )
-
-                async def forward() -> None:
-                    nonlocal stopping
-                    async for signum in signals:
-                        stopping = True
-                        for child in children:
-                            if child.returncode is None:
-                                child.send_signal(signum)
-
-                async def watch(worker: int, child: trio.Process) -> None:
-                    nonlocal stopping
-                    code = await child.wait()
-                    if stopping:
-                        return
-                    stopping = True
-                    if code != 0:
-                        failure.append(f"worker {worker} exited with code {code}")
-                    log.warning("worker %d exited (code %d); stopping the others", worker, code)
-                    for other in children:
-                        if other.returncode is None:
-                            other.terminate()
-
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(forward)
-                    async with trio.open_nursery() as watchers:
-                        for i, child in enumerate(children):
-                            watchers.start_soon(watch, i, child)
-                    nursery.cancel_scope.cancel()
-            finally:
-                for child in children:
-                    if child.returncode is None:
-                        child.terminate()
-                with trio.CancelScope(shield=True):
-                    for child in children:
-                        await child.wait()
+    with listen_socket(settings.host, settings.port) as sock:
+        async with open_database(settings) as database, trio.open_nursery() as watching:
+            if database.embedded is not None:
+                loops = Loops(retry_max_s=settings.loop_retry_max_s)
+                await watching.start(loops.run, "embedded-postgres", database.embedded.run)
+            log.info(
+                "queen starting %d workers on http://%s:%d; database: %s; spool: %s",
+                settings.workers,
+                settings.host,
+                sock.getsockname()[1],
+                database.description,
+                settings.file_buffer_dir,
+            )
+            failure = await _run_workers(settings, database.conninfo, sock)
+            watching.cancel_scope.cancel()
     if failure:
         raise StartupError(failure[0])
 
 
+async def _run_workers(settings: Settings, conninfo: str, sock: socket.socket) -> list[str]:
+    """Run the workers until they have all stopped; the failures that made them stop."""
+    stopping = False
+    failure: list[str] = []
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        children: list[trio.Process] = []
+        try:
+            for i in range(settings.workers):
+                children.append(
+                    await trio.lowlevel.open_process(
+                        [sys.executable, "-m", "queen.cli", "serve", "--workers", "1"],
+                        env=worker_environ(settings, conninfo, i, listen_fd=sock.fileno()),
+                        pass_fds=(sock.fileno(),),
+                        preexec_fn=_die_with_parent,
+                    )
+                )
+
+            async def forward() -> None:
+                nonlocal stopping
+                async for signum in signals:
+                    stopping = True
+                    for child in children:
+                        if child.returncode is None:
+                            child.send_signal(signum)
+
+            async def watch(worker: int, child: trio.Process) -> None:
+                nonlocal stopping
+                code = await child.wait()
+                if stopping:
+                    return
+                stopping = True
+                if code != 0:
+                    failure.append(f"worker {worker} exited with code {code}")
+                log.warning("worker %d exited (code %d); stopping the others", worker, code)
+                for other in children:
+                    if other.returncode is None:
+                        other.terminate()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(forward)
+                async with trio.open_nursery() as watchers:
+                    for i, child in enumerate(children):
+                        watchers.start_soon(watch, i, child)
+                nursery.cancel_scope.cancel()
+        finally:
+            for child in children:
+                if child.returncode is None:
+                    child.terminate()
+            with trio.CancelScope(shield=True):
+                for child in children:
+                    await child.wait()
+    return failure
+
+
 def run(settings: Settings) -> None:
+    raise_open_files_limit()
     if settings.workers > 1 and not os.environ.get("QUEEN_WORKER_ID"):
         trio.run(serve_workers, settings)
     else:

@@ -80,6 +80,13 @@ class Settings:
         "a request's headers must be complete this long after their first byte, or the "
         "connection is closed",
     )
+    max_connections: int = _setting(
+        0,
+        "QUEEN_MAX_CONNECTIONS",
+        "HTTP connections one broker process holds; at the cap the longest idle one is closed "
+        "to make room, and a new one is answered 503 when every one is busy (0: the open files "
+        "limit, raised to its hard limit at start, less a reserve of a tenth, at least 100)",
+    )
     db_pool_size: int = _setting(
         10, "QUEEN_DB_POOL_SIZE", "PostgreSQL connections held by one broker process"
     )
@@ -344,6 +351,7 @@ class Settings:
 
 
 _MAY_BE_ZERO = {
+    "max_connections",
     "batch_linger_ms",
     "batch_spread_min_items",
     "batch_spread_min_writes",

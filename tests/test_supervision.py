@@ -224,15 +224,15 @@ async def test_a_call_past_its_deadline_drops_its_connection(pg_url: str) -> Non
 
 
 def test_accept_errors_are_logged_once_per_period() -> None:
-    from queen.server import AcceptErrorThrottle
+    from queen.serving.accept import RepeatThrottle
 
     now = [0.0]
-    throttle = AcceptErrorThrottle(period_s=10, clock=lambda: now[0])
+    throttle = RepeatThrottle(period_s=10, clock=lambda: now[0])
 
     def record() -> logging.LogRecord:
         exc = OSError(24, "Too many open files")
         return logging.LogRecord(
-            "trio.serve_listeners",
+            "queen.http.accept",
             logging.ERROR,
             __file__,
             1,

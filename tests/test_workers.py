@@ -92,33 +92,108 @@ def test_two_workers_share_the_port_and_stop_on_sigterm(pg_url: str, tmp_path: P
         assert proc.wait(timeout=60) == 0
 
 
+def _serve_argv(port: int, spool: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "queen.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--file-buffer-dir",
+        str(spool),
+        "--log-level",
+        "warning",
+        *extra,
+    ]
+
+
+def _external_env(pg_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+    env["DATABASE_URL"] = pg_url
+    return env
+
+
 def test_a_failing_worker_stops_the_others(pg_url: str, tmp_path: Path) -> None:
-    with socket.socket() as taken:  # held without SO_REUSEPORT: no worker can bind it
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
-        env["DATABASE_URL"] = pg_url
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "queen.cli",
-                "serve",
-                "--workers",
-                "2",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--file-buffer-dir",
-                str(tmp_path / "spool"),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    assert result.returncode == 2
-    assert "exited with code" in result.stderr
+    port = _free_port()
+    proc = subprocess.Popen(
+        _serve_argv(port, tmp_path / "spool", "--workers", "2"),
+        env=_external_env(pg_url),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pids = _process_ids(f"http://127.0.0.1:{port}", 2, time.monotonic() + 60)
+        assert len(pids) == 2
+        victim, other = sorted(pids)
+        os.kill(victim, signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 2
+        assert "exited with code -9" in stderr
+        with pytest.raises(ProcessLookupError):  # the other worker was stopped, and reaped
+            os.kill(other, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_second_broker_on_a_taken_port_exits_with_port_in_use(
+    pg_url: str, tmp_path: Path, workers: int
+) -> None:
+    port = _free_port()
+    first = subprocess.Popen(
+        _serve_argv(port, tmp_path / "spool-1", "--workers", str(workers)),
+        env=_external_env(pg_url),
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        pids = _process_ids(base, workers, time.monotonic() + 60)
+        assert len(pids) == workers
+        for second_workers in ("1", "2"):
+            second = subprocess.run(
+                _serve_argv(port, tmp_path / "spool-2", "--workers", second_workers),
+                env=_external_env(pg_url),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert second.returncode == 2, second.stderr
+            assert f"port {port} on 127.0.0.1 is in use" in second.stderr
+        # every answer still comes from the first broker's processes
+        assert _process_ids(base, workers + 1, time.monotonic() + 3) == pids
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=60) == 0
+
+
+def test_killed_parent_takes_its_workers_with_it(pg_url: str, tmp_path: Path) -> None:
+    port = _free_port()
+    parent = subprocess.Popen(
+        _serve_argv(port, tmp_path / "spool", "--workers", "2"), env=_external_env(pg_url)
+    )
+    pids = _process_ids(f"http://127.0.0.1:{port}", 2, time.monotonic() + 60)
+    assert len(pids) == 2
+    parent.kill()
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    alive = set(pids)
+    while alive and time.monotonic() < deadline:  # orphans: nobody to wait() on them but init
+        alive = {pid for pid in alive if Path(f"/proc/{pid}").exists() and not _zombie(pid)}
+        time.sleep(0.05)
+    assert not alive, "a worker outlived its parent and keeps the port"
+    # the port is free again for the next broker
+    with socket.socket() as again:
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("127.0.0.1", port))
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False

@@ -3,12 +3,15 @@
 :func:`serve_app` accepts connections on one listening socket and serves each with
 :class:`~queen.serving.connection.Connection` (keep-alive and header deadlines, lingering
 close) and the app behind :class:`~queen.serving.guard.ConnectionGuard` (Quart-Trio kept out
-of Hypercorn's close path, request body bytes bounded by a :class:`BodyBudget`).
+of Hypercorn's close path, request body bytes bounded by a :class:`BodyBudget`), within the
+process's :class:`ConnectionCapacity` (a cap on connections that keeps descriptors in reserve,
+the longest idle connection shed to make room).
 """
 
 from __future__ import annotations
 
 import logging
+import resource
 import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -20,12 +23,37 @@ from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ASGIFramework, ConnectionState, LifespanState
 
+from queen.metrics import Metrics
+from queen.serving.accept import accept_connections
 from queen.serving.budget import BodyBudget
+from queen.serving.capacity import (
+    ConnectionCapacity,
+    default_max_connections,
+    raise_descriptor_limit,
+)
 from queen.serving.connection import Connection
 from queen.serving.guard import ConnectionGuard
 from queen.settings import Settings
 
-__all__ = ["BodyBudget", "ConnectionGuard", "hypercorn_config", "serve_app"]
+__all__ = [
+    "BodyBudget",
+    "ConnectionCapacity",
+    "ConnectionGuard",
+    "capacity_for",
+    "hypercorn_config",
+    "raise_descriptor_limit",
+    "serve_app",
+]
+
+
+def capacity_for(settings: Settings, metrics: Metrics | None = None) -> ConnectionCapacity:
+    """The connection capacity of this process: ``QUEEN_MAX_CONNECTIONS``, or (0) the open
+    files limit less a reserve."""
+    cap = settings.max_connections
+    if not cap:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        cap = default_max_connections(soft)
+    return ConnectionCapacity(cap, metrics)
 
 
 def hypercorn_config(settings: Settings) -> Config:
@@ -45,6 +73,7 @@ async def serve_app(
     sock: socket.socket,
     *,
     shutdown_trigger: Callable[[], Awaitable[None]],
+    capacity: ConnectionCapacity | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on the listening socket ``sock`` until ``shutdown_trigger`` returns.
@@ -56,6 +85,8 @@ async def serve_app(
     lifespan has ended.
     """
     config = hypercorn_config(settings)
+    if capacity is None:
+        capacity = capacity_for(settings)
     budget = BodyBudget(settings.max_decoding_bytes)
     wrapped = ASGIWrapper(ConnectionGuard(app, budget, settings.max_body_bytes))
     lifespan_state: LifespanState = {}
@@ -73,13 +104,12 @@ async def serve_app(
                 context,
                 ConnectionState(lifespan_state.copy()),
                 header_timeout_s=settings.header_timeout_s,
+                capacity=capacity,
             )
             try:
                 async with trio.open_nursery() as accepting:
                     await accepting.start(
-                        partial(
-                            trio.serve_listeners, handler, [listener], handler_nursery=connections
-                        )
+                        accept_connections, listener, handler, connections, capacity
                     )
                     task_status.started()
                     await shutdown_trigger()

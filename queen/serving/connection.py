@@ -1,4 +1,5 @@
-"""One HTTP connection: Hypercorn's TCP server with one idle watchdog, a header deadline and a
+"""One HTTP connection: Hypercorn's TCP server with one idle watchdog, a header deadline, a
+close as soon as the client has gone, a place in the process's connection capacity, and a
 lingering close.
 
 Hypercorn keeps an idle timer per connection, from the moment the connection is idle (just
@@ -11,6 +12,14 @@ per request was the largest single cost of a small request). It also adds:
 - **Header deadline.** Once the first byte of a request arrives, its headers must be complete
   within ``header_timeout_s``, however slowly the bytes come (Hypercorn's own read timeout
   would restart at every byte, and would also cut long polls).
+- **The client's end is acted on.** Once the client's side has ended (it closed, or half-closed,
+  its connection), nothing more can arrive: an idle connection is closed at once, and a busy
+  one as soon as its request ends (Hypercorn tells the app the client left). The descriptor
+  is free again right away instead of sitting in ``CLOSE-WAIT`` until the keep-alive timeout.
+- **Capacity.** Every connection registers with the process's :class:`ConnectionCapacity`,
+  says when it turns idle or busy, and closes when the capacity sheds it to make room. A new
+  connection the capacity cannot admit (every connection busy) is answered 503 at once,
+  without its request being read, and closed.
 - **Lingering close.** When the server closes a connection whose client may still be sending
   (a refused body), it first ends its own side, then goes on reading and discarding until
   the client closes or ``LINGER_S`` passes. Closing at once with unread bytes would reset the
@@ -25,9 +34,11 @@ from collections.abc import Callable
 import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, Updated
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, LifespanState
+
+from queen.serving.capacity import ConnectionCapacity
 
 LINGER_S = 2.0
 
@@ -77,35 +88,70 @@ class Connection(TCPServer):
         stream: trio.SocketStream,
         *,
         header_timeout_s: float,
+        capacity: ConnectionCapacity,
     ) -> None:
         self._header_timeout_s = header_timeout_s
+        self._capacity = capacity
         # The watchdog's deadline: keep-alive while idle, the header deadline once a request's
-        # first byte arrived, none while a request is being served.
+        # first byte arrived, none while a request is being served, now once the connection
+        # has to go (shed, or its client gone).
         self._watch = trio.CancelScope()
         self._idle = True
         self._request_started = False
         self._closed = False
+        self._must_close = False
         self._peer_done = trio.Event()
+        self._raw = stream
         watched = WatchedStream(stream, self._data_arrived, self._peer_done)
         super().__init__(app, config, context, state, watched)  # type: ignore[arg-type]
 
+    async def run(self) -> None:
+        if not self._capacity.admit(self, self._shed):
+            await self._refuse_busy()
+            return
+        try:
+            await super().run()
+        finally:
+            self._capacity.release(self)
+
+    def _shed(self) -> None:
+        """The capacity needs room: close now (only ever called while idle)."""
+        self._close_now()
+
+    def _close_now(self) -> None:
+        self._must_close = True
+        self._watch.deadline = -math.inf
+
+    def _idle_deadline(self) -> float:
+        if self._must_close or self.context.terminated.is_set():
+            return -math.inf  # shed, client gone or shutting down: an idle one goes now
+        return trio.current_time() + self.config.keep_alive_timeout
+
     def _data_arrived(self) -> None:
         if self._idle and not self._request_started:
-            # The first byte of the next request: its headers now have a deadline of their own.
+            # The first byte of the next request: its headers now have a deadline of their own,
+            # and the connection is no longer one to shed.
             self._request_started = True
+            self._capacity.turned_busy(self)
             self._watch.deadline = trio.current_time() + self._header_timeout_s
+
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        # The client's side has ended (or broke): nothing more can arrive on this connection.
+        self._must_close = True
+        if self._idle:  # a request's headers that have begun can no longer complete either
+            self._watch.deadline = -math.inf
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, Updated):
             if event.idle:
                 self._idle = True
                 self._request_started = False
-                if self.context.terminated.is_set():  # shutting down: an idle one goes now
-                    self._watch.deadline = -math.inf
-                else:
-                    self._watch.deadline = trio.current_time() + self.config.keep_alive_timeout
+                self._capacity.turned_idle(self)
+                self._watch.deadline = self._idle_deadline()
             else:
                 self._idle = False
+                self._capacity.turned_busy(self)
                 self._watch.deadline = math.inf
             return
         if isinstance(event, Closed):
@@ -117,7 +163,7 @@ class Connection(TCPServer):
         """The connection's watchdog (started once, by Hypercorn, as its idle timer): closes
         the connection when its deadline passes, or at shutdown while it is idle."""
         self._request_started = False
-        self._watch.deadline = trio.current_time() + self.config.keep_alive_timeout
+        self._watch.deadline = self._idle_deadline()
         with self._watch:
             await self.context.terminated.wait()
             if not self._idle:
@@ -140,3 +186,33 @@ class Connection(TCPServer):
                 await self._peer_done.wait()
         finally:
             await self.stream.aclose()
+
+    async def _refuse_busy(self) -> None:
+        """Answer 503 without reading the request, then close; if too many refusals are
+        already lingering, close at once."""
+        stream = self._raw
+        try:
+            if not self._capacity.start_refusal():
+                return
+            try:
+                with trio.move_on_after(LINGER_S):
+                    await stream.send_all(BUSY_ANSWER)
+                    await stream.send_eof()
+                    while await stream.receive_some(MAX_RECV):
+                        pass  # the request, unread: the client closes once it has the answer
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            finally:
+                self._capacity.end_refusal()
+        finally:
+            await stream.aclose()
+
+
+_BUSY_BODY = b'{"error":"too many connections; retry later"}'
+BUSY_ANSWER = (
+    b"HTTP/1.1 503 Service Unavailable\r\n"
+    b"content-type: application/json\r\n"
+    b"content-length: " + str(len(_BUSY_BODY)).encode() + b"\r\n"
+    b"retry-after: 1\r\n"
+    b"connection: close\r\n\r\n" + _BUSY_BODY
+)

@@ -6,11 +6,19 @@ listens on a Unix socket only (no TCP port to collide with). Run as root, Postgr
 start, so the server then runs as a dedicated system user, ``embedded_postgres``, which owns the
 data directory.
 
+One data directory serves one broker: :meth:`EmbeddedPostgres.lock` takes an exclusive lock
+(``flock`` on ``<data dir>.lock``, which names the holder's pid) for as long as the broker
+runs, and a second broker on the same directory is refused (:class:`DataDirInUse`) instead of
+sharing a server the first one would stop under it. A server found running on a directory whose
+lock was free was left by a broker that is gone (killed): the new one adopts it, and stops it
+when it stops.
+
 The class is synchronous (it runs ``initdb`` and ``pg_ctl``); Trio callers run it in a thread.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import logging
@@ -30,6 +38,10 @@ DEFAULT_SERVER_OPTIONS: dict[str, str] = {
     "max_wal_size": "2GB",
     "listen_addresses": "",
 }
+
+
+class DataDirInUse(RuntimeError):
+    """Another broker holds this data directory."""
 
 
 def _bin_dir() -> Path:
@@ -59,7 +71,8 @@ class EmbeddedPostgres:
         self.options = {**base, **(server_options or {})}
         self.bin_dir = Path(bin_dir) if bin_dir is not None else _bin_dir()
         self._bundled = bin_dir is None  # the wheel's files may need read access granted
-        self.owned = False  # True when this object started the server
+        self.owned = False  # True when this object started (or adopted) the server
+        self._lock_fd: int | None = None
         self._user = _SYSTEM_USER if os.geteuid() == 0 else None
         self.socket_dir = self._pick_socket_dir()
 
@@ -74,15 +87,53 @@ class EmbeddedPostgres:
     def describe(self) -> str:
         return f"embedded PostgreSQL at {self.data_dir}"
 
+    @property
+    def lock_file(self) -> Path:
+        return self.data_dir.with_name(self.data_dir.name + ".lock")
+
+    def lock(self) -> None:
+        """Hold the data directory for this process until :meth:`unlock` (or exit); raise
+        :class:`DataDirInUse` if another process holds it."""
+        if self._lock_fd is not None:
+            return
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DataDirInUse(
+                f"the embedded PostgreSQL data directory {self.data_dir} is in use by another "
+                f"queen serve (pid {holder}); stop it first, or give this one its own "
+                "QUEEN_PG_DATA_DIR or a DATABASE_URL"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
     def start(self) -> str:
         """Initialise the data directory if needed and start the server; return a conninfo.
 
-        A server already running on this data directory is reused (and left running by
-        :meth:`stop` unless this object started it).
+        A server already running on this data directory is reused: left running by
+        :meth:`stop` unless this object holds the directory's lock (then it was left by a
+        broker that is gone, and this one adopts it).
         """
         self._prepare()
         if self.is_running():
-            log.info("reusing the PostgreSQL server already running on %s", self.data_dir)
+            if self._lock_fd is not None:
+                log.warning(
+                    "adopting the PostgreSQL server left running on %s by a broker that is gone",
+                    self.data_dir,
+                )
+                self.owned = True
+            else:
+                log.info("reusing the PostgreSQL server already running on %s", self.data_dir)
             return self.conninfo
         opts = " ".join(f"-c {k}={_quote(v)}" for k, v in self.options.items())
         self._pg_ctl(
@@ -100,10 +151,45 @@ class EmbeddedPostgres:
         self.owned = True
         return self.conninfo
 
+    def clone(self, host: str, port: int, *, application_name: str) -> None:
+        """Make this (new) data directory a streaming standby of the server at ``host:port``
+        (``pg_basebackup -R``: a copy of its data and the settings to follow it), to be
+        started with :meth:`start`; ``application_name`` is what the primary's
+        ``synchronous_standby_names`` calls it."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if any(self.data_dir.iterdir()):
+            raise RuntimeError(f"{self.data_dir} is not empty")
+        if self._user is not None:
+            self._grant_access()
+        self._run(
+            [
+                str(self.bin_dir / "pg_basebackup"),
+                "-D",
+                str(self.data_dir),
+                "-R",
+                "-X",
+                "stream",
+                "-d",
+                f"host={host} port={port} user=postgres application_name={application_name}",
+            ]
+        )
+        os.chmod(self.data_dir, 0o700)
+
+    def promote(self) -> None:
+        """Turn this standby into a primary, waiting until it accepts writes."""
+        self._pg_ctl(["promote", "-w", "-t", "60"])
+
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``fast``: roll back and disconnect; ``immediate``: crash-stop)."""
         if self.is_running():
             self._pg_ctl(["stop", "-w", "-t", "60", "-m", mode])
+
+    def postmaster_pid(self) -> int | None:
+        """The pid in ``postmaster.pid`` (the server's, if it runs), or None."""
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
 
     def is_running(self) -> bool:
         if not (self.data_dir / "PG_VERSION").exists():
@@ -111,7 +197,12 @@ class EmbeddedPostgres:
         result = self._run(
             [str(self.bin_dir / "pg_ctl"), "status", "-D", str(self.data_dir)], check=False
         )
-        return result.returncode == 0
+        if result.returncode != 0:
+            return False
+        # A postmaster killed a moment ago may linger as a zombie until init reaps it: pg_ctl
+        # counts it as running, but it serves nothing.
+        pid = self.postmaster_pid()
+        return pid is None or not _zombie(pid)
 
     # --- internals -------------------------------------------------------------------------
 
@@ -198,6 +289,14 @@ class EmbeddedPostgres:
                 f"{result.stderr.strip() or result.stdout.strip()}\n{tail}".strip()
             )
         return result
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def _add_mode(path: Path, bits: int) -> None:
