@@ -19,6 +19,9 @@ from typing import Any
 
 import trio
 
+from queen.actors.batcher import Batcher
+from queen.actors.messages import ActorStopped, PushOutcome, PushRequest
+from queen.actors.supervisor import Supervisor
 from queen.broadcast import Signal
 from queen.consume import requests
 from queen.consume.errors import ConsumeUnavailable
@@ -39,9 +42,6 @@ from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.model import PartitionKey, PushResultDict, Status
 from queen.primitives import Fence, Reply, ReplyGroup, Route
-from queen.push.batcher import Batcher
-from queen.push.messages import ActorStopped, PushOutcome, PushRequest
-from queen.push.supervisor import Supervisor
 from queen.records import CycleRequest, TransactionRequest
 from queen.retention import RetentionLoop
 from queen.settings import Settings

@@ -19,6 +19,9 @@ from pathlib import Path
 
 import trio
 
+from queen.actors.batcher import Batcher
+from queen.actors.partition import WriteRouter
+from queen.actors.supervisor import Supervisor
 from queen.broadcast import Signal
 from queen.broker import Broker, SpoolParts
 from queen.cipher import PayloadCipher, parse_key
@@ -27,9 +30,6 @@ from queen.encryption import QueueEncryption
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
-from queen.push.batcher import Batcher
-from queen.push.partition import WriteRouter
-from queen.push.supervisor import Supervisor
 from queen.retention import RetentionLoop
 from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolRouter, SpoolWriter

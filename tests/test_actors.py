@@ -9,12 +9,12 @@ import trio
 import trio.testing
 
 from queen import open_broker
+from queen.actors.messages import PushRequest
+from queen.actors.policy import spread_count
 from queen.broker import Broker
 from queen.ids import NIL_UUID, mint_ids
 from queen.model import PartitionKey, Status
 from queen.primitives import hand_over
-from queen.push.messages import PushRequest
-from queen.push.policy import spread_count
 from queen.settings import Settings
 from tests.fakes import MemoryStore
 

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
+from queen.actors.policy import batch_is_full, coalesce_count
 from queen.ids import mint_ids, timestamp_of
 from queen.intake import prepare_push
 from queen.model import DEFAULT_PARTITION, InvalidPush, PartitionKey, first_wins
-from queen.push.policy import batch_is_full, coalesce_count
 
 
 def test_groups_by_queue_and_partition_in_body_order() -> None:

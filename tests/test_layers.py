@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("storage", ("queen.storage",)),
     ("shared services", ("queen.health", "queen.maintenance", "queen.encryption")),
-    ("push path", ("queen.push",)),
+    ("actors", ("queen.actors",)),
     ("spool", ("queen.spool",)),
     ("consume", ("queen.consume", "queen.retention")),
     ("streams", ("queen.streams",)),

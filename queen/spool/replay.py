@@ -47,13 +47,13 @@ from pathlib import Path
 
 import trio
 
+from queen.actors.messages import PushRequest
 from queen.broadcast import Signal
 from queen.frames import concat
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.model import PartitionKey, Status
-from queen.push.messages import PushRequest
 from queen.spool import files
 from queen.spool.format import SpoolRecord
 from queen.spool.index import SpoolIndex

@@ -1,4 +1,4 @@
-"""Where a live push goes: database, spool, or hold (see :mod:`queen.push.partition`).
+"""Where a live push goes: database, spool, or hold (see :mod:`queen.actors.partition`).
 
 - maintenance mode on, or the database down: **spool**;
 - the partition still has spooled frames not yet committed, in any process sharing the spool
@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 import time
 
+from queen.actors.messages import PushRequest
 from queen.broadcast import Signal
 from queen.frames import concat
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
 from queen.model import PartitionKey
 from queen.primitives import Route
-from queen.push.messages import PushRequest
 from queen.spool.format import SpoolRecord
 from queen.spool.index import SpoolIndex
 from queen.spool.scan import SpoolScanner

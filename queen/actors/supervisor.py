@@ -5,7 +5,7 @@
   so one process never runs two actors for one partition.
 - **Idle stop**: one reaper loop looks over the actors every quarter of
   ``actor_idle_timeout_s`` and stops those parked on an empty inbox for that long (see
-  :meth:`queen.push.partition.PartitionActor.stop_if_idle`); a producer that meets a closed
+  :meth:`queen.actors.partition.PartitionActor.stop_if_idle`); a producer that meets a closed
   inbox simply asks again and gets a fresh actor. One timer for all actors, instead of one per
   waiting actor, keeps ten thousand idle actors cheap.
 - **Crash containment** (strategy: *restart on demand*): an actor that raises is logged, its
@@ -27,14 +27,14 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from queen.actors.batcher import Batcher
+from queen.actors.messages import PushRequest
+from queen.actors.partition import DirectRouter, PartitionActor, WriteRouter
+from queen.actors.resolver import PartitionResolver
 from queen.encryption import QueueEncryption
 from queen.metrics import Metrics
 from queen.model import PartitionKey
 from queen.primitives import Fence
-from queen.push.batcher import Batcher
-from queen.push.messages import PushRequest
-from queen.push.partition import DirectRouter, PartitionActor, WriteRouter
-from queen.push.resolver import PartitionResolver
 from queen.settings import Settings
 from queen.storage.base import Store
 from queen.supervision import Loops

@@ -34,9 +34,9 @@ from collections.abc import Callable, Sequence
 
 import trio
 
+from queen.actors.policy import batch_is_full, spread_count
 from queen.metrics import Metrics
 from queen.primitives import Reply, hand_over
-from queen.push.policy import batch_is_full, spread_count
 from queen.storage.base import SegmentWrite, Store, StoreError, StoreUnavailable, WriteResult
 
 log = logging.getLogger("queen.batcher")

@@ -45,12 +45,12 @@ from typing import Protocol
 
 import trio
 
+from queen.actors.messages import ActorStopped, PushOutcome, PushRequest
+from queen.actors.policy import coalesce_count
 from queen.encryption import QueueEncryption
 from queen.frames import concat
 from queen.model import PartitionKey, Status, first_wins
 from queen.primitives import Fence, Route, hand_over
-from queen.push.messages import ActorStopped, PushOutcome, PushRequest
-from queen.push.policy import coalesce_count
 from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
 
 log = logging.getLogger("queen.actors")
