@@ -133,7 +133,7 @@ async def embedded(
             if measuring:
                 latencies.append(elapsed * 1000)
                 for r in results:
-                    if r["status"] == "queued":
+                    if r.status == "queued":
                         done += 1
                     else:
                         failed += 1
@@ -185,7 +185,7 @@ async def fill(broker: Broker, queue: str, load: ConsumeLoad, tag: str) -> None:
             results = await broker.push(
                 [item(queue, load.partitions, n, tag) for n in range(first, last)]
             )
-            bad = [r for r in results if r["status"] != "queued"]
+            bad = [r for r in results if r.status != "queued"]
             if bad:
                 raise RuntimeError(f"fill of {queue}: {bad[0]}")
 

@@ -11,10 +11,11 @@ Embedding::
     trio.run(main)
 """
 
-from queen.broker import Broker, BrokerClosed
+from queen.broker import Broker
 from queen.gctune import tune_gc
 from queen.lifecycle import open_broker
-from queen.model import InvalidPush, PartitionKey, PushResultDict, Status
+from queen.model import InvalidPush, PartitionKey, Status
+from queen.push import BrokerClosed, PartitionsBusy, PushedItem
 from queen.settings import Settings
 
 __all__ = [
@@ -22,7 +23,8 @@ __all__ = [
     "BrokerClosed",
     "InvalidPush",
     "PartitionKey",
-    "PushResultDict",
+    "PartitionsBusy",
+    "PushedItem",
     "Settings",
     "Status",
     "open_broker",

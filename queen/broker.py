@@ -9,18 +9,14 @@ maintenance switch reached through it. :func:`queen.lifecycle.open_broker` build
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import trio
-
 from queen.actors.batcher import Batcher
-from queen.actors.messages import ActorStopped, PushOutcome, PushRequest
 from queen.actors.supervisor import Supervisor
 from queen.broadcast import Signal
 from queen.consume import requests
@@ -37,11 +33,9 @@ from queen.consume.results import (
 from queen.consume.service import ConsumeService
 from queen.encryption import QueueEncryption
 from queen.health import DatabaseHealth
-from queen.intake import PartitionBatch, PreparedPush, prepare_push
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
-from queen.model import PartitionKey, PushResultDict, Status
-from queen.primitives import Fence, Reply, ReplyGroup, Route
+from queen.push import PushedItem, PushService
 from queen.records import CycleRequest, TransactionRequest
 from queen.retention import RetentionLoop
 from queen.settings import Settings
@@ -57,16 +51,6 @@ from queen.streams.service import StreamsService
 log = logging.getLogger("queen.broker")
 
 HEALTH_WAIT_S = 0.5  # longest /health waits for a fresh answer from the database
-
-
-class BrokerClosed(RuntimeError):
-    """The broker is shutting down and accepts no new work."""
-
-
-class PartitionsBusy(RuntimeError):
-    """A transaction's pushes cannot be written now: the database is away, maintenance mode is
-    on, or spooled frames of one of its partitions wait for replay. Nothing was applied; the
-    caller may retry (HTTP 503)."""
 
 
 class Broker:
@@ -91,6 +75,7 @@ class Broker:
         encryption: QueueEncryption | None = None,
         spool: SpoolParts | None,
         changed: Signal,
+        push_service: PushService,
         consume: ConsumeService | None = None,
         retention: RetentionLoop | None = None,
         admin_store: PgAdminStore | None = None,
@@ -110,15 +95,12 @@ class Broker:
         self.encryption = encryption or QueueEncryption(None, None, refresh_s=1.0)
         self.spool = spool
         self._changed = changed
-        self._closing = False
+        self.push_service = push_service
         _version()  # read now, while descriptors are free
-        self._in_flight = 0
-        self._idle = trio.Event()
-        self._idle.set()
 
     @property
     def closing(self) -> bool:
-        return self._closing
+        return self.push_service.closing
 
     @property
     def consume(self) -> ConsumeService:
@@ -243,155 +225,28 @@ class Broker:
     async def transact(
         self, request: TransactionRequest, producer_sub: str | None = None
     ) -> TransactionResult:
-        """Apply a validated transaction while the actors of its pushed partitions stand
-        still, so those partitions keep one writer in this process and their spooled backlog
-        keeps its place. Raises :class:`PartitionsBusy` when a partition cannot be written to
-        the database now (nothing is applied then)."""
-        if self._closing:
-            raise BrokerClosed("broker is shutting down")
-        consume = self.consume
-        keys = sorted({batch.key for push in request.pushes for batch in push.prepared.batches})
-        self._enter()
-        try:
-            async with self._fenced(keys):
-                return await consume.transaction(request, producer_sub)
-        finally:
-            self._leave()
+        """Apply a validated transaction (:meth:`ConsumeService.transaction`: its pushed
+        partitions are held for the write). Raises :class:`PartitionsBusy` when a partition
+        cannot be written to the database now (nothing is applied then)."""
+        return await self.consume.transaction(request, producer_sub)
 
     async def cycle(self, request: CycleRequest, producer_sub: str | None = None) -> dict[str, Any]:
-        """Apply one streaming cycle (state changes, sink pushes, source ack) atomically,
-        with the actors of its sink partitions fenced as for :meth:`transact`. Raises
-        :class:`PartitionsBusy` when a sink partition cannot be written now."""
-        if self._closing:
-            raise BrokerClosed("broker is shutting down")
-        streams = self.streams
-        batches = request.push.batches if request.push is not None else []
-        keys = sorted({batch.key for batch in batches})
-        self._enter()
-        try:
-            async with self._fenced(keys):
-                return await streams.cycle(request, producer_sub)
-        finally:
-            self._leave()
-
-    @contextlib.asynccontextmanager
-    async def _fenced(self, keys: list[PartitionKey]) -> AsyncIterator[None]:
-        """Fence the actors of ``keys`` one after another, in key order (every transaction
-        takes them in the same order, so two never wait for each other); release them all on
-        the way out, whatever happened."""
-        fences: list[Fence] = []
-        try:
-            for key in keys:
-                fence = Fence()
-                fences.append(fence)
-                await self.supervisor.submit(key, fence)
-                try:
-                    route = await fence.granted.wait()
-                except ActorStopped as exc:
-                    raise BrokerClosed(str(exc)) from exc
-                if route is not Route.DATABASE:
-                    self.metrics.transactions_refused += 1
-                    why = {
-                        Route.SPOOL: "the database is unavailable or in maintenance mode",
-                        Route.HOLD: "spooled messages of a partition are waiting for replay",
-                    }[route]
-                    raise PartitionsBusy(
-                        f"{why} ({key.queue}/{key.partition}); nothing was applied, retry later"
-                    )
-            yield
-        finally:
-            for fence in fences:
-                fence.released.set()
+        """Apply one streaming cycle (state changes, sink pushes, source ack) atomically
+        (:meth:`StreamsService.cycle`: its sink partitions are held for the write)."""
+        return await self.streams.cycle(request, producer_sub)
 
     async def push(
         self, items: Sequence[dict[str, Any]] | list[Any], producer_sub: str | None = None
-    ) -> list[PushResultDict]:
+    ) -> list[PushedItem]:
         """Push ``items`` (the JSON items of ``POST /api/v1/push``) and return one result per
-        item, in order, exactly as the HTTP route answers.
+        item, in order.
 
         ``producer_sub`` is the trusted producer identity stored with every message (the HTTP
         layer passes the validated token's ``sub``). Raises :class:`queen.model.InvalidPush`
         for a body that breaks a rule (nothing is stored) and :class:`BrokerClosed` during
         shutdown.
         """
-        return await self.push_prepared(prepare_push(list(items)), producer_sub)
-
-    async def push_prepared(
-        self, prepared: PreparedPush, producer_sub: str | None = None
-    ) -> list[PushResultDict]:
-        if self._closing:
-            raise BrokerClosed("broker is shutting down")
-        self.metrics.push_requests += 1
-        self.metrics.push_items += prepared.count
-        self._enter()
-        try:
-            # One request per partition, all answered through one group: the producer wakes
-            # once, when the last partition's write is settled.
-            group = ReplyGroup(len(prepared.batches))
-            requests: list[PushRequest] = []
-            for batch in prepared.batches:
-                request = PushRequest(
-                    message_ids=batch.message_ids,
-                    transaction_ids=batch.transaction_ids,
-                    payloads=batch.payloads,
-                    producer_subs=None if producer_sub is None else [producer_sub] * len(batch),
-                    trace_ids=batch.trace_ids,
-                    reply=Reply(group),
-                )
-                await self.supervisor.submit(batch.key, request)
-                requests.append(request)
-            await group.wait()
-            results: list[PushResultDict | None] = [None] * prepared.count
-            for batch, request in zip(prepared.batches, requests, strict=True):
-                self._fill(results, batch, request.reply.result())
-            return results  # type: ignore[return-value]
-        finally:
-            self._leave()
-
-    def _fill(
-        self,
-        results: list[PushResultDict | None],
-        batch: PartitionBatch,
-        outcome: PushOutcome,
-    ) -> None:
-        """Write the answers of one partition's items into ``results`` (body positions)."""
-        queue, partition = batch.key.queue, batch.key.partition
-        status = outcome.status.value
-        duplicates = outcome.duplicates
-        m = self.metrics
-        m.push_items_duplicate += len(duplicates)
-        rest = len(batch.indexes) - len(duplicates)
-        if outcome.status is Status.QUEUED:
-            m.push_items_queued += rest
-        elif outcome.status is Status.BUFFERED:
-            m.push_items_buffered += rest
-        else:
-            m.push_items_failed += rest
-        for pos, (index, own_id, transaction_id) in enumerate(
-            zip(batch.indexes, batch.message_ids, batch.transaction_ids, strict=True)
-        ):
-            message_id, item_status = own_id, status
-            if duplicates and pos in duplicates:
-                message_id, item_status = duplicates[pos], "duplicate"
-            results[index] = {
-                "index": index,
-                "message_id": message_id,
-                "messageId": message_id,
-                "transaction_id": transaction_id,
-                "transactionId": transaction_id,
-                "queueName": queue,
-                "partition": partition,
-                "status": item_status,
-            }
-
-    def _enter(self) -> None:
-        self._in_flight += 1
-        self._idle = trio.Event() if self._idle.is_set() else self._idle
-
-    def _leave(self) -> None:
-        self._in_flight -= 1
-        if self._in_flight == 0:
-            self._idle.set()
+        return (await self.push_service.push(items, producer_sub)).items()
 
     async def health(self) -> Health:
         """How this broker is, within about half a second whatever the database does.
@@ -480,8 +335,7 @@ class Broker:
 
     async def _drain(self) -> None:
         """Phase two of shutdown: wait for accepted pushes to finish."""
-        self._closing = True
-        await self._idle.wait()
+        await self.push_service.drain()
 
 
 @functools.cache

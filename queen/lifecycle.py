@@ -30,6 +30,7 @@ from queen.encryption import QueueEncryption
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
+from queen.push import PushService
 from queen.retention import RetentionLoop
 from queen.settings import Settings
 from queen.spool import Replayer, SpoolIndex, SpoolRouter, SpoolWriter
@@ -133,6 +134,7 @@ async def open_broker(
                 opened, batcher, settings, metrics, router=router, encryption=encryption
             )
             await nursery.start(supervisor.run)
+            push = PushService(supervisor, metrics)
             if embedded is not None:  # an embedded server this process keeps running
                 embedded.on_restarted = db_health.probe_soon
                 await supervisor.start_loop("embedded-postgres", embedded.run)
@@ -147,6 +149,7 @@ async def open_broker(
                     settings,
                     metrics,
                     switches=maintenance,
+                    push=push,
                     encryption=encryption,
                 )
                 batcher.add_commit_listener(consume.on_commit)
@@ -187,6 +190,7 @@ async def open_broker(
                 encryption=encryption,
                 spool=parts,
                 changed=changed,
+                push_service=push,
                 consume=consume,
                 retention=retention,
                 admin_store=PgAdminStore(opened.pool) if isinstance(opened, PgStore) else None,

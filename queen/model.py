@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
 
 DEFAULT_PARTITION = "Default"
 
@@ -23,19 +22,6 @@ class Status(enum.StrEnum):
 class PartitionKey:
     queue: str
     partition: str
-
-
-class PushResultDict(TypedDict):
-    """One element of the push answer, identical for HTTP and the embedding API."""
-
-    index: int
-    message_id: str
-    messageId: str
-    transaction_id: str
-    transactionId: str
-    queueName: str
-    partition: str
-    status: str
 
 
 class InvalidPush(ValueError):

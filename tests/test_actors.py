@@ -130,7 +130,7 @@ async def test_requests_arriving_during_a_write_are_coalesced(
     assert [s.request_count for s in segments] == [1, 5]
     assert segments[1].transaction_ids == [f"t{i}{s}" for i in range(1, 6) for s in "ab"]
     assert [s.first_offset for s in segments] == [0, 2]
-    assert all(r["status"] == "queued" for rs in results.values() for r in rs)
+    assert all(r.status == "queued" for rs in results.values() for r in rs)
 
 
 async def test_body_order_is_kept_at_consecutive_offsets(
@@ -141,15 +141,15 @@ async def test_body_order_is_kept_at_consecutive_offsets(
     (segment,) = store.segments_of("p")
     assert segment.transaction_ids == txs
     assert segment.payloads == [str(i).encode() for i in range(20)]
-    assert segment.message_ids == [r["message_id"] for r in results]
+    assert segment.message_ids == [r.message_id for r in results]
     assert segment.message_ids == sorted(segment.message_ids)
 
 
 async def test_first_wins_inside_a_body(broker: Broker, store: MemoryStore) -> None:
     results = await broker.push([item("p", "x"), item("p", "y"), item("p", "x"), item("q", "x")])
-    assert [r["status"] for r in results] == ["queued", "queued", "duplicate", "queued"]
-    assert results[2]["message_id"] == results[0]["message_id"]
-    assert results[3]["message_id"] != results[0]["message_id"]
+    assert [r.status for r in results] == ["queued", "queued", "duplicate", "queued"]
+    assert results[2].message_id == results[0].message_id
+    assert results[3].message_id != results[0].message_id
     (segment,) = store.segments_of("p")
     assert segment.transaction_ids == ["x", "y"]
 
@@ -169,9 +169,9 @@ async def test_first_wins_inside_a_coalesced_segment(broker: Broker, store: Memo
         nursery.start_soon(push, "second", "same")
         await trio.testing.wait_all_tasks_blocked()
         gate.set()
-    assert results["first"][0]["status"] == "queued"
-    assert results["second"][0]["status"] == "duplicate"
-    assert results["second"][0]["message_id"] == results["first"][0]["message_id"]
+    assert results["first"][0].status == "queued"
+    assert results["second"][0].status == "duplicate"
+    assert results["second"][0].message_id == results["first"][0].message_id
     assert [s.request_count for s in store.segments_of("p")] == [1, 2]
 
 
@@ -180,12 +180,12 @@ async def test_duplicate_of_stored_history_names_the_original(
 ) -> None:
     first = await broker.push([item("p", "order-1")])
     again = await broker.push([item("p", "order-1")])
-    assert again[0]["status"] == "duplicate"
-    assert again[0]["message_id"] == first[0]["message_id"]
+    assert again[0].status == "duplicate"
+    assert again[0].message_id == first[0].message_id
     store.segments.clear()  # "retention" removed the original's segment
     third = await broker.push([item("p", "order-1")])
-    assert third[0]["status"] == "duplicate"
-    assert third[0]["message_id"] == NIL_UUID
+    assert third[0].status == "duplicate"
+    assert third[0].message_id == NIL_UUID
 
 
 async def test_idle_actor_stops_and_a_new_one_starts(
@@ -203,7 +203,7 @@ async def test_idle_actor_stops_and_a_new_one_starts(
     assert broker.metrics.actors_active == 0
 
     results = await broker.push([item("p", "b")])
-    assert results[0]["status"] == "queued"
+    assert results[0].status == "queued"
     second_actor = broker.supervisor.actor(key)
     assert second_actor is not None and second_actor is not first_actor
     assert broker.metrics.actors_started == 2
@@ -217,7 +217,7 @@ async def test_push_racing_an_idle_stop_is_not_lost(
     # Land exactly on the idle deadline: the push and the stop decision meet.
     await trio.sleep(IDLE_S)
     results = await broker.push([item("p", "b")])
-    assert results[0]["status"] == "queued"
+    assert results[0].status == "queued"
     assert [t for s in store.segments_of("p") for t in s.transaction_ids] == ["a", "b"]
 
 
@@ -263,26 +263,26 @@ async def test_failing_partition_does_not_affect_another(
         nursery.start_soon(push, "good", [item("good2", "g2")])
         await trio.testing.wait_all_tasks_blocked()
         gate.set()
-    assert [r["status"] for r in results["mixed"]] == ["queued", "failed"]
-    assert results["good"][0]["status"] == "queued"
+    assert [r.status for r in results["mixed"]] == ["queued", "failed"]
+    assert results["good"][0].status == "queued"
     assert broker.metrics.push_transaction_failures >= 1
     assert not store.segments_of("bad")
     # the failed partition's actor lives on and writes again once the store recovers
     store.failing.clear()
     again = await broker.push([item("bad", "b1")])
-    assert again[0]["status"] == "queued"
+    assert again[0].status == "queued"
 
 
 async def test_crashing_actor_is_contained(broker: Broker, store: MemoryStore) -> None:
     store.crash_on_resolve.add("boom")
     results = await broker.push([item("boom", "x"), item("fine", "y")])
-    assert [r["status"] for r in results] == ["failed", "queued"]
+    assert [r.status for r in results] == ["failed", "queued"]
     assert broker.metrics.actor_crashes == 1
     assert broker.supervisor.actor(PartitionKey("q", "boom")) is None
     assert broker.supervisor.actor(PartitionKey("q", "fine")) is not None
     store.crash_on_resolve.clear()
     again = await broker.push([item("boom", "x")])
-    assert again[0]["status"] == "queued"
+    assert again[0].status == "queued"
     assert broker.metrics.actors_started == 3
 
 
@@ -292,11 +292,11 @@ async def test_without_spool_an_unavailable_store_fails_items(
     await broker.push([item("p", "a")])
     store.unavailable = True
     results = await broker.push([item("p", "b"), item("other", "c")])
-    assert [r["status"] for r in results] == ["failed", "failed"]
+    assert [r.status for r in results] == ["failed", "failed"]
     assert broker.metrics.actor_crashes == 0
     store.unavailable = False
     results = await broker.push([item("p", "b"), item("other", "c")])
-    assert [r["status"] for r in results] == ["queued", "queued"]
+    assert [r.status for r in results] == ["queued", "queued"]
 
 
 async def test_many_partitions_share_one_transaction(broker: Broker, store: MemoryStore) -> None:
@@ -369,8 +369,8 @@ async def test_dedup_window_zero_stores_every_repeat(tmp_path) -> None:
     async with open_broker(settings, store=store) as broker:
         results = await broker.push([item("p", "x"), item("p", "x")])
         again = await broker.push([item("p", "x")])
-    assert [r["status"] for r in results + again] == ["queued"] * 3
-    assert len({r["message_id"] for r in results + again}) == 3
+    assert [r.status for r in results + again] == ["queued"] * 3
+    assert len({r.message_id for r in results + again}) == 3
 
 
 async def release_later(gate: trio.Event) -> None:
@@ -394,7 +394,7 @@ async def test_shutdown_lets_accepted_pushes_finish(
             await trio.testing.wait_all_tasks_blocked()
             outer.start_soon(release_later, gate)  # released while the broker is closing
         assert broker.closing
-    assert [r["status"] for r in results] == ["queued"]
+    assert [r.status for r in results] == ["queued"]
 
 
 async def test_commit_listeners_see_every_committed_segment(
@@ -411,7 +411,7 @@ async def test_commit_listeners_see_every_committed_segment(
     broker.batcher.add_commit_listener(broken)
     broker.batcher.add_commit_listener(listener)
     results = await broker.push([item("a", "1"), item("a", "2"), item("b", "3")])
-    assert [r["status"] for r in results] == ["queued"] * 3
+    assert [r.status for r in results] == ["queued"] * 3
     assert sorted(seen) == [("a", 2), ("b", 1)]
 
 

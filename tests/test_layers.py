@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("shared services", ("queen.health", "queen.maintenance", "queen.encryption")),
     ("actors", ("queen.actors",)),
     ("spool", ("queen.spool",)),
+    ("push service", ("queen.push",)),
     ("consume", ("queen.consume", "queen.retention")),
     ("streams", ("queen.streams",)),
     ("broker", ("queen", "queen.broker", "queen.lifecycle")),

@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from queen.broker import Broker
+from queen.http import render
 from queen.ids import NIL_UUID
 from queen.model import InvalidPush, PartitionKey
 from tests.conftest import Db
@@ -36,7 +37,7 @@ def post(request: pytest.FixtureRequest, broker: Broker, client: Any) -> Post:
 
     async def in_process(body: Any) -> tuple[int, Any]:
         try:
-            return 201, await broker.push(body["items"])
+            return 201, render.push_answer(await broker.push_service.push(body["items"]))
         except InvalidPush as exc:
             return 400, {"error": str(exc)}
 
@@ -289,17 +290,15 @@ async def test_embedding_api_gives_the_same_results(broker: Broker, queue: str, 
         ],
         producer_sub="svc-a",
     )
-    assert [r["status"] for r in results] == ["queued", "duplicate"]
-    assert set(results[0]) == {
-        "index",
-        "message_id",
-        "messageId",
-        "transaction_id",
-        "transactionId",
-        "queueName",
-        "partition",
-        "status",
-    }
+    assert [r.status for r in results] == ["queued", "duplicate"]
+    first, second = results
+    assert (first.index, first.queue, first.partition, first.transaction_id) == (
+        0,
+        queue,
+        "p",
+        "e1",
+    )
+    assert second.message_id == first.message_id  # a duplicate names the original
     frames = await db.frames(queue, "p")
     assert [f["sub"] for f in frames] == ["svc-a"]
 
@@ -331,7 +330,7 @@ async def test_100_concurrent_pushes_to_one_partition_get_contiguous_offsets(
     for i in range(100):
         offsets = [by_tx[f"r{i}-{j}"] for j in range(3)]
         assert offsets == list(range(offsets[0], offsets[0] + 3))  # each request's run
-        assert all(r["status"] == "queued" for r in answers[i])
+        assert all(r.status == "queued" for r in answers[i])
     assert broker.metrics.push_requests_committed == 100
     assert broker.metrics.push_transactions < 100  # coalesced
 
@@ -407,10 +406,10 @@ async def test_two_brokers_on_one_database_keep_offsets_and_dedup_exact(
         for k in range(3)
         for f in await db.frames(queue, f"p{k}")
     }
-    assert sum(r["status"] == "queued" for r in results) == 60
-    assert sum(r["status"] == "duplicate" for r in results) == 180
+    assert sum(r.status == "queued" for r in results) == 60
+    assert sum(r.status == "duplicate" for r in results) == 180
     for r in results:  # every answer names the one stored message of its key
-        assert r["message_id"] == stored[r["transaction_id"]]
+        assert r.message_id == stored[r.transaction_id]
 
 
 async def test_body_between_quarts_default_limit_and_ours_is_accepted(
@@ -432,7 +431,7 @@ async def test_values_holding_the_column_separator_are_stored_exactly(
         [{"queue": queue, "partition": "p", "payload": {"s": "a\u001fb"}, "transactionId": "x"}],
         producer_sub=sub,
     )
-    assert results[0]["status"] == "queued"
+    assert results[0].status == "queued"
     frames = await db.frames(queue, "p")
     assert frames[0]["sub"] == sub
     assert orjson.loads(frames[0]["payload"]) == {"s": "a\u001fb"}

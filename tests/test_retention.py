@@ -56,12 +56,12 @@ async def test_a_key_is_new_again_after_its_window(broker: Broker, queue: str, d
     await configure(broker, queue, dedupWindowSeconds=60)
     first = await push(broker, queue, "k")
     inside = await push(broker, queue, "k")
-    assert inside[0]["status"] == "duplicate"
-    assert inside[0]["message_id"] == first[0]["message_id"]
+    assert inside[0].status == "duplicate"
+    assert inside[0].message_id == first[0].message_id
     await age_sidecar(db, queue, 61)
     after = await push(broker, queue, "k")
-    assert after[0]["status"] == "queued"
-    assert after[0]["message_id"] != first[0]["message_id"]
+    assert after[0].status == "queued"
+    assert after[0].message_id != first[0].message_id
 
 
 async def test_window_zero_stores_every_repeat_and_changes_apply_at_once(
@@ -69,11 +69,11 @@ async def test_window_zero_stores_every_repeat_and_changes_apply_at_once(
 ) -> None:
     await configure(broker, queue, dedupWindowSeconds=0)
     results = await push(broker, queue, "k", "k") + await push(broker, queue, "k")
-    assert [r["status"] for r in results] == ["queued"] * 3
+    assert [r.status for r in results] == ["queued"] * 3
     assert await sidecar_rows(db, queue) == 0
     await configure(broker, queue, dedupWindowSeconds=3600)  # the next push dedups again
-    assert (await push(broker, queue, "x"))[0]["status"] == "queued"
-    assert (await push(broker, queue, "x"))[0]["status"] == "duplicate"
+    assert (await push(broker, queue, "x"))[0].status == "queued"
+    assert (await push(broker, queue, "x"))[0].status == "duplicate"
 
 
 async def test_retention_removes_old_segments_and_keeps_newer_ones(
@@ -92,8 +92,8 @@ async def test_retention_removes_old_segments_and_keeps_newer_ones(
     # The sidecar still remembers old-1 (its window is an hour): a duplicate whose original
     # was removed names the all-zero id.
     again = await push(broker, queue, "old-1")
-    assert again[0]["status"] == "duplicate"
-    assert again[0]["message_id"] == NIL_UUID != old[0]["message_id"]
+    assert again[0].status == "duplicate"
+    assert again[0].message_id == NIL_UUID != old[0].message_id
 
     held = await broker.queue_holdings(queue)
     assert held is not None
@@ -178,7 +178,7 @@ async def test_pruning_keeps_the_sidecar_to_one_window(broker: Broker, queue: st
     for window in range(4):
         keys = [f"w{window}-{i}" for i in range(150)]
         results = await push(broker, queue, *keys)
-        assert {r["status"] for r in results} == {"queued"}
+        assert {r.status for r in results} == {"queued"}
         await broker.run_retention_pass()
         assert await sidecar_rows(db, queue) == 150  # only the current window is kept
         await age_sidecar(db, queue, 61)  # the window passes

@@ -172,7 +172,7 @@ async def _outage_round_trip(server: EmbeddedPostgres, tmp_path: Any) -> None:
     try:
         async with open_broker(settings) as broker:
             first = await broker.push([{"queue": "outage", "payload": 1, "transactionId": "a"}])
-            assert first[0]["status"] == "queued"
+            assert first[0].status == "queued"
             assert (await broker.health()).healthy
 
             await trio.to_thread.run_sync(server.stop, "fast")
@@ -180,7 +180,7 @@ async def _outage_round_trip(server: EmbeddedPostgres, tmp_path: Any) -> None:
             assert not report.healthy and report.status == "unhealthy"
             with trio.fail_after(10):  # bounded: no long TCP timeout
                 down = await broker.push([{"queue": "outage", "payload": 2, "transactionId": "b"}])
-            assert down[0]["status"] == "buffered"
+            assert down[0].status == "buffered"
             assert broker.spool is not None and broker.spool.index.total == 1
 
             await trio.to_thread.run_sync(server.start)
@@ -188,11 +188,11 @@ async def _outage_round_trip(server: EmbeddedPostgres, tmp_path: Any) -> None:
             with trio.fail_after(30):
                 await broker.wait_spool_empty()
             back = await broker.push([{"queue": "outage", "payload": 2, "transactionId": "b"}])
-            assert back[0]["status"] == "duplicate"
-            assert back[0]["message_id"] == down[0]["message_id"]
+            assert back[0].status == "duplicate"
+            assert back[0].message_id == down[0].message_id
             again = await broker.push([{"queue": "outage", "payload": 1, "transactionId": "a"}])
-            assert again[0]["status"] == "duplicate"
-            assert again[0]["message_id"] == first[0]["message_id"]
+            assert again[0].status == "duplicate"
+            assert again[0].message_id == first[0].message_id
     finally:
         await trio.to_thread.run_sync(server.stop, "immediate")
 

@@ -73,20 +73,20 @@ async def broker(store: MemoryStore, tmp_path: Path) -> AsyncIterator[Broker]:
 
 
 async def test_outage_spools_then_replays_in_push_order(broker: Broker, store: MemoryStore) -> None:
-    assert [r["status"] for r in await broker.push([item("p", "a")])] == ["queued"]
+    assert [r.status for r in await broker.push([item("p", "a")])] == ["queued"]
     store.unavailable = True
     during = await broker.push([item("p", "b"), item("p", "c"), item("other", "x")])
-    assert [r["status"] for r in during] == ["buffered"] * 3
+    assert [r.status for r in during] == ["buffered"] * 3
     assert not broker.db_health.up
     later = await broker.push([item("p", "d")])  # known down: straight to the spool
-    assert later[0]["status"] == "buffered"
+    assert later[0].status == "buffered"
     assert broker.spool is not None and broker.spool.index.total == 4
     assert stored(store, "p") == ["a"]
 
     store.unavailable = False
     await until(drained(broker), broker)
     after = await broker.push([item("p", "e")])
-    assert after[0]["status"] == "queued"
+    assert after[0].status == "queued"
     assert stored(store, "p") == ["a", "b", "c", "d", "e"]
     assert stored(store, "other") == ["x"]
     # replay kept the ids the producers were given
@@ -95,7 +95,7 @@ async def test_outage_spools_then_replays_in_push_order(broker: Broker, store: M
         for s in store.segments_of("p")
         for t, m in zip(s.transaction_ids, s.message_ids, strict=True)
     }
-    assert ids["b"] == during[0]["message_id"] and ids["d"] == later[0]["message_id"]
+    assert ids["b"] == during[0].message_id and ids["d"] == later[0].message_id
     assert broker.metrics.spool_replayed_items == 4
     assert files.list_spool_files(Path(broker.settings.file_buffer_dir)) == []
 
@@ -105,7 +105,7 @@ async def test_push_holds_until_its_partition_is_replayed(
 ) -> None:
     async with open_broker(fast(tmp_path, spool_hold_s=60), store=store) as broker:
         store.unavailable = True
-        assert (await broker.push([item("p", "b")]))[0]["status"] == "buffered"
+        assert (await broker.push([item("p", "b")]))[0].status == "buffered"
         directory = Path(broker.settings.file_buffer_dir)
         lock = os.open(directory / files.REPLAY_LOCK, os.O_RDWR | os.O_CREAT)
         try:
@@ -135,7 +135,7 @@ async def test_push_holds_until_its_partition_is_replayed(
                 fcntl.flock(lock, fcntl.LOCK_UN)
         finally:
             os.close(lock)
-        assert results[0]["status"] == "queued"
+        assert results[0].status == "queued"
         assert stored(store, "p") == ["b", "d"]
 
 
@@ -144,7 +144,7 @@ async def test_hold_gives_up_and_spools_when_replay_cannot_run(
 ) -> None:
     async with open_broker(fast(tmp_path, spool_hold_s=0.2), store=store) as broker:
         store.unavailable = True
-        assert (await broker.push([item("p", "b")]))[0]["status"] == "buffered"
+        assert (await broker.push([item("p", "b")]))[0].status == "buffered"
         directory = Path(broker.settings.file_buffer_dir)
         lock = os.open(directory / files.REPLAY_LOCK, os.O_RDWR | os.O_CREAT)
         try:
@@ -152,9 +152,9 @@ async def test_hold_gives_up_and_spools_when_replay_cannot_run(
             store.unavailable = False
             await until(lambda: broker.db_health.up, broker)
             held = await broker.push([item("p", "d")])
-            assert held[0]["status"] == "buffered"  # waited 0.2 s, then kept its place on disk
+            assert held[0].status == "buffered"  # waited 0.2 s, then kept its place on disk
             free = await broker.push([item("elsewhere", "z")])
-            assert free[0]["status"] == "queued"  # partitions without backlog are not held
+            assert free[0].status == "queued"  # partitions without backlog are not held
         finally:
             os.close(lock)
         await until(drained(broker), broker)
@@ -166,7 +166,7 @@ async def test_maintenance_spools_everything_and_replays_when_off(
 ) -> None:
     await broker.set_maintenance(True)
     results = await broker.push([item(f"p{i % 3}", f"t{i}") for i in range(9)])
-    assert {r["status"] for r in results} == {"buffered"}
+    assert {r.status for r in results} == {"buffered"}
     assert store.segments == []
     with trio.move_on_after(0.3):  # the replay loop must stay idle meanwhile
         await until(lambda: bool(store.segments), broker)
@@ -206,12 +206,12 @@ async def test_unwritable_spool_answers_failed_not_buffered(
     with monkeypatch.context() as patch:
         patch.setattr(SpoolWriter, "_open", open_full_disk)
         results = await broker.push([item("p", "a"), item("p", "b")])
-    assert [r["status"] for r in results] == ["failed", "failed"]
+    assert [r.status for r in results] == ["failed", "failed"]
     assert broker.metrics.spool_write_failures >= 1
     assert broker.spool is not None and broker.spool.index.total == 0
     assert broker.spool.describe()["healthy"] is False
     again = await broker.push([item("p", "c")])  # a new file on a good disk
-    assert again[0]["status"] == "buffered"
+    assert again[0].status == "buffered"
     await broker.set_maintenance(False)
     await until(drained(broker), broker)
     assert stored(store, "p") == ["c"]
@@ -229,7 +229,7 @@ async def test_spool_reports_healthy_again_once_the_disk_takes_writes_without_a_
     with monkeypatch.context() as patch:
         patch.setattr(SpoolWriter, "_open", open_full_disk)
         results = await broker.push([item("p", "a")])
-        assert [r["status"] for r in results] == ["failed"]
+        assert [r.status for r in results] == ["failed"]
         assert broker.spool.describe()["healthy"] is False
 
         probes: list[Path] = []
@@ -396,7 +396,7 @@ async def test_brokers_sharing_a_spool_directory_replay_a_partition_in_answer_or
         await b.push([item("other", "x")])  # b's file is the older one
         for i in range(20):
             results = await (a if i % 2 == 0 else b).push([item("p", f"t{i:02d}")])
-            assert results[0]["status"] == "buffered"
+            assert results[0].status == "buffered"
         await a.set_maintenance(False)
         await b.set_maintenance(False)
         await until(drained(a, b), a)

@@ -287,7 +287,7 @@ async def test_a_failing_loop_of_a_running_broker_is_reported_and_recovers(
         assert 'queen_background_errors_total{loop="retention"}' in text
         assert 'queen_background_loop_failing{loop="retention"} 1.0' in text
         pushed = await broker.push([{"queue": "still-served", "payload": 1}])
-        assert pushed[0]["status"] == "queued"
+        assert pushed[0].status == "queued"
 
         monkeypatch.undo()
         with trio.fail_after(10):

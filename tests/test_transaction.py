@@ -307,12 +307,86 @@ async def test_transaction_push_waits_for_the_partition_actors_write(
         # went ahead and committed.
         await _eventually(lambda: actor.pending > 0 or "tx" in done)
         gate.set()
-    assert done["tx"].success is True and done["live"][0]["status"] == "queued"
+    assert done["tx"].success is True and done["live"][0].status == "queued"
     frames = await db.frames(queue, "p")
     assert [(f["offset"], f["transaction_id"]) for f in frames] == [
         (0, "warm"),
         (1, "live"),
         (2, "tx"),
+    ]
+
+
+@pytest.mark.parametrize("writer", ["consume.transaction", "streams.cycle"])
+async def test_the_public_services_cannot_write_around_the_partition_actor(
+    broker: Broker, api: Api, queue: str, db: Db, writer: str
+) -> None:
+    """The services an embedding program reaches (``broker.consume``, ``broker.streams``)
+    hold the partition's actor for their writes themselves: called directly, with typed
+    requests, a transaction or a cycle pushing to a partition still waits for the actor's
+    write in flight, and lands after it."""
+    from queen.consume.requests import transaction_request
+    from queen.streams.requests import cycle_request
+
+    sink = f"{queue}-sink"
+    await broker.push([{"queue": sink, "partition": "p", "payload": 0, "transactionId": "warm"}])
+    actor = broker.supervisor.actor(PartitionKey(sink, "p"))
+    assert actor is not None
+    if writer == "streams.cycle":
+        status, registered = await api.post(
+            "/streams/v1/queries",
+            {"name": f"q-{queue}", "source_queue": queue, "sink_queue": sink, "config_hash": "h"},
+        )
+        assert status == 200, registered
+        await api.push(queue, "src", 1)
+        [message] = await api.messages(queue, "src")
+    gate = trio.Event()
+    real = broker.store.write_segments
+
+    async def held(writes: list[SegmentWrite]) -> Any:
+        await gate.wait()
+        return await real(writes)
+
+    broker.store.write_segments = held  # type: ignore[method-assign]
+    item = {"queue": sink, "partition": "p", "payload": "w", "transactionId": "written"}
+    done: dict[str, Any] = {}
+    async with trio.open_nursery() as nursery:
+
+        async def live() -> None:
+            live_item = {"queue": sink, "partition": "p", "payload": 1, "transactionId": "live"}
+            done["live"] = await broker.push([live_item])
+
+        async def write() -> None:
+            if writer == "consume.transaction":
+                request = transaction_request({"operations": [{"type": "push", "items": [item]}]})
+                done["write"] = (await broker.consume.transaction(request)).success
+            else:
+                request = cycle_request(
+                    {
+                        "query_id": registered["query_id"],
+                        "partition_id": message["partitionId"],
+                        "consumer_group": None,
+                        "state_ops": [],
+                        "push_items": [item],
+                        "ack": {
+                            "transactionId": message["transactionId"],
+                            "leaseId": message["leaseId"],
+                            "status": "completed",
+                        },
+                    }
+                )
+                done["write"] = (await broker.streams.cycle(request, None))["success"]
+
+        nursery.start_soon(live)
+        await trio.testing.wait_all_tasks_blocked()  # the live write waits at the gate
+        nursery.start_soon(write)
+        await _eventually(lambda: actor.pending > 0 or "write" in done)
+        gate.set()
+    assert done["write"] is True and done["live"][0].status == "queued"
+    frames = await db.frames(sink, "p")
+    assert [(f["offset"], f["transaction_id"]) for f in frames] == [
+        (0, "warm"),
+        (1, "live"),
+        (2, "written"),
     ]
 
 
@@ -325,7 +399,7 @@ async def test_transaction_push_keeps_its_place_behind_spooled_messages(
     [spooled] = await broker.push(
         [{"queue": queue, "partition": "p", "payload": 0, "transactionId": "spooled"}]
     )
-    assert spooled["status"] == "buffered"
+    assert spooled.status == "buffered"
     status, body = await api.post("/api/v1/transaction", {"operations": _tx_push(queue, "p", "a")})
     assert status == 503 and "maintenance" in body["error"]
     lock = os.open(

@@ -41,7 +41,7 @@ import trio
 
 from queen.cipher import PREFIX, PayloadUnreadable
 from queen.consume import requests
-from queen.consume.errors import InvalidRequest, NotFound
+from queen.consume.errors import ConsumeUnavailable, InvalidRequest, NotFound
 from queen.consume.looks import PopKey, SharedLooks
 from queen.consume.policy import pop_sizing
 from queen.consume.results import (
@@ -68,6 +68,7 @@ from queen.ids import mint_id
 from queen.intake import decode_json
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
+from queen.push import PushService
 from queen.records import (
     AckItem,
     Delivered,
@@ -95,9 +96,13 @@ class ConsumeService:
         metrics: Metrics,
         *,
         switches: MaintenanceSwitch,
+        push: PushService | None = None,
         encryption: QueueEncryption | None = None,
     ) -> None:
+        """``push``: the push service whose actors a transaction's pushes take their turn
+        behind (:meth:`transaction` refuses to push without one)."""
         self.store = store
+        self.push = push
         self.encryption = encryption or QueueEncryption(None, None, refresh_s=1.0)
         self.settings = settings
         self.metrics = metrics
@@ -311,11 +316,23 @@ class ConsumeService:
     async def transaction(
         self, request: TransactionRequest, producer_sub: str | None = None
     ) -> TransactionResult:
-        """Apply acks and pushes atomically; one result per item, in order."""
+        """Apply acks and pushes atomically; one result per item, in order.
+
+        The pushed partitions are held (:meth:`queen.push.PushService.hold`) for the write,
+        so they keep one writer and their spooled backlog keeps its place: raises
+        :class:`queen.push.PartitionsBusy` (nothing applied) when one cannot be written now.
+        """
+        keys = [batch.key for push in request.pushes for batch in push.prepared.batches]
+        if keys and self.push is None:
+            raise ConsumeUnavailable("a transaction with pushes needs the push service")
         for push in request.pushes:
             for batch in push.prepared.batches:
                 self.encryption.seal(batch.key.queue, [batch])
-        outcome = await self.store.transact(request, producer_sub)
+        if self.push is None:
+            outcome = await self.store.transact(request, producer_sub)
+        else:
+            async with self.push.hold(keys):
+                outcome = await self.store.transact(request, producer_sub)
         self.metrics.transactions += 1
         self.metrics.transactions_failed += not outcome.ok
         results: list[TxAckResult | TxPushResult | None] = [None] * request.size

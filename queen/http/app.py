@@ -16,7 +16,7 @@ from werkzeug.exceptions import HTTPException
 
 from queen.admin.service import AdminService
 from queen.auth import AccessGate, build_gate
-from queen.broker import Broker, BrokerClosed, PartitionsBusy
+from queen.broker import Broker
 from queen.cipher import PayloadUnreadable
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest, NotFound
 from queen.http import (
@@ -34,6 +34,7 @@ from queen.http import (
     traces,
 )
 from queen.http.responses import error_response
+from queen.push import BrokerClosed, PartitionsBusy
 from queen.storage.base import StoreUnavailable
 
 log = logging.getLogger("queen.http")

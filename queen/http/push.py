@@ -1,6 +1,6 @@
 """``POST /api/v1/push``: parse the body, hand it to the broker, answer 201 with one result per
 item. No rule of the push lives here beyond reading JSON: validation is in :mod:`queen.intake`,
-the work in :class:`queen.broker.Broker`. Access (``write``) was checked before the route runs;
+the work in :class:`queen.push.PushService`. Access (``write``) was checked before the route runs;
 the producer identity stamped on every message is the validated token's ``sub``, never a
 field of the body."""
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 from quart import Blueprint, Response, current_app, request
 
 from queen.broker import Broker
+from queen.http import render
 from queen.http.access import producer_sub
 from queen.http.responses import error_response, json_response, read_body
 from queen.intake import decode_json, plain_json_strings, prepare_push
@@ -38,5 +39,5 @@ async def push() -> Response:
     del raw, body
     if prepared.count == 0:
         return json_response([], status=201)
-    results = await broker.push_prepared(prepared, producer_sub=producer_sub())
-    return json_response(results, status=201)
+    answer = await broker.push_service.push_prepared(prepared, producer_sub=producer_sub())
+    return json_response(render.push_answer(answer), status=201)

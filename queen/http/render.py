@@ -35,8 +35,36 @@ from queen.consume.results import (
     TxPushResult,
 )
 from queen.intake import decode_json
+from queen.push import PushAnswer
 from queen.records import options_to_wire
 from queen.storage.traces import StoredTrace
+
+
+def push_answer(answer: PushAnswer) -> list[dict[str, Any]]:
+    """``POST /api/v1/push``: one result per item, in body order (the original's keys, in
+    snake and camel case)."""
+    results: list[dict[str, Any] | None] = [None] * answer.count
+    for batch, outcome in answer.parts:
+        queue, partition = batch.key.queue, batch.key.partition
+        status = outcome.status.value
+        duplicates = outcome.duplicates
+        for pos, (index, own_id, transaction_id) in enumerate(
+            zip(batch.indexes, batch.message_ids, batch.transaction_ids, strict=True)
+        ):
+            message_id, item_status = own_id, status
+            if duplicates and pos in duplicates:
+                message_id, item_status = duplicates[pos], "duplicate"
+            results[index] = {
+                "index": index,
+                "message_id": message_id,
+                "messageId": message_id,
+                "transaction_id": transaction_id,
+                "transactionId": transaction_id,
+                "queueName": queue,
+                "partition": partition,
+                "status": item_status,
+            }
+    return results  # type: ignore[return-value]
 
 
 def pop(result: PopResult) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 :class:`StreamsService` registers queries, applies cycles and reads state. It owns no task
 and no state of its own: the rules are in ``queen/storage/streams.sql``, and a cycle's sink
-pushes are fenced by :meth:`queen.broker.Broker.cycle` before they reach this service.
+partitions are held through the consume side's push service
+(:meth:`queen.push.PushService.hold`) for the write, as a transaction's are.
 Sink pushes to encrypted queues are sealed before the database call, exactly like a
 transaction's pushes; a committed cycle wakes the pops waiting on its sink queues (and on
 its source queue when the lease was released).
@@ -14,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from queen.consume.errors import ConsumeUnavailable
 from queen.consume.service import ConsumeService
 from queen.records import CycleRequest, RegisterRequest, StateQuery
 from queen.storage.streams import PgStreamsStore
@@ -72,10 +74,18 @@ class StreamsService:
         """Apply one cycle atomically. A stale lease or an unknown message answers
         ``success: false`` with nothing applied; an unknown query raises
         :class:`UnknownQuery`."""
+        keys = [batch.key for batch in request.push.batches] if request.push is not None else []
+        push = self.consume.push
+        if keys and push is None:
+            raise ConsumeUnavailable("a cycle with sink pushes needs the push service")
         if request.push is not None:
             for batch in request.push.batches:
                 self.consume.encryption.seal(batch.key.queue, [batch])
-        outcome = await self.store.cycle(request, producer_sub)
+        if push is None:
+            outcome = await self.store.cycle(request, producer_sub)
+        else:
+            async with push.hold(keys):
+                outcome = await self.store.cycle(request, producer_sub)
         metrics = self.consume.metrics
         metrics.streams_cycles += 1
         if not outcome.ok and outcome.reason == "query":

@@ -1,0 +1,202 @@
+"""The push service: the one way into the partition actors, for a push and for a write that must
+take its turn behind them.
+
+- :meth:`PushService.push_prepared` hands a validated push to the actors, one request per
+  partition, and answers when every partition's write is settled: a :class:`PushAnswer`, typed
+  (HTTP renders it in :mod:`queen.http.render`; :meth:`PushAnswer.items` gives one
+  :class:`PushedItem` per item to an embedding program).
+- :meth:`PushService.hold` makes the actors of some partitions stand still while another
+  writer (a transaction, a streaming cycle) writes to them, so a partition keeps one writer in
+  this process and its spooled backlog keeps its place. It raises :class:`PartitionsBusy` when
+  a partition cannot be written to the database now. The consume and streams services take
+  their writes through it; nothing else of theirs writes to a partition.
+- Shutdown: :meth:`close` refuses new work (:class:`BrokerClosed`), :meth:`drain` waits for the
+  pushes and holds in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from queen.actors.messages import ActorStopped, PushOutcome, PushRequest
+from queen.actors.supervisor import Supervisor
+from queen.intake import PartitionBatch, PreparedPush, prepare_push
+from queen.metrics import Metrics
+from queen.model import PartitionKey, Status
+from queen.primitives import Fence, Reply, ReplyGroup, Route
+
+
+class BrokerClosed(RuntimeError):
+    """The broker is shutting down and accepts no new work."""
+
+
+class PartitionsBusy(RuntimeError):
+    """A write that takes its turn behind the actors cannot be made now: the database is away,
+    maintenance mode is on, or spooled frames of one of its partitions wait for replay.
+    Nothing was applied; the caller may retry (HTTP 503)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PushedItem:
+    """What happened to one pushed item. ``message_id`` is the original's for a duplicate."""
+
+    index: int
+    message_id: str
+    transaction_id: str
+    queue: str
+    partition: str
+    status: str  # "queued", "duplicate", "buffered" or "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class PushAnswer:
+    """The answer of one push: each partition's batch with the outcome of its write."""
+
+    count: int
+    parts: tuple[tuple[PartitionBatch, PushOutcome], ...]
+
+    def items(self) -> list[PushedItem]:
+        """One result per pushed item, in body order."""
+        results: list[PushedItem | None] = [None] * self.count
+        for batch, outcome in self.parts:
+            status = outcome.status.value
+            duplicates = outcome.duplicates
+            for pos, (index, own_id, transaction_id) in enumerate(
+                zip(batch.indexes, batch.message_ids, batch.transaction_ids, strict=True)
+            ):
+                original = duplicates.get(pos) if duplicates else None
+                results[index] = PushedItem(
+                    index,
+                    own_id if original is None else original,
+                    transaction_id,
+                    batch.key.queue,
+                    batch.key.partition,
+                    status if original is None else "duplicate",
+                )
+        return results  # type: ignore[return-value]
+
+
+class PushService:
+    """Pushes through the actors of ``supervisor``, counted in ``metrics``."""
+
+    def __init__(self, supervisor: Supervisor, metrics: Metrics) -> None:
+        self.supervisor = supervisor
+        self.metrics = metrics
+        self._closing = False
+        self._in_flight = 0
+        self._idle = trio.Event()
+        self._idle.set()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    async def push(
+        self, items: Sequence[dict[str, Any]], producer_sub: str | None = None
+    ) -> PushAnswer:
+        """Validate and push ``items`` (the items of ``POST /api/v1/push``). Raises
+        :class:`queen.model.InvalidPush` for a body that breaks a rule (nothing is stored)."""
+        return await self.push_prepared(prepare_push(list(items)), producer_sub)
+
+    async def push_prepared(
+        self, prepared: PreparedPush, producer_sub: str | None = None
+    ) -> PushAnswer:
+        """Push a validated body. ``producer_sub`` is the trusted producer identity stored with
+        every message (the validated token's ``sub``)."""
+        if self._closing:
+            raise BrokerClosed("broker is shutting down")
+        m = self.metrics
+        m.push_requests += 1
+        m.push_items += prepared.count
+        with self._working():
+            # One request per partition, all answered through one group: the producer wakes
+            # once, when the last partition's write is settled.
+            group = ReplyGroup(len(prepared.batches))
+            requests: list[PushRequest] = []
+            for batch in prepared.batches:
+                request = PushRequest(
+                    message_ids=batch.message_ids,
+                    transaction_ids=batch.transaction_ids,
+                    payloads=batch.payloads,
+                    producer_subs=None if producer_sub is None else [producer_sub] * len(batch),
+                    trace_ids=batch.trace_ids,
+                    reply=Reply(group),
+                )
+                await self.supervisor.submit(batch.key, request)
+                requests.append(request)
+            await group.wait()
+        parts = []
+        for batch, request in zip(prepared.batches, requests, strict=True):
+            outcome = request.reply.result()
+            duplicates = len(outcome.duplicates)
+            rest = len(batch.indexes) - duplicates
+            m.push_items_duplicate += duplicates
+            if outcome.status is Status.QUEUED:
+                m.push_items_queued += rest
+            elif outcome.status is Status.BUFFERED:
+                m.push_items_buffered += rest
+            else:
+                m.push_items_failed += rest
+            parts.append((batch, outcome))
+        return PushAnswer(prepared.count, tuple(parts))
+
+    @contextlib.asynccontextmanager
+    async def hold(self, keys: Sequence[PartitionKey]) -> AsyncIterator[None]:
+        """Make the actors of ``keys`` stand still until the block ends, so the block's write
+        to those partitions takes its turn behind theirs. The actors are fenced one after
+        another in key order (every holder takes them in the same order, so two never wait
+        for each other) and released on the way out, whatever happened. Raises
+        :class:`PartitionsBusy` (nothing held any more) when a partition cannot be written to
+        the database now, :class:`BrokerClosed` during shutdown."""
+        if self._closing:
+            raise BrokerClosed("broker is shutting down")
+        fences: list[Fence] = []
+        with self._working():
+            try:
+                for key in sorted(set(keys)):
+                    fence = Fence()
+                    fences.append(fence)
+                    await self.supervisor.submit(key, fence)
+                    try:
+                        route = await fence.granted.wait()
+                    except ActorStopped as exc:
+                        raise BrokerClosed(str(exc)) from exc
+                    if route is not Route.DATABASE:
+                        self.metrics.transactions_refused += 1
+                        why = {
+                            Route.SPOOL: "the database is unavailable or in maintenance mode",
+                            Route.HOLD: "spooled messages of a partition are waiting for replay",
+                        }[route]
+                        raise PartitionsBusy(
+                            f"{why} ({key.queue}/{key.partition}); nothing was applied, retry later"
+                        )
+                yield
+            finally:
+                for fence in fences:
+                    fence.released.set()
+
+    def close(self) -> None:
+        """Refuse new pushes and holds from now on."""
+        self._closing = True
+
+    async def drain(self) -> None:
+        """Refuse new work, then wait for the pushes and holds in flight."""
+        self._closing = True
+        await self._idle.wait()
+
+    @contextlib.contextmanager
+    def _working(self) -> Iterator[None]:
+        self._in_flight += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
