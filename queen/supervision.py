@@ -1,8 +1,9 @@
 """Background loops under supervision: no error in one of them ends the broker.
 
-Every loop started beside the routes (the database health probe, the maintenance switch refresh,
-retention, the spool replay, the push listener) runs through :meth:`Loops.run`. An exception
-(``Exception``, never a cancellation or ``KeyboardInterrupt``) is:
+Every loop started beside the routes (the embedded server's watch, the database health probe,
+the maintenance switch and encrypted-queue refreshes, retention, the spool replay, the push
+listener) runs through :meth:`Loops.run`, in the loops' own nursery (:meth:`Loops.host`).
+An exception (``Exception``, never a cancellation or ``KeyboardInterrupt``) is:
 
 - **logged**: with its traceback on the first failure of a streak, in one line after that;
 - **counted**: ``background_errors{loop=...}`` in ``/metrics``;
@@ -77,7 +78,11 @@ class _Ready:
 
 
 class Loops:
-    """The supervised loops of one broker and their states."""
+    """The supervised loops of one broker and their states.
+
+    :meth:`host` is the loops' own nursery (``await nursery.start(loops.host)``); :meth:`start`
+    starts one loop in it. Cancelling the host stops every loop.
+    """
 
     def __init__(
         self, *, retry_min_s: float = 0.1, retry_max_s: float = 30.0, recover_s: float = 5.0
@@ -86,6 +91,24 @@ class Loops:
         self._retry_max_s = max(retry_max_s, retry_min_s)
         self.recover_s = recover_s
         self.states: dict[str, LoopState] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def host(self, *, task_status: trio.TaskStatus[Loops] = trio.TASK_STATUS_IGNORED) -> None:
+        """Host the loops until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                task_status.started(self)
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+
+    async def start(self, name: str, loop: Callable[..., Awaitable[object]]) -> None:
+        """Start ``loop`` (``async def run(*, task_status)``) under supervision in the host's
+        nursery; returns once it reports ready (or first failed)."""
+        if self._nursery is None:
+            raise RuntimeError("the loops are not hosted")
+        await self._nursery.start(self.run, name, loop, name=f"loop:{name}")
 
     def describe(self) -> dict[str, dict[str, Any]]:
         now = trio.current_time()

@@ -408,8 +408,8 @@ async def test_commit_listeners_see_every_committed_segment(
     def broken(segments, results) -> None:
         raise RuntimeError("a listener bug must not break pushes")
 
-    broker.batcher.add_commit_listener(broken)
-    broker.batcher.add_commit_listener(listener)
+    broker.supervisor.batcher.add_commit_listener(broken)
+    broker.supervisor.batcher.add_commit_listener(listener)
     results = await broker.push([item("a", "1"), item("a", "2"), item("b", "3")])
     assert [r.status for r in results] == ["queued"] * 3
     assert sorted(seen) == [("a", 2), ("b", 1)]

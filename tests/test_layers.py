@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("push service", ("queen.push",)),
     ("consume", ("queen.consume", "queen.retention")),
     ("streams", ("queen.streams",)),
+    ("operations", ("queen.operations",)),
     ("broker", ("queen", "queen.broker", "queen.lifecycle")),
     ("admin", ("queen.admin",)),
     ("edge", ("queen.auth", "queen.http", "queen.serving", "queen.server", "queen.cli")),

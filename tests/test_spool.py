@@ -48,7 +48,7 @@ async def until(condition: Callable[[], bool], broker: Broker, timeout_s: float 
     with trio.fail_after(timeout_s):
         while not condition():
             with trio.move_on_after(0.05):
-                await broker._changed.wait()
+                await broker.ops.changed.wait()
 
 
 def drained(*brokers: Broker) -> Callable[[], bool]:

@@ -270,7 +270,7 @@ async def test_a_failing_loop_of_a_running_broker_is_reported_and_recovers(
     settings = settings.with_changes(retention_interval_s=0.01, loop_retry_max_s=0.05)
     async with open_broker(settings) as broker:
         client = create_app(broker).test_client()
-        loops = broker.supervisor.loops
+        loops = broker.ops.loops
         with trio.fail_after(10):
             while True:
                 if loops.states["retention"].errors >= 2:

@@ -12,18 +12,12 @@
   held requests are answered ``failed``, it is unregistered, and nothing else is touched: other
   partitions' actors, the batcher and the server go on. The next push to that partition starts
   a new actor.
-- **Background loops** run here, in the same nursery, each under supervision
-  (:mod:`queen.supervision`): the database health probe, the maintenance switch refresh,
-  retention, the spool replay loop and the push listener. An error in one is logged, counted
-  and retried with back-off; it never ends the broker.
-
 Cancelling the supervisor's nursery (the last phase of shutdown) stops every actor.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -37,7 +31,6 @@ from queen.model import PartitionKey
 from queen.primitives import Fence
 from queen.settings import Settings
 from queen.storage.base import Store
-from queen.supervision import Loops
 
 log = logging.getLogger("queen.supervisor")
 
@@ -62,9 +55,11 @@ class Supervisor:
         self._resolver = PartitionResolver(store.ensure_partitions)
         self._actors: dict[PartitionKey, PartitionActor] = {}
         self._nursery: trio.Nursery | None = None
-        self.loops = Loops(
-            retry_max_s=settings.loop_retry_max_s, recover_s=min(5.0, settings.loop_retry_max_s)
-        )
+
+    @property
+    def batcher(self) -> Batcher:
+        """Where the actors' writes go."""
+        return self._batcher
 
     @property
     def active_partitions(self) -> int:
@@ -96,13 +91,6 @@ class Supervisor:
     def reap_idle(self, now: float) -> int:
         """Stop every actor idle for ``actor_idle_timeout_s`` at ``now``; returns how many."""
         return sum(actor.stop_if_idle(now) for actor in list(self._actors.values()))
-
-    async def start_loop(self, name: str, loop: Callable[..., Awaitable[object]]) -> None:
-        """Start a background loop (``async def run(*, task_status)``) under supervision in the
-        actors' nursery; returns once it reports ready (or first failed)."""
-        if self._nursery is None:
-            raise RuntimeError("supervisor is not running")
-        await self._nursery.start(self.loops.run, name, loop, name=f"loop:{name}")
 
     async def submit(self, key: PartitionKey, request: PushRequest | Fence) -> None:
         """Put ``request`` in the inbox of ``key``'s actor, starting the actor if needed."""

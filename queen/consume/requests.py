@@ -6,6 +6,7 @@ so both refuse the same input with the same messages (:class:`InvalidRequest`, H
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -38,6 +39,7 @@ _STATUSES: dict[str, AckStatus] = {
 _MAX_BIGINT = (1 << 63) - 1
 MAX_TIMEOUT_MS = 3_600_000
 MAX_PARTITIONS = 1000
+MAX_LEASE_SECONDS = 86_400 * 7
 NEVER_LEASE = "00000000-0000-0000-0000-000000000000"
 """Stands for a lease id that is not a UUID: it can never be a live lease."""
 
@@ -96,30 +98,47 @@ def pop_request(
     partition: str | None = None,
     max_batch: int,
 ) -> PopRequest:
-    """Read the query parameters of a pop route."""
-    checked_queue = name(queue, "queue", required=False)
-    namespace = name(args.get("namespace"), "namespace", required=False) or ""
-    task = name(args.get("task"), "task", required=False) or ""
-    if checked_queue is None and not (namespace or task):
-        raise InvalidRequest("a queue, a namespace or a task is required")
+    """Read the query parameters of a pop route (then the rules of :func:`checked_pop`)."""
     try:
         subscription = subscription_of(args.get("subscriptionMode"), args.get("subscriptionFrom"))
     except ValueError:
         raise InvalidRequest("subscriptionFrom must be 'now' or an ISO-8601 timestamp") from None
-    timeout = count(args.get("timeout"), "timeout", 0, MAX_TIMEOUT_MS)
-    return PopRequest(
-        queue=checked_queue,
-        partition=name(partition, "partition", required=False),
-        namespace=namespace,
-        task=task,
-        consumer_group=group_of(args.get("consumerGroup")),
-        batch=count(args.get("batch"), "batch", 1, max_batch),
-        partitions=count(args.get("partitions"), "partitions", 1, MAX_PARTITIONS),
+    timeout = count(args.get("timeout"), "timeout", -_MAX_BIGINT, _MAX_BIGINT)
+    request = PopRequest(
+        queue=queue,
+        partition=partition,
+        namespace=args.get("namespace") or "",
+        task=args.get("task") or "",
+        consumer_group=args.get("consumerGroup") or QUEUE_MODE,
+        batch=count(args.get("batch"), "batch", -_MAX_BIGINT, _MAX_BIGINT),
+        partitions=count(args.get("partitions"), "partitions", -_MAX_BIGINT, _MAX_BIGINT),
         wait=flag(args.get("wait"), "wait", False),
         timeout_ms=30_000 if timeout is None else timeout,
         auto_ack=flag(args.get("autoAck"), "autoAck", False),
         subscription=subscription,
         autopilot=flag(args.get("autopilot"), "autopilot", False),
+    )
+    return checked_pop(request, max_batch)
+
+
+def checked_pop(request: PopRequest, max_batch: int) -> PopRequest:
+    """The rules of a pop on a typed request (the embedding API's, or one a route read):
+    names, a queue or a namespace/task, the ranges of batch, partitions and timeout."""
+    queue = name(request.queue, "queue", required=False)
+    namespace = name(request.namespace, "namespace", required=False) or ""
+    task = name(request.task, "task", required=False) or ""
+    if queue is None and not (namespace or task):
+        raise InvalidRequest("a queue, a namespace or a task is required")
+    count(request.batch, "batch", 1, max_batch)
+    count(request.partitions, "partitions", 1, MAX_PARTITIONS)
+    count(request.timeout_ms, "timeout", 0, MAX_TIMEOUT_MS)
+    return dataclasses.replace(
+        request,
+        queue=queue,
+        partition=name(request.partition, "partition", required=False),
+        namespace=namespace,
+        task=task,
+        consumer_group=group_of(request.consumer_group),
     )
 
 
@@ -273,7 +292,7 @@ def lease_seconds(body: Any) -> int | None:
         return None
     if type(body) is not dict:
         raise InvalidRequest("body must be a JSON object or empty")
-    return count(body.get("seconds"), "seconds", 1, 86_400 * 7)
+    return count(body.get("seconds"), "seconds", 1, MAX_LEASE_SECONDS)
 
 
 def lease_id(value: Any) -> str:

@@ -79,5 +79,5 @@ async def extend_lease(lease: str) -> Response:
 async def transaction() -> Response:
     tx = requests.transaction_request(await json_body())
     return json_response(
-        render.transaction(await _broker().transact(tx, producer_sub=producer_sub()))
+        render.transaction(await _broker().consume.transaction(tx, producer_sub()))
     )

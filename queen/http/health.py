@@ -39,7 +39,7 @@ def _wants_json() -> bool:
 async def _prometheus() -> Response:
     broker: Broker = current_app.config["QUEEN_BROKER"]
     admin: AdminService = current_app.config["QUEEN_ADMIN"]
-    text = broker.metrics.render_prometheus(broker.gauges(), broker.labelled_metrics())
+    text = broker.metrics.render_prometheus(broker.ops.gauges(), broker.ops.labelled_metrics())
     gauges = None  # with the database away, the process figures still answer at once
     if broker.db_health.up:
         try:

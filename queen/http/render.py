@@ -11,7 +11,6 @@ from typing import Any
 
 import orjson
 
-from queen.broker import Health
 from queen.consume.policy import iso_of_uuid7, iso_utc
 from queen.consume.results import (
     ROLLED_BACK,
@@ -35,6 +34,7 @@ from queen.consume.results import (
     TxPushResult,
 )
 from queen.intake import decode_json
+from queen.operations import Health
 from queen.push import PushAnswer
 from queen.records import options_to_wire
 from queen.storage.traces import StoredTrace

@@ -42,7 +42,7 @@ async def register() -> Response:
 @blueprint.post("/streams/v1/cycle")
 async def cycle() -> Response:
     request = cycle_request(await json_body())
-    return json_response(await _broker().cycle(request, producer_sub=producer_sub()))
+    return json_response(await _broker().streams.cycle(request, producer_sub()))
 
 
 @blueprint.post("/streams/v1/state/get")

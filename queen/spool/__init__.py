@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,27 @@ from queen.spool.replay import Replayer
 from queen.spool.router import SpoolRouter
 from queen.spool.writer import SpoolError, SpoolWriter
 
-__all__ = ["Replayer", "SpoolError", "SpoolIndex", "SpoolRouter", "SpoolWriter", "describe"]
+__all__ = [
+    "Replayer",
+    "Spool",
+    "SpoolError",
+    "SpoolIndex",
+    "SpoolRouter",
+    "SpoolWriter",
+    "describe",
+]
+
+
+@dataclass(slots=True)
+class Spool:
+    """The spool of one broker: index, writer, replay loop."""
+
+    index: SpoolIndex
+    writer: SpoolWriter
+    replayer: Replayer | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return describe(self.index, self.writer, self.replayer)
 
 
 def describe(index: SpoolIndex, writer: SpoolWriter, replayer: Replayer | None) -> dict[str, Any]:

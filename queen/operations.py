@@ -1,0 +1,162 @@
+"""Operating one broker: how it is (``/health``, the ``/metrics`` gauges), the maintenance switch,
+retention on demand, and waiting for the spool to drain.
+
+:class:`Operations` owns no task and no state of its own: it reads what the other rooms keep
+(database health, the switches, the loops' states, the actors' registry, the spool) and asks
+them to act. Its answers are typed (:class:`Health`); HTTP renders them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from queen.actors.supervisor import Supervisor
+from queen.broadcast import Signal
+from queen.consume.errors import ConsumeUnavailable
+from queen.encryption import QueueEncryption
+from queen.health import DatabaseHealth
+from queen.maintenance import MaintenanceSwitch
+from queen.retention import RetentionLoop
+from queen.spool import Spool
+from queen.storage.retention import PassOutcome, QueueHoldings
+from queen.supervision import Loops
+
+HEALTH_WAIT_S = 0.5  # longest /health waits for a fresh answer from the database
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """What ``/health`` reports (rendered by :func:`queen.http.render.health`). ``status`` is
+    ``healthy``, ``degraded`` (a background loop fails) or ``unhealthy`` (no database); the
+    sections ``encryption``, ``loops`` and ``spool`` are as their owners describe them."""
+
+    healthy: bool
+    status: str
+    version: str
+    active_partitions: int
+    maintenance_mode: bool
+    encryption: dict[str, Any]
+    loops: dict[str, dict[str, Any]]
+    spool: dict[str, Any] | None
+
+
+class Operations:
+    def __init__(
+        self,
+        *,
+        db_health: DatabaseHealth,
+        maintenance: MaintenanceSwitch,
+        encryption: QueueEncryption,
+        loops: Loops,
+        supervisor: Supervisor,
+        changed: Signal,
+        spool: Spool | None = None,
+        retention: RetentionLoop | None = None,
+    ) -> None:
+        self.db_health = db_health
+        self.maintenance = maintenance
+        self.encryption = encryption
+        self.loops = loops
+        self.supervisor = supervisor
+        self.spool = spool
+        self.changed = changed  # fired whenever the spool, the switches or health change
+        self._retention = retention
+        version()  # read now, while descriptors are free
+
+    async def health(self) -> Health:
+        """How this broker is, within about half a second whatever the database does.
+
+        Healthy means the database answers: a fresh probe if one answers within
+        ``HEALTH_WAIT_S``, else the state the probes and the writers last saw. A failing
+        background loop does not make the broker unhealthy (it still stores pushes): the status
+        is then ``degraded`` and ``loops`` says which loop fails and why.
+        """
+        healthy = await self.db_health.check(HEALTH_WAIT_S)
+        loops = self.loops
+        status = "unhealthy" if not healthy else "degraded" if loops.failing() else "healthy"
+        return Health(
+            healthy=healthy,
+            status=status,
+            version=version(),
+            active_partitions=self.supervisor.active_partitions,
+            maintenance_mode=self.maintenance.enabled,
+            encryption=self.encryption.describe(),
+            loops=loops.describe(),
+            spool=self.spool.describe() if self.spool is not None else None,
+        )
+
+    def labelled_metrics(self) -> dict[str, tuple[str, dict[str, float]]]:
+        """The /metrics families with a label: errors and state of each background loop."""
+        failing = set(self.loops.failing())
+        return {
+            "background_errors": ("loop", self.loops.errors()),
+            "background_loop_failing": (
+                "loop",
+                {name: float(name in failing) for name in self.loops.states},
+            ),
+        }
+
+    def gauges(self) -> dict[str, float]:
+        """Point-in-time values for /metrics, beside the counters."""
+        values: dict[str, float] = {
+            # Counters are per process: the process id tells the workers behind one port apart.
+            "process_id": float(os.getpid()),
+            "database_up": float(self.db_health.up),
+            "maintenance_mode": float(self.maintenance.enabled),
+        }
+        if self.spool is not None:
+            state = self.spool.describe()
+            values.update(
+                spool_pending_items=state["pendingItems"],
+                spool_files=state["files"],
+                spool_oldest_age_seconds=state["oldestAgeSeconds"],
+                spool_replay_rate=state["replayRate"],
+                spool_quarantined_ranges=state["quarantined"]["ranges"],
+                spool_quarantined_bytes=state["quarantined"]["bytes"],
+            )
+        return values
+
+    async def set_maintenance(self, enabled: bool) -> None:
+        """Switch maintenance mode for every broker process sharing the database."""
+        await self.maintenance.set(enabled)
+
+    async def wait_spool_empty(self) -> None:
+        """Return once nothing is left in this broker's spool (everything replayed)."""
+        if self.spool is None:
+            return
+        while self.spool.index.total or self.spool.index.file_count:
+            await self.changed.wait()
+
+    async def run_retention_pass(self) -> PassOutcome:
+        """Remove expired segments and prune the dedup sidecar now (one bounded pass); the
+        retention loop also runs one every ``retention_interval_s``."""
+        return await self._retention_loop().run_pass()
+
+    async def queue_holdings(self, queue: str) -> QueueHoldings | None:
+        """What a queue holds (segments, messages, sidecar entries, retention options), or
+        None if unknown."""
+        return await self._retention_loop().store.holdings(queue)
+
+    async def retention_totals(self) -> dict[str, int]:
+        """What retention and pruning removed so far, all broker processes together."""
+        return await self._retention_loop().store.totals()
+
+    def _retention_loop(self) -> RetentionLoop:
+        if self._retention is None:
+            raise ConsumeUnavailable("retention needs the PostgreSQL store")
+        return self._retention
+
+
+@functools.cache
+def version() -> str:
+    """Read once: /health must not need a file (or a free descriptor) to answer."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
+
+    try:
+        return package_version("queen-trio")
+    except PackageNotFoundError:
+        return "0+unknown"
