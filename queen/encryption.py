@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import trio
 
 from queen.cipher import PREFIX, PayloadCipher, PayloadUnreadable, open_payload, trace_associated
-from queen.storage.base import StoreError
+from queen.errors import StoreError
 
 log = logging.getLogger("queen.encryption")
 

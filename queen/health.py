@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from queen.broadcast import Signal
-from queen.storage.base import StoreError
+from queen.errors import StoreError
 
 log = logging.getLogger("queen.health")
 

@@ -22,7 +22,8 @@ import logging
 import trio
 
 from queen.broadcast import Signal
-from queen.storage.base import StateStore, StoreError
+from queen.errors import StoreError
+from queen.storage.base import StateStore
 
 log = logging.getLogger("queen.maintenance")
 

@@ -76,6 +76,21 @@ class AckItem:
 
 
 @dataclass(frozen=True, slots=True)
+class AckResult:
+    """The verdict on one acknowledgment; ``success`` False means refused (``error`` says
+    why), never applied in part."""
+
+    index: int
+    transaction_id: str
+    success: bool
+    error: str | None
+    queue: str | None
+    partition: str | None
+    lease_released: bool
+    dlq: bool
+
+
+@dataclass(frozen=True, slots=True)
 class TxAck:
     index: int  # position in the flat results
     item: AckItem
@@ -144,6 +159,50 @@ class TraceRecord:
     consumer_group: str = QUEUE_MODE
     event_type: str = DEFAULT_EVENT_TYPE
     names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DlqEntry:
+    """One dead letter as stored."""
+
+    message_id: str
+    transaction_id: str
+    partition_id: int
+    queue: str
+    partition: str
+    consumer_group: str
+    error_message: str | None
+    retry_count: int
+    payload: str
+    producer_sub: str | None
+    trace_id: str | None
+    failed_at: datetime
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTrace:
+    """One recorded trace as stored; the message fields are set when read by name."""
+
+    id: int
+    event_type: str
+    data: str  # JSON text
+    consumer_group: str
+    worker_id: str | None
+    created_at: datetime
+    names: list[str]
+    transaction_id: str | None = None
+    partition_id: int | None = None
+    queue: str | None = None
+    partition: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceName:
+    name: str
+    trace_count: int
+    message_count: int
+    last_seen: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,3 +295,12 @@ class StateQuery:
     keys: list[str]
     key_prefix: str | None
     ripe_at_or_before: Decimal | None
+
+
+@dataclass(frozen=True, slots=True)
+class StateEntry:
+    """One key of a streaming query's state for one source partition."""
+
+    key: str
+    value: str  # JSON text
+    updated_at: datetime

@@ -32,8 +32,8 @@ import logging
 
 import trio
 
+from queen.errors import StoreError
 from queen.metrics import Metrics
-from queen.storage.base import StoreError
 from queen.storage.retention import PassOutcome, PgRetentionStore
 
 log = logging.getLogger("queen.retention")

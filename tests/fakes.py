@@ -15,10 +15,11 @@ from typing import Any
 import trio
 
 from queen.broadcast import Signal
+from queen.errors import StoreError, StoreUnavailable
 from queen.ids import NIL_UUID, mint_id
 from queen.model import PartitionKey
 from queen.records import Delivered, PopRequest, Sizing
-from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
+from queen.storage.base import SegmentWrite, WriteResult
 
 
 @dataclass

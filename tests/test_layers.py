@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "queen.broadcast",
             "queen.supervision",
             "queen.gctune",
+            "queen.errors",
         ),
     ),
     ("storage", ("queen.storage",)),
@@ -154,6 +155,18 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
         if _layer(dep) > _layer(module)
     ]
     assert upward == []
+
+
+def test_http_reaches_the_database_only_through_the_services() -> None:
+    """HTTP parses, calls the broker's services and renders: no HTTP module imports storage."""
+    reaching = [
+        f"{module} imports {dep}"
+        for module, deps in sorted(_graph().items())
+        if module.startswith("queen.http")
+        for dep in sorted(deps)
+        if dep.startswith("queen.storage")
+    ]
+    assert reaching == []
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from queen.storage.base import StoreError
+from queen.errors import StoreError
 from queen.storage.listener import PushListener
 
 

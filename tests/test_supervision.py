@@ -14,11 +14,11 @@ import trio.testing
 
 from queen import open_broker
 from queen.broadcast import Signal
+from queen.errors import StoreUnavailable
 from queen.health import DatabaseHealth
 from queen.http.app import create_app
 from queen.metrics import Metrics
 from queen.settings import Settings
-from queen.storage.base import StoreUnavailable
 from queen.storage.pool import ConnectionPool
 from queen.storage.retention import PassOutcome, PgRetentionStore
 from queen.supervision import Loops

@@ -374,7 +374,7 @@ async def test_the_public_services_cannot_write_around_the_partition_actor(
                         },
                     }
                 )
-                done["write"] = (await broker.streams.cycle(request, None))["success"]
+                done["write"] = (await broker.streams.cycle(request, None)).success
 
         nursery.start_soon(live)
         await trio.testing.wait_all_tasks_blocked()  # the live write waits at the gate

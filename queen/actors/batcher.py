@@ -35,9 +35,10 @@ from collections.abc import Callable, Sequence
 import trio
 
 from queen.actors.policy import batch_is_full, spread_count
+from queen.errors import StoreError, StoreUnavailable
 from queen.metrics import Metrics
 from queen.primitives import Reply, hand_over
-from queen.storage.base import SegmentWrite, Store, StoreError, StoreUnavailable, WriteResult
+from queen.storage.base import SegmentWrite, Store, WriteResult
 
 log = logging.getLogger("queen.batcher")
 

@@ -48,10 +48,11 @@ import trio
 from queen.actors.messages import ActorStopped, PushOutcome, PushRequest
 from queen.actors.policy import coalesce_count
 from queen.encryption import QueueEncryption
+from queen.errors import StoreError, StoreUnavailable
 from queen.frames import concat
 from queen.model import PartitionKey, Status, first_wins
 from queen.primitives import Fence, Route, hand_over
-from queen.storage.base import SegmentWrite, StoreError, StoreUnavailable, WriteResult
+from queen.storage.base import SegmentWrite, WriteResult
 
 log = logging.getLogger("queen.actors")
 

@@ -12,9 +12,17 @@ from typing import Any
 
 from queen.consume.policy import iso_of_uuid7
 from queen.intake import decode_json
-from queen.records import Delivered, QueueOptions, Sizing
-from queen.storage.consume import DlqEntry
-from queen.storage.traces import StoredTrace, TraceName
+from queen.records import (
+    AckResult,
+    Delivered,
+    DlqEntry,
+    QueueOptions,
+    Sizing,
+    StoredTrace,
+    TraceName,
+)
+
+__all__ = ["AckResult"]  # the verdict on one ack is a record: storage builds it
 
 
 @dataclass(slots=True)
@@ -82,21 +90,6 @@ class QueueConfigured:
 class QueueDeleted:
     queue: str
     existed: bool
-
-
-@dataclass(frozen=True, slots=True)
-class AckResult:
-    """The verdict on one acknowledgment; ``success`` False means refused (``error`` says
-    why), never applied in part."""
-
-    index: int
-    transaction_id: str
-    success: bool
-    error: str | None
-    queue: str | None
-    partition: str | None
-    lease_released: bool
-    dlq: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,7 @@ from queen.consume.results import (
 from queen.consume.tracing import Traces
 from queen.consume.wakeups import Wakeups
 from queen.encryption import QueueEncryption
+from queen.errors import StoreError
 from queen.ids import mint_id
 from queen.intake import decode_json
 from queen.maintenance import MaintenanceSwitch
@@ -79,8 +80,8 @@ from queen.records import (
     TransactionRequest,
 )
 from queen.settings import Settings
-from queen.storage.base import SegmentWrite, StoreError, WriteResult
-from queen.storage.consume import AckOutcome, ConsumeStore, TransactOutcome
+from queen.storage.base import SegmentWrite, WriteResult
+from queen.storage.consume import ConsumeStore, TransactOutcome
 from queen.storage.listener import PushListener
 
 log = logging.getLogger("queen.consume")
@@ -305,7 +306,7 @@ class ConsumeService:
         self.metrics.acks_refused += sum(not o.success for o in outcomes)
         self.metrics.acks_dlq += sum(o.dlq for o in outcomes)
         self.wakeups.fire({o.queue for o in outcomes if o.lease_released and o.queue})
-        return [_ack_result(item, o) for item, o in zip(items, outcomes, strict=True)]
+        return outcomes
 
     async def extend_lease(self, lease_id: str, seconds: int | None) -> LeaseExtension:
         renewed, expires_at, state = await self.store.extend_lease(lease_id, seconds)
@@ -342,7 +343,7 @@ class ConsumeService:
             results[tx_ack.index] = TxAckResult(
                 tx_ack.index,
                 tx_ack.item.transaction_id,
-                None if verdict is None else _ack_result(tx_ack.item, verdict),
+                verdict,
             )
         for frame in outcome.pushed:
             results[frame.index] = TxPushResult(
@@ -434,19 +435,6 @@ class ConsumeService:
         if enabled:
             self.wakeups.fire_all()  # waiting pops answer now
         return PopMaintenance(enabled)
-
-
-def _ack_result(item: AckItem, outcome: AckOutcome) -> AckResult:
-    return AckResult(
-        index=outcome.index,
-        transaction_id=item.transaction_id,
-        success=outcome.success,
-        error=outcome.error,
-        queue=outcome.queue,
-        partition=outcome.partition,
-        lease_released=outcome.lease_released,
-        dlq=outcome.dlq,
-    )
 
 
 def _name(value: Any, what: str) -> str:

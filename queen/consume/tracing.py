@@ -18,7 +18,8 @@ from queen.consume import requests, traces
 from queen.consume.errors import NotFound
 from queen.consume.results import TraceNamePage, TracePage, TraceRecorded
 from queen.encryption import QueueEncryption
-from queen.storage.traces import StoredTrace, TraceStore
+from queen.records import StoredTrace
+from queen.storage.traces import TraceStore
 
 
 class Traces:

@@ -19,6 +19,7 @@ from queen.auth import AccessGate, build_gate
 from queen.broker import Broker
 from queen.cipher import PayloadUnreadable
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest, NotFound
+from queen.errors import StoreUnavailable
 from queen.http import (
     access,
     admin,
@@ -35,7 +36,6 @@ from queen.http import (
 )
 from queen.http.responses import error_response
 from queen.push import BrokerClosed, PartitionsBusy
-from queen.storage.base import StoreUnavailable
 
 log = logging.getLogger("queen.http")
 

@@ -12,10 +12,10 @@ from quart import Blueprint, Response, current_app, request
 from queen.admin.service import AdminService
 from queen.broker import Broker
 from queen.consume.errors import ConsumeUnavailable
+from queen.errors import StoreError
 from queen.http import render
 from queen.http.responses import json_response
 from queen.metrics import render_labelled_gauges
-from queen.storage.base import StoreError
 
 blueprint = Blueprint("health", __name__)
 

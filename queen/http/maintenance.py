@@ -7,10 +7,10 @@ from typing import Any
 from quart import Blueprint, Response, current_app
 
 from queen.broker import Broker
+from queen.errors import StoreError
 from queen.http.responses import error_response, json_response, read_body
 from queen.intake import decode_json
 from queen.model import InvalidPush
-from queen.storage.base import StoreError
 
 blueprint = Blueprint("maintenance", __name__)
 

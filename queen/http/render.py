@@ -36,8 +36,9 @@ from queen.consume.results import (
 from queen.intake import decode_json
 from queen.operations import Health
 from queen.push import PushAnswer
-from queen.records import options_to_wire
-from queen.storage.traces import StoredTrace
+from queen.records import StateEntry, StoredTrace, options_to_wire
+from queen.streams.results import CycleResult, QueryRegistered
+from queen.streams.service import QueryConflict
 
 
 def push_answer(answer: PushAnswer) -> list[dict[str, Any]]:
@@ -309,6 +310,72 @@ def trace_names(page: TraceNamePage) -> dict[str, Any]:
         ],
         "total": page.total,
         "pagination": {"limit": page.limit, "offset": page.offset},
+    }
+
+
+# --- streaming queries -------------------------------------------------------------------------
+
+
+def query_registered(r: QueryRegistered) -> dict[str, Any]:
+    return {
+        "success": True,
+        "query_id": r.query_id,
+        "name": r.name,
+        "config_hash": r.config_hash,
+        "fresh": r.fresh,
+        "reset": r.reset,
+    }
+
+
+def query_conflict(c: QueryConflict) -> dict[str, Any]:
+    return {"success": False, "query_id": c.query_id, "name": c.name, "error": str(c)}
+
+
+def cycle(c: CycleResult) -> dict[str, Any]:
+    """A cycle's answer, in the Streams SDK's snake_case (``queueName`` as the original)."""
+    body: dict[str, Any] = {
+        "success": c.success,
+        "query_id": c.query_id,
+        "partition_id": str(c.partition_id),
+        "queueName": c.queue,
+        "state_ops_applied": c.state_ops_applied,
+        "push_results": [
+            {
+                "index": p.index,
+                "transaction_id": p.transaction_id,
+                "status": "duplicate" if p.duplicate else "queued",
+                "message_id": p.message_id,
+                "partition_id": str(p.partition_id) if p.partition_id else None,
+                "queueName": p.queue,
+                "partition": p.partition,
+            }
+            for p in c.pushed
+        ],
+        "ack_result": None,
+    }
+    if c.acked is not None:
+        body["ack_result"] = {
+            "success": True,
+            "count": c.acked.count,
+            "lease_released": c.acked.lease_released,
+            "dlq": c.acked.dlq,
+        }
+    if c.error is not None:
+        body["error"] = c.error
+    return body
+
+
+def state_rows(rows: list[StateEntry]) -> dict[str, Any]:
+    return {
+        "success": True,
+        "rows": [
+            {
+                "key": row.key,
+                "value": orjson.Fragment(row.value),
+                "updated_at": row.updated_at.isoformat(),
+            }
+            for row in rows
+        ],
     }
 
 

@@ -1,6 +1,7 @@
 """The routes of the official Streams SDK: ``/streams/v1/queries``, ``/cycle``, ``/state/get``.
 
-Thin: validate with :mod:`queen.streams.requests`, call the broker, shape the answer. A
+Thin: validate with :mod:`queen.streams.requests`, call the broker's streams service, render
+the answer (:mod:`queen.http.render`). A
 changed config hash answers 409, an unknown query id 404; a cycle refused by its lease
 answers 200 with ``success: false`` (the SDK reads it), like the transaction route.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 from quart import Blueprint, Response, current_app
 
 from queen.broker import Broker
+from queen.http import render
 from queen.http.access import producer_sub
 from queen.http.responses import error_response, json_body, json_response
 from queen.streams.requests import cycle_request, register_request, state_query
@@ -25,7 +27,7 @@ def _broker() -> Broker:
 
 @blueprint.errorhandler(QueryConflict)
 async def conflict(exc: QueryConflict) -> Response:
-    return json_response(exc.body, status=409)
+    return json_response(render.query_conflict(exc), status=409)
 
 
 @blueprint.errorhandler(UnknownQuery)
@@ -36,16 +38,16 @@ async def unknown(exc: UnknownQuery) -> Response:
 @blueprint.post("/streams/v1/queries")
 async def register() -> Response:
     request = register_request(await json_body())
-    return json_response(await _broker().streams.register(request))
+    return json_response(render.query_registered(await _broker().streams.register(request)))
 
 
 @blueprint.post("/streams/v1/cycle")
 async def cycle() -> Response:
     request = cycle_request(await json_body())
-    return json_response(await _broker().streams.cycle(request, producer_sub()))
+    return json_response(render.cycle(await _broker().streams.cycle(request, producer_sub())))
 
 
 @blueprint.post("/streams/v1/state/get")
 async def state_get() -> Response:
     query = state_query(await json_body())
-    return json_response(await _broker().streams.state(query))
+    return json_response(render.state_rows(await _broker().streams.state(query)))

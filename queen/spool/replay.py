@@ -49,6 +49,7 @@ import trio
 
 from queen.actors.messages import PushRequest
 from queen.broadcast import Signal
+from queen.errors import StoreError
 from queen.frames import concat
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
@@ -60,7 +61,6 @@ from queen.spool.index import SpoolIndex
 from queen.spool.plan import FileRead, Item, Plan, Planner
 from queen.spool.scan import SpoolScanner
 from queen.spool.writer import SpoolWriter
-from queen.storage.base import StoreError
 
 log = logging.getLogger("queen.spool")
 

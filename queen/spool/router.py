@@ -16,6 +16,7 @@ import time
 
 from queen.actors.messages import PushRequest
 from queen.broadcast import Signal
+from queen.errors import StoreUnavailable
 from queen.frames import concat
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
@@ -25,7 +26,6 @@ from queen.spool.format import SpoolRecord
 from queen.spool.index import SpoolIndex
 from queen.spool.scan import SpoolScanner
 from queen.spool.writer import SpoolError, SpoolWriter
-from queen.storage.base import StoreUnavailable
 
 log = logging.getLogger("queen.spool")
 

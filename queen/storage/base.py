@@ -11,19 +11,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from queen.errors import StoreError, StoreUnavailable
 from queen.model import PartitionKey
 
-
-class StoreError(Exception):
-    """A database operation failed for a reason other than the database being unreachable."""
-
-
-class StoreUnavailable(StoreError):
-    """The database could not be reached, or the connection broke while a call was in flight.
-
-    A write that fails this way may or may not have committed; callers that keep the items
-    (the spool) rely on deduplication to make a later retry idempotent.
-    """
+__all__ = [
+    "SegmentWrite",
+    "StateStore",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "WriteResult",
+]
 
 
 @dataclass(slots=True)

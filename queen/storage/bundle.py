@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 import trio
 
+from queen.errors import StoreUnavailable
 from queen.settings import Settings
 from queen.storage.admin import PgAdminStore
-from queen.storage.base import StateStore, Store, StoreUnavailable
+from queen.storage.base import StateStore, Store
 from queen.storage.consume import ConsumeStore, PgConsumeStore
 from queen.storage.database import EmbeddedWatch, open_database
 from queen.storage.pool import ConnectionPool

@@ -23,7 +23,9 @@ from psycopg import errors as pg_errors
 from queen.model import PartitionKey, first_wins
 from queen.records import (
     AckItem,
+    AckResult,
     Delivered,
+    DlqEntry,
     DlqQuery,
     PopRequest,
     QueueOptions,
@@ -81,17 +83,6 @@ _KEEP_IN_DLQ_SQL = (
 
 
 @dataclass(frozen=True, slots=True)
-class AckOutcome:
-    index: int
-    success: bool
-    error: str | None
-    queue: str | None
-    partition: str | None
-    lease_released: bool
-    dlq: bool
-
-
-@dataclass(frozen=True, slots=True)
 class PushedFrame:
     """One item pushed by a transaction: where its result goes and what became of it."""
 
@@ -107,25 +98,8 @@ class PushedFrame:
 class TransactOutcome:
     ok: bool
     reason: str | None
-    acks: list[AckOutcome]
+    acks: list[AckResult]
     pushed: list[PushedFrame]
-
-
-@dataclass(frozen=True, slots=True)
-class DlqEntry:
-    message_id: str
-    transaction_id: str
-    partition_id: int
-    queue: str
-    partition: str
-    consumer_group: str
-    error_message: str | None
-    retry_count: int
-    payload: str
-    producer_sub: str | None
-    trace_id: str | None
-    failed_at: datetime
-    offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +125,7 @@ class ConsumeStore(Protocol):
         self, request: PopRequest, sizing: Sizing, lease_id: str | None
     ) -> tuple[list[Delivered], datetime | None]: ...
 
-    async def ack(self, items: Sequence[AckItem]) -> list[AckOutcome]: ...
+    async def ack(self, items: Sequence[AckItem]) -> list[AckResult]: ...
 
     async def extend_lease(
         self, lease_id: str, seconds: int | None
@@ -244,7 +218,7 @@ class PgConsumeStore:
         delivered = [Delivered(*row[:10]) for row in rows]
         return delivered, rows[0][10] if rows else None
 
-    async def ack(self, items: Sequence[AckItem]) -> list[AckOutcome]:
+    async def ack(self, items: Sequence[AckItem]) -> list[AckResult]:
         """Apply acknowledgments; one outcome per item, in item order."""
         arrays = _ack_arrays(items)
         joined = _ack_joined(arrays)
@@ -255,8 +229,10 @@ class PgConsumeStore:
             return conn.execute(_ACK_JOINED_SQL, joined, prepare=True).fetchall()
 
         rows = await self.pool.run(_retrying(call))
-        outcomes = sorted((AckOutcome(int(r[0]) - 1, *r[1:]) for r in rows), key=_by_index)
-        return outcomes
+        results = [
+            AckResult(int(r[0]) - 1, items[int(r[0]) - 1].transaction_id, *r[1:]) for r in rows
+        ]
+        return sorted(results, key=_by_index)
 
     async def extend_lease(
         self, lease_id: str, seconds: int | None
@@ -286,8 +262,9 @@ class PgConsumeStore:
 
         ok, reason, acks_json, pids, statuses, originals = await self.pool.run(_retrying(call))
         acks = [
-            AckOutcome(
+            AckResult(
                 index=request.acks[int(a["idx"]) - 1].index,
+                transaction_id=request.acks[int(a["idx"]) - 1].item.transaction_id,
                 success=bool(a["success"]),
                 error=a["error"],
                 queue=a["queue_name"],
@@ -413,7 +390,7 @@ class PgConsumeStore:
         )
 
 
-def _by_index(outcome: AckOutcome) -> int:
+def _by_index(outcome: AckResult) -> int:
     return outcome.index
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 import trio
 
-from queen.storage.base import StoreError
+from queen.errors import StoreError
 
 log = logging.getLogger("queen.consume")  # its messages are about waiting pops
 

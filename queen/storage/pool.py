@@ -39,7 +39,7 @@ import trio
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from queen.storage.base import StoreError, StoreUnavailable
+from queen.errors import StoreError, StoreUnavailable
 
 log = logging.getLogger("queen.storage")
 

@@ -21,10 +21,11 @@ from typing import Any
 
 import psycopg
 
+from queen.errors import StoreError
 from queen.frames import concat
 from queen.model import PartitionKey
 from queen.storage import system
-from queen.storage.base import SegmentWrite, StoreError, WriteResult
+from queen.storage.base import SegmentWrite, WriteResult
 from queen.storage.pool import ConnectionPool
 
 log = logging.getLogger("queen.storage")

@@ -9,12 +9,18 @@ exact dedup, partitions created on first use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from queen.records import CycleRequest, RegisterRequest, StateQuery, TransactionRequest, TxPush
+from queen.records import (
+    CycleRequest,
+    RegisterRequest,
+    StateEntry,
+    StateQuery,
+    TransactionRequest,
+    TxPush,
+)
 from queen.storage.consume import PushedFrame, _push_arrays, _pushed, _retrying
 from queen.storage.pool import ConnectionPool
 
@@ -54,13 +60,6 @@ class CycleOutcome:
     lease_released: bool
     dlq: bool
     pushed: list[PushedFrame]
-
-
-@dataclass(frozen=True, slots=True)
-class StateRow:
-    key: str
-    value: str  # JSON text
-    updated_at: datetime
 
 
 class PgStreamsStore:
@@ -121,7 +120,7 @@ class PgStreamsStore:
             pushed = _pushed(frames, pids, statuses, originals)
         return CycleOutcome(bool(ok), reason, source, int(acked), bool(released), bool(dlq), pushed)
 
-    async def state(self, query: StateQuery) -> list[StateRow] | None:
+    async def state(self, query: StateQuery) -> list[StateEntry] | None:
         """The matching rows in key order; None when the query is not registered."""
         params = (
             query.query_id,
@@ -137,7 +136,7 @@ class PgStreamsStore:
         rows = await self.pool.run(call)
         if not rows:
             return None
-        return [StateRow(r[1], r[2], r[3]) for r in rows if r[1] is not None]
+        return [StateEntry(r[1], r[2], r[3]) for r in rows if r[1] is not None]
 
 
-__all__ = ["CycleOutcome", "PgStreamsStore", "Registered", "StateRow"]
+__all__ = ["CycleOutcome", "PgStreamsStore", "Registered"]

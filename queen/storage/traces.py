@@ -2,39 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
 import psycopg
 
-from queen.records import TraceRecord
+from queen.records import StoredTrace, TraceName, TraceRecord
 from queen.storage.pool import ConnectionPool
 
 _MAX_BIGINT = (1 << 63) - 1
-
-
-@dataclass(frozen=True, slots=True)
-class StoredTrace:
-    id: int
-    event_type: str
-    data: str  # JSON text
-    consumer_group: str
-    worker_id: str | None
-    created_at: datetime
-    names: list[str]
-    transaction_id: str | None = None
-    partition_id: int | None = None
-    queue: str | None = None
-    partition: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TraceName:
-    name: str
-    trace_count: int
-    message_count: int
-    last_seen: datetime
 
 
 class TraceStore(Protocol):

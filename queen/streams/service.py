@@ -11,23 +11,25 @@ its source queue when the lease was released).
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
-
 from queen.consume.errors import ConsumeUnavailable
+from queen.consume.results import TxPushResult
 from queen.consume.service import ConsumeService
-from queen.records import CycleRequest, RegisterRequest, StateQuery
+from queen.records import CycleRequest, RegisterRequest, StateEntry, StateQuery
+from queen.storage.consume import PushedFrame
 from queen.storage.streams import PgStreamsStore
+from queen.streams.results import CycleResult, QueryRegistered, SourceAcked
 
 
 class QueryConflict(Exception):
-    """A known query name was registered with another config hash and no reset (HTTP 409).
-    ``body`` is the answer to send."""
+    """A known query name was registered with another config hash and no reset (HTTP 409)."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
-        super().__init__(body["error"])
-        self.body = body
+    def __init__(self, query_id: str, name: str) -> None:
+        super().__init__(
+            f"config_hash mismatch: the operator chain of query {name!r} changed. Pass "
+            "reset:true to wipe its state, or use a new query name."
+        )
+        self.query_id = query_id
+        self.name = name
 
 
 class UnknownQuery(Exception):
@@ -45,35 +47,21 @@ class StreamsService:
         self.store = store
         self.consume = consume
 
-    async def register(self, request: RegisterRequest) -> dict[str, Any]:
+    async def register(self, request: RegisterRequest) -> QueryRegistered:
         """Register or find a query; raises :class:`QueryConflict` on a changed config hash
         without ``reset``."""
         done = await self.store.register(request)
         if done.conflict:
-            raise QueryConflict(
-                {
-                    "success": False,
-                    "query_id": done.query_id,
-                    "name": request.name,
-                    "error": (
-                        f"config_hash mismatch: the operator chain of query {request.name!r} "
-                        "changed. Pass reset:true to wipe its state, or use a new query name."
-                    ),
-                }
-            )
-        return {
-            "success": True,
-            "query_id": done.query_id,
-            "name": request.name,
-            "config_hash": request.config_hash,
-            "fresh": done.fresh,
-            "reset": done.reset,
-        }
+            raise QueryConflict(done.query_id, request.name)
+        return QueryRegistered(
+            done.query_id, request.name, request.config_hash, done.fresh, done.reset
+        )
 
-    async def cycle(self, request: CycleRequest, producer_sub: str | None) -> dict[str, Any]:
+    async def cycle(self, request: CycleRequest, producer_sub: str | None) -> CycleResult:
         """Apply one cycle atomically. A stale lease or an unknown message answers
-        ``success: false`` with nothing applied; an unknown query raises
-        :class:`UnknownQuery`."""
+        ``success`` False with nothing applied; an unknown query raises
+        :class:`UnknownQuery`. Its sink partitions are held for the write (raises
+        :class:`queen.push.PartitionsBusy`, nothing applied, when one cannot be written now)."""
         keys = [batch.key for batch in request.push.batches] if request.push is not None else []
         push = self.consume.push
         if keys and push is None:
@@ -91,63 +79,54 @@ class StreamsService:
         if not outcome.ok and outcome.reason == "query":
             metrics.streams_cycles_failed += 1
             raise UnknownQuery(f"unknown query_id {request.query_id}")
-        body: dict[str, Any] = {
-            "success": outcome.ok,
-            "query_id": request.query_id,
-            "partition_id": str(request.partition_id),
-            "queueName": outcome.source_queue,
-            "state_ops_applied": request.state_ops if outcome.ok else 0,
-            "push_results": [],
-            "ack_result": None,
-        }
         if not outcome.ok:
             metrics.streams_cycles_failed += 1
             reason = outcome.reason or "the cycle was rolled back"
-            body["error"] = _FAILURES.get(reason, reason)
-            return body
-        body["push_results"] = [
-            {
-                "index": frame.index,
-                "transaction_id": frame.transaction_id,
-                "status": "duplicate" if frame.duplicate_of else "queued",
-                "message_id": frame.duplicate_of or frame.message_id,
-                "partition_id": str(frame.partition_id) if frame.partition_id else None,
-                "queueName": frame.key.queue,
-                "partition": frame.key.partition,
-            }
+            return CycleResult(
+                success=False,
+                query_id=request.query_id,
+                partition_id=request.partition_id,
+                queue=outcome.source_queue,
+                state_ops_applied=0,
+                error=_FAILURES.get(reason, reason),
+            )
+        pushed = [
+            TxPushResult(
+                index=frame.index,
+                transaction_id=frame.transaction_id,
+                message_id=frame.duplicate_of or frame.message_id,
+                duplicate=frame.duplicate_of is not None,
+                partition_id=frame.partition_id or None,
+                queue=frame.key.queue,
+                partition=frame.key.partition,
+            )
             for frame in sorted(outcome.pushed, key=_by_index)
         ]
-        if request.ack is not None:
-            body["ack_result"] = {
-                "success": True,
-                "count": outcome.acked,
-                "lease_released": outcome.lease_released,
-                "dlq": outcome.dlq,
-            }
         woken = {frame.key.queue for frame in outcome.pushed}
         if outcome.lease_released and outcome.source_queue:
             woken.add(outcome.source_queue)
         if woken:
             self.consume.wakeups.fire(woken)
-        return body
+        return CycleResult(
+            success=True,
+            query_id=request.query_id,
+            partition_id=request.partition_id,
+            queue=outcome.source_queue,
+            state_ops_applied=request.state_ops,
+            pushed=pushed,
+            acked=(
+                SourceAcked(outcome.acked, outcome.lease_released, outcome.dlq)
+                if request.ack is not None
+                else None
+            ),
+        )
 
-    async def state(self, query: StateQuery) -> dict[str, Any]:
+    async def state(self, query: StateQuery) -> list[StateEntry]:
         rows = await self.store.state(query)
         if rows is None:
             raise UnknownQuery(f"unknown query_id {query.query_id}")
-        return {
-            "success": True,
-            "rows": [
-                {
-                    "key": row.key,
-                    "value": orjson.Fragment(row.value),
-                    "updated_at": row.updated_at.isoformat(),
-                }
-                for row in rows
-            ],
-        }
+        return rows
 
 
-def _by_index(frame: Any) -> int:
-    index: int = frame.index
-    return index
+def _by_index(frame: PushedFrame) -> int:
+    return frame.index
