@@ -12,7 +12,7 @@ cached copy of both, loaded at start and refreshed every ``refresh_s`` while the
 reachable, so reading a switch never needs the database (and keeps working during an outage;
 a refresh that fails keeps the last known values). Setting a switch writes the database first,
 then the cache; if the database cannot be written, the switch is unchanged and the caller gets
-:class:`queen.storage.base.StoreError`.
+:class:`queen.errors.StoreError`.
 """
 
 from __future__ import annotations
