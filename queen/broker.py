@@ -9,8 +9,9 @@ programs alike. :func:`queen.lifecycle.open_broker` builds and runs one::
 The services do the work and own their rules: :attr:`Broker.push_service`
 (:class:`queen.push.PushService`), :attr:`Broker.consume`
 (:class:`queen.consume.service.ConsumeService`), :attr:`Broker.streams`
-(:class:`queen.streams.service.StreamsService`) and :attr:`Broker.ops`
-(:class:`queen.operations.Operations`). The methods below are the shortcuts an embedding
+(:class:`queen.streams.service.StreamsService`), :attr:`Broker.ops`
+(:class:`queen.operations.Operations`) and :attr:`Broker.admin`
+(:class:`queen.admin.service.AdminService`). The methods below are the shortcuts an embedding
 program uses most; each builds a typed request and hands it to one service.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from queen.actors.supervisor import Supervisor
+from queen.admin.service import AdminService
 from queen.consume import requests
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.options import parse_options
@@ -42,7 +44,6 @@ from queen.push import PushedItem, PushService
 from queen.records import QUEUE_MODE, PopRequest
 from queen.settings import Settings
 from queen.spool import Spool
-from queen.storage.admin import PgAdminStore
 from queen.storage.base import Store
 from queen.storage.retention import PassOutcome, QueueHoldings
 from queen.streams.service import StreamsService
@@ -59,10 +60,10 @@ class Broker:
         database: str,
         push_service: PushService,
         ops: Operations,
+        admin: AdminService,
         store: Store,
         consume: ConsumeService | None = None,
         streams: StreamsService | None = None,
-        admin_store: PgAdminStore | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
@@ -72,7 +73,7 @@ class Broker:
         self.store = store  # the push path's store (tests watch its writes)
         self._consume = consume
         self._streams = streams
-        self.admin_store = admin_store  # the admin API's reads (PostgreSQL only)
+        self.admin = admin  # the admin API's and the dashboard's figures
 
     # --- the services ------------------------------------------------------------------------
 

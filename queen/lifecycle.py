@@ -12,9 +12,9 @@ Three steps, each its own function:
   registry) started in a nursery of their own, each ready when ``start`` returns; then the
   supervised background loops in the loops' own nursery (the embedded server's watch, the
   database health probe, the maintenance switch and encrypted-queue refreshes, the push
-  listener, retention, the spool replay). On exit, shutdown in two phases: new pushes are
-  refused at once and waiting pops answer "nothing", pushes already accepted get
-  ``shutdown_grace_s`` to finish, then everything left is cancelled.
+  listener, retention, the spool replay, the admin history's sampling). On exit, shutdown in
+  two phases: new pushes are refused at once and waiting pops answer "nothing", pushes
+  already accepted get ``shutdown_grace_s`` to finish, then everything left is cancelled.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import trio
 from queen.actors.batcher import Batcher
 from queen.actors.partition import WriteRouter
 from queen.actors.supervisor import Supervisor
+from queen.admin.service import AdminService
 from queen.broadcast import Signal
 from queen.broker import Broker
 from queen.cipher import PayloadCipher, parse_key
@@ -96,6 +97,7 @@ class Parts:
     streams: StreamsService | None
     retention: RetentionLoop | None
     ops: Operations
+    admin: AdminService
     broker: Broker
 
 
@@ -202,16 +204,24 @@ def assemble(settings: Settings, stores: Stores, *, spool: bool = True) -> Parts
         spool=parts_spool,
         retention=retention,
     )
+    admin = AdminService(
+        settings,
+        metrics,
+        ops,
+        database=stores.description,
+        store=stores.admin,
+        consume=consume,
+    )
     broker = Broker(
         settings,
         metrics=metrics,
         database=stores.description,
         push_service=push,
         ops=ops,
+        admin=admin,
         store=stores.push,
         consume=consume,
         streams=streams,
-        admin_store=stores.admin,
     )
     return Parts(
         settings=settings,
@@ -229,6 +239,7 @@ def assemble(settings: Settings, stores: Stores, *, spool: bool = True) -> Parts
         streams=streams,
         retention=retention,
         ops=ops,
+        admin=admin,
         broker=broker,
     )
 
@@ -262,6 +273,7 @@ async def _running(parts: Parts, stores: Stores) -> AsyncIterator[Broker]:
             await loops.start("retention", parts.retention.run)
         if parts.spool is not None and parts.spool.replayer is not None:
             await loops.start("spool-replay", parts.spool.replayer.run)
+        await loops.start("admin-history", parts.admin.history.run)
         try:
             yield parts.broker
         finally:

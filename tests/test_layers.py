@@ -44,8 +44,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("consume", ("queen.consume", "queen.retention")),
     ("streams", ("queen.streams",)),
     ("operations", ("queen.operations",)),
-    ("broker", ("queen", "queen.broker", "queen.lifecycle")),
     ("admin", ("queen.admin",)),
+    ("broker", ("queen", "queen.broker", "queen.lifecycle")),
     ("edge", ("queen.auth", "queen.http", "queen.serving", "queen.server", "queen.cli")),
 )
 

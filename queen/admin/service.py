@@ -18,10 +18,13 @@ from typing import Any
 from queen.admin import params
 from queen.admin.history import History
 from queen.admin.payloads import decode_payload
-from queen.broker import Broker
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.policy import iso_utc
+from queen.consume.service import ConsumeService
+from queen.metrics import Metrics
+from queen.operations import Operations
 from queen.records import QUEUE_MODE
+from queen.settings import Settings
 from queen.storage.admin import PgAdminStore, Row
 from queen.storage.retention import QueueHoldings
 
@@ -52,17 +55,39 @@ def _counts(row: Row, dead_letter: int | None = None) -> Json:
 
 
 class AdminService:
-    def __init__(self, broker: Broker, *, history: History | None = None) -> None:
-        self.broker = broker
-        self.history = history or History(broker.metrics)
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        ops: Operations,
+        *,
+        database: str,
+        store: PgAdminStore | None = None,
+        consume: ConsumeService | None = None,
+        history: History | None = None,
+    ) -> None:
+        """``database``: what the start-up line calls it; ``store`` and ``consume`` are None
+        without PostgreSQL (the admin reads then raise :class:`ConsumeUnavailable`)."""
+        self.settings = settings
+        self.metrics = metrics
+        self.ops = ops
+        self.database = database
+        self._store = store
+        self._consume = consume
+        self.history = history or History(metrics)
         self._gauges: tuple[float, dict[str, dict[str, float]]] | None = None
 
     @property
     def store(self) -> PgAdminStore:
-        store = self.broker.admin_store
-        if store is None:
+        if self._store is None:
             raise ConsumeUnavailable("the admin API needs the PostgreSQL store")
-        return store
+        return self._store
+
+    @property
+    def consume(self) -> ConsumeService:
+        if self._consume is None:
+            raise ConsumeUnavailable("consuming needs the PostgreSQL store")
+        return self._consume
 
     # --- queues ------------------------------------------------------------------------------
 
@@ -137,7 +162,7 @@ class AdminService:
     async def queue_resources(self, name: str, args: Mapping[str, Any]) -> Json | None:
         """``GET /api/v1/resources/queues/{q}``: what the queue holds (segments, sidecar,
         options) and the original's shape: the queue, its partitions (one page) and totals."""
-        holdings = await self.broker.queue_holdings(name)
+        holdings = await self.ops.queue_holdings(name)
         queue = await self.store.queue(name)
         if holdings is None or queue is None:
             return None
@@ -225,16 +250,16 @@ class AdminService:
     # --- overview and status -----------------------------------------------------------------
 
     def _process(self) -> Json:
-        broker = self.broker
-        spool = broker.spool.describe() if broker.spool is not None else None
+        ops = self.ops
+        spool = ops.spool.describe() if ops.spool is not None else None
         return {
             "processId": os.getpid(),
             "uptimeSeconds": round(time.time() - self.history.started_at, 1),
-            "activePartitions": broker.supervisor.active_partitions,
-            "databaseUp": broker.db_health.up,
-            "maintenanceMode": broker.maintenance.enabled,
+            "activePartitions": ops.supervisor.active_partitions,
+            "databaseUp": ops.db_health.up,
+            "maintenanceMode": ops.maintenance.enabled,
             "spool": spool,
-            "counters": broker.metrics.snapshot(),
+            "counters": self.metrics.snapshot(),
         }
 
     async def overview(self) -> Json:
@@ -244,7 +269,7 @@ class AdminService:
         now = datetime.now(UTC)
         rates = self.history.latest_rates()
         try:
-            pop_maintenance = (await self.broker.consume.pop_maintenance()).enabled
+            pop_maintenance = (await self.consume.pop_maintenance()).enabled
         except ConsumeUnavailable:
             pop_maintenance = False
         return {
@@ -264,7 +289,7 @@ class AdminService:
                 "processedPerSecond": rates["processedPerSecond"],
                 "popPerSecond": rates["popPerSecond"],
             },
-            "maintenance": {"push": self.broker.maintenance.enabled, "pop": pop_maintenance},
+            "maintenance": {"push": self.ops.maintenance.enabled, "pop": pop_maintenance},
             "process": self._process(),
             "timestamp": iso(now),
         }
@@ -341,9 +366,9 @@ class AdminService:
         return {"queues": listed["queues"], "pagination": listed["pagination"]}
 
     async def retention(self) -> Json:
-        counters = self.broker.metrics.snapshot()
+        counters = self.metrics.snapshot()
         try:
-            totals = await self.broker.retention_totals()
+            totals = await self.ops.retention_totals()
         except ConsumeUnavailable:
             totals = {}
         return {
@@ -357,7 +382,7 @@ class AdminService:
                     "dedup_rows_pruned",
                 )
             },
-            "intervalSeconds": self.broker.settings.retention_interval_s,
+            "intervalSeconds": self.settings.retention_interval_s,
         }
 
     async def postgres(self) -> Json:
@@ -365,13 +390,13 @@ class AdminService:
         reads = int(r["blks_read"]) + int(r["blks_hit"])
         return {
             "version": r["version"],
-            "database": self.broker.database,
+            "database": self.database,
             "databaseBytes": int(r["database_bytes"]),
             "connections": {
                 "total": int(r["connections"]),
                 "active": int(r["active"]),
                 "max": int(r["max_connections"]),
-                "poolSize": self.broker.settings.db_pool_size,
+                "poolSize": self.settings.db_pool_size,
             },
             "transactions": {
                 "committed": int(r["xact_commit"]),
@@ -397,7 +422,7 @@ class AdminService:
         """``GET /metrics`` with ``Accept: application/json``: the original's figures for this
         process."""
         self.history.sample()
-        c = self.broker.metrics.snapshot()
+        c = self.metrics.snapshot()
         rates = self.history.latest_rates()
         last = self.history.points[-1] if self.history.points else None
         return {
@@ -405,7 +430,7 @@ class AdminService:
             "requests": {"total": c["push_requests"] + c["pop_requests"] + c["acks"], "rate": 0},
             "messages": {"total": c["push_items_queued"], "rate": rates["ingestedPerSecond"]},
             "database": {
-                "poolSize": self.broker.settings.db_pool_size,
+                "poolSize": self.settings.db_pool_size,
                 "idleConnections": None,
                 "waitingRequests": 0,
             },
@@ -473,7 +498,7 @@ class AdminService:
         else:
             status = "pending"
         latest_dlq = row["dlq"][0] if row["dlq"] else None
-        shown = decode_payload(row["payload"], str(row["message_id"]), self.broker.encryption)
+        shown = decode_payload(row["payload"], str(row["message_id"]), self.ops.encryption)
         return {
             "id": str(row["message_id"]),
             "transactionId": row["transaction_id"],

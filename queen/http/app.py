@@ -14,7 +14,6 @@ from quart import Response
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from queen.admin.service import AdminService
 from queen.auth import AccessGate, build_gate
 from queen.broker import Broker
 from queen.cipher import PayloadUnreadable
@@ -52,8 +51,7 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.config["JSON_SORT_KEYS"] = False
     app.url_map.converters["group"] = groups.GroupName
     app.url_map.converters["group_detail"] = admin_api.GroupDetailName
-    service = AdminService(broker)
-    app.config["QUEEN_ADMIN"] = service
+    app.config["QUEEN_ADMIN"] = broker.admin
     cors.install(app, broker.settings.cors_origins)  # preflights are answered before the gate
     access.install(app, gate if gate is not None else build_gate(broker.settings))
     app.register_blueprint(push.blueprint)
@@ -66,10 +64,6 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.register_blueprint(admin_api.blueprint)
     app.register_blueprint(dashboard.blueprint)
     app.register_blueprint(streams.blueprint)
-
-    @app.before_serving
-    async def start_history() -> None:
-        await app.nursery.start(service.history.run)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
