@@ -24,7 +24,7 @@ from queen.actors.supervisor import Supervisor
 from queen.admin.service import AdminService
 from queen.consume import requests
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
-from queen.consume.options import parse_options
+from queen.consume.options import checked_options, parse_options
 from queen.consume.policy import subscription_of
 from queen.consume.results import (
     AckResult,
@@ -41,7 +41,7 @@ from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.operations import Health, Operations
 from queen.push import PushedItem, PushService
-from queen.records import QUEUE_MODE, PopRequest
+from queen.records import QUEUE_MODE, PopRequest, QueueOptions
 from queen.settings import Settings
 from queen.spool import Spool
 from queen.storage.base import Store
@@ -137,18 +137,21 @@ class Broker:
     async def configure(
         self,
         queue: str,
-        options: dict[str, Any] | None = None,
+        options: QueueOptions | dict[str, Any] | None = None,
         *,
         namespace: str | None = None,
         task: str | None = None,
     ) -> QueueConfigured:
-        """Create or reconfigure ``queue`` (``POST /api/v1/configure``); options missing from
-        ``options`` (the route's camelCase option names) go back to their defaults."""
+        """Create or reconfigure ``queue`` (``POST /api/v1/configure``) with ``options`` (a
+        :class:`queen.records.QueueOptions`, or the route's camelCase option names, whose
+        missing options go back to their defaults)."""
         return await self.consume.configure(
             _required_name(queue, "queue"),
             requests.name(namespace, "namespace", required=False) or "",
             requests.name(task, "task", required=False) or "",
-            parse_options(options),
+            checked_options(options)
+            if isinstance(options, QueueOptions)
+            else parse_options(options),
         )
 
     async def delete_queue(self, queue: str) -> QueueDeleted:

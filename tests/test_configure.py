@@ -175,3 +175,14 @@ async def test_embedding_api_configures_and_deletes(broker: Broker, queue: str) 
 async def test_delete_queue_with_a_bad_name_is_a_400(api: Api) -> None:
     status, answer = await api.delete("/api/v1/resources/queues/bad%01name")
     assert status == 400 and "control characters" in answer["error"]
+
+
+async def test_the_embedding_api_takes_typed_options_under_the_same_rules(
+    broker: Broker, queue: str
+) -> None:
+    from queen.records import QueueOptions
+
+    answer = await broker.configure(queue, QueueOptions(lease_time_s=45, retry_limit=1))
+    assert (answer.options.lease_time_s, answer.options.retry_limit) == (45, 1)
+    with pytest.raises(InvalidRequest, match=r"options\.leaseTime must be between 1"):
+        await broker.configure(queue, QueueOptions(lease_time_s=0))

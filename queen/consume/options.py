@@ -58,6 +58,19 @@ def parse_options(raw: Any) -> QueueOptions:
     return QueueOptions(**values)
 
 
+def checked_options(options: QueueOptions) -> QueueOptions:
+    """The same rules on typed options (an embedding program's); raises
+    :class:`InvalidRequest` naming the first bad option by its wire name."""
+    for key, name, lowest in _FIELDS:
+        value = getattr(options, name)
+        if lowest is None:
+            if type(value) is not bool:
+                raise InvalidRequest(f"options.{key} must be a boolean")
+        else:
+            _integer(key, value, lowest)
+    return options
+
+
 def _integer(key: str, value: Any, lowest: int) -> int:
     if type(value) is float and value.is_integer():
         value = int(value)

@@ -8,6 +8,7 @@ from quart import Blueprint, Response, current_app
 
 from queen.broker import Broker
 from queen.errors import StoreError
+from queen.http import render
 from queen.http.responses import error_response, json_response, read_body
 from queen.intake import decode_json
 from queen.model import InvalidPush
@@ -17,12 +18,7 @@ blueprint = Blueprint("maintenance", __name__)
 
 def _state(broker: Broker) -> dict[str, Any]:
     spool = broker.spool.describe() if broker.spool is not None else None
-    return {
-        "maintenanceMode": broker.maintenance.enabled,
-        "bufferedMessages": spool["pendingItems"] if spool else 0,
-        "bufferHealthy": spool["healthy"] if spool else False,
-        "bufferStats": spool,
-    }
+    return render.maintenance(broker.maintenance.enabled, spool)
 
 
 @blueprint.get("/api/v1/system/maintenance")
@@ -45,10 +41,4 @@ async def set_maintenance() -> Response:
         await broker.set_maintenance(enabled)
     except StoreError as exc:
         return error_response(503, f"maintenance mode not changed: {exc}")
-    answer = _state(broker)
-    answer["message"] = (
-        "Maintenance mode ENABLED. All pushes go to the spool."
-        if enabled
-        else "Maintenance mode DISABLED. The spool is being replayed into the database."
-    )
-    return json_response(answer)
+    return json_response(_state(broker) | render.maintenance_switched(enabled))

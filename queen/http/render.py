@@ -379,6 +379,26 @@ def state_rows(rows: list[StateEntry]) -> dict[str, Any]:
     }
 
 
+def maintenance(enabled: bool, spool: dict[str, Any] | None) -> dict[str, Any]:
+    """``/api/v1/system/maintenance``: the push switch and the spool behind it."""
+    return {
+        "maintenanceMode": enabled,
+        "bufferedMessages": spool["pendingItems"] if spool else 0,
+        "bufferHealthy": spool["healthy"] if spool else False,
+        "bufferStats": spool,
+    }
+
+
+def maintenance_switched(enabled: bool) -> dict[str, Any]:
+    return {
+        "message": (
+            "Maintenance mode ENABLED. All pushes go to the spool."
+            if enabled
+            else "Maintenance mode DISABLED. The spool is being replayed into the database."
+        )
+    }
+
+
 def health(h: Health) -> dict[str, Any]:
     body: dict[str, Any] = {
         "status": h.status,
