@@ -21,6 +21,7 @@ from queen.records import (
     StoredTrace,
     TraceName,
 )
+from queen.storage.consume import PushedFrame
 
 __all__ = ["AckResult"]  # the verdict on one ack is a record: storage builds it
 
@@ -130,6 +131,19 @@ class TxPushResult:
     partition_id: int | None
     queue: str
     partition: str
+
+    @classmethod
+    def of(cls, frame: PushedFrame) -> TxPushResult:
+        """What became of one frame a transaction (or a streaming cycle) pushed."""
+        return cls(
+            index=frame.index,
+            transaction_id=frame.transaction_id,
+            message_id=frame.duplicate_of or frame.message_id,
+            duplicate=frame.duplicate_of is not None,
+            partition_id=frame.partition_id or None,
+            queue=frame.key.queue,
+            partition=frame.key.partition,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -346,15 +346,7 @@ class ConsumeService:
                 verdict,
             )
         for frame in outcome.pushed:
-            results[frame.index] = TxPushResult(
-                index=frame.index,
-                transaction_id=frame.transaction_id,
-                message_id=frame.duplicate_of or frame.message_id,
-                duplicate=frame.duplicate_of is not None,
-                partition_id=frame.partition_id or None,
-                queue=frame.key.queue,
-                partition=frame.key.partition,
-            )
+            results[frame.index] = TxPushResult.of(frame)
         if outcome.ok:
             self.wakeups.fire(
                 {f.key.queue for f in outcome.pushed}

@@ -90,18 +90,7 @@ class StreamsService:
                 state_ops_applied=0,
                 error=_FAILURES.get(reason, reason),
             )
-        pushed = [
-            TxPushResult(
-                index=frame.index,
-                transaction_id=frame.transaction_id,
-                message_id=frame.duplicate_of or frame.message_id,
-                duplicate=frame.duplicate_of is not None,
-                partition_id=frame.partition_id or None,
-                queue=frame.key.queue,
-                partition=frame.key.partition,
-            )
-            for frame in sorted(outcome.pushed, key=_by_index)
-        ]
+        pushed = [TxPushResult.of(frame) for frame in sorted(outcome.pushed, key=_by_index)]
         woken = {frame.key.queue for frame in outcome.pushed}
         if outcome.lease_released and outcome.source_queue:
             woken.add(outcome.source_queue)
