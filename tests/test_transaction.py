@@ -273,6 +273,19 @@ def _tx_push(queue: str, partition: str, tx: str) -> list[dict[str, Any]]:
     return [{"type": "push", "items": items}]
 
 
+def hold_writes(broker: Broker) -> trio.Event:
+    """From now on the broker's segment writes wait at the returned gate until it is set."""
+    gate = trio.Event()
+    real = broker.store.write_segments
+
+    async def held(writes: list[SegmentWrite]) -> Any:
+        await gate.wait()
+        return await real(writes)
+
+    broker.store.write_segments = held  # type: ignore[method-assign]
+    return gate
+
+
 async def test_transaction_push_waits_for_the_partition_actors_write(
     broker: Broker, queue: str, db: Db
 ) -> None:
@@ -282,14 +295,7 @@ async def test_transaction_push_waits_for_the_partition_actors_write(
     await broker.push(first)
     actor = broker.supervisor.actor(PartitionKey(queue, "p"))
     assert actor is not None
-    gate = trio.Event()
-    real = broker.store.write_segments
-
-    async def held(writes: list[SegmentWrite]) -> Any:
-        await gate.wait()
-        return await real(writes)
-
-    broker.store.write_segments = held  # type: ignore[method-assign]
+    gate = hold_writes(broker)
     done: dict[str, Any] = {}
     async with trio.open_nursery() as nursery:
 
@@ -339,14 +345,7 @@ async def test_the_public_services_cannot_write_around_the_partition_actor(
         assert status == 200, registered
         await api.push(queue, "src", 1)
         [message] = await api.messages(queue, "src")
-    gate = trio.Event()
-    real = broker.store.write_segments
-
-    async def held(writes: list[SegmentWrite]) -> Any:
-        await gate.wait()
-        return await real(writes)
-
-    broker.store.write_segments = held  # type: ignore[method-assign]
+    gate = hold_writes(broker)
     item = {"queue": sink, "partition": "p", "payload": "w", "transactionId": "written"}
     done: dict[str, Any] = {}
     async with trio.open_nursery() as nursery:
