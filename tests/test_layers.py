@@ -1,5 +1,6 @@
-"""The import graph of the ``queen`` package: no cycle, and no module imports a layer above its
-own (the layers are described in ``docs/architecture.md``, "Layers").
+"""The import graph of the ``queen`` package: no cycle, no module imports a layer above its own
+(the layers are described in ``docs/architecture.md``, "Layers"), and inside a layer no package
+imports one it must not know (auth knows no HTTP; HTTP calls services, never storage).
 
 Imports are read with :mod:`ast` from every module's source, including imports inside functions
 and under ``TYPE_CHECKING``: a layer violation is one wherever it is written.
@@ -44,6 +45,30 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("broker", ("queen", "queen.broker", "queen.lifecycle")),
     ("admin", ("queen.admin",)),
     ("edge", ("queen.auth", "queen.http", "queen.serving", "queen.server", "queen.cli")),
+)
+
+
+# Inside a layer, packages that must not know each other: (importer, imported, why). A module
+# is covered by a prefix when it is the prefix or below it.
+FORBIDDEN: tuple[tuple[str, str, str], ...] = (
+    ("queen.auth", "queen.http", "access control knows nothing of HTTP"),
+    ("queen.auth", "queen.serving", "access control knows nothing of HTTP"),
+    ("queen.serving", "queen.http", "serving runs any ASGI app and knows none of its routes"),
+    ("queen.serving", "queen.auth", "serving runs any ASGI app and knows none of its routes"),
+    ("queen.http", "queen.storage", "HTTP calls services only, never storage"),
+)
+
+# Today's HTTP -> storage imports, being removed (issue 22, point 3). This list may only shrink:
+# a new violation fails `test_no_package_imports_one_it_must_not_know`, and an entry that is no
+# longer a violation fails `test_the_allowed_violations_are_still_there` until it is deleted
+# here. Empty it, and keep it empty.
+ALLOWED_HTTP_STORAGE_IMPORTS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("queen.http.app", "queen.storage.base"),
+        ("queen.http.health", "queen.storage.base"),
+        ("queen.http.maintenance", "queen.storage.base"),
+        ("queen.http.render", "queen.storage.traces"),
+    }
 )
 
 
@@ -152,6 +177,51 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
         if _layer(dep) > _layer(module)
     ]
     assert upward == []
+
+
+def _covers(prefix: str, module: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _forbidden_imports(graph: dict[str, set[str]]) -> dict[tuple[str, str], str]:
+    """Every import a rule of :data:`FORBIDDEN` forbids, with the rule's reason."""
+    return {
+        (module, dep): why
+        for module, deps in graph.items()
+        for dep in deps
+        for importer, imported, why in FORBIDDEN
+        if _covers(importer, module) and _covers(imported, dep)
+    }
+
+
+def test_no_package_imports_one_it_must_not_know() -> None:
+    found = _forbidden_imports(_graph())
+    new = [
+        f"{module} imports {dep}: {why}"
+        for (module, dep), why in sorted(found.items())
+        if (module, dep) not in ALLOWED_HTTP_STORAGE_IMPORTS
+    ]
+    assert new == []
+
+
+def test_the_allowed_violations_are_still_there() -> None:
+    """An allowed violation that was removed leaves the allow-list too, so it only shrinks."""
+    found = _forbidden_imports(_graph())
+    gone = sorted(pair for pair in ALLOWED_HTTP_STORAGE_IMPORTS if pair not in found)
+    assert gone == [], "no longer imported: delete these from ALLOWED_HTTP_STORAGE_IMPORTS"
+
+
+def test_the_forbidden_imports_finder() -> None:
+    graph = {
+        "queen.auth.policy": {"queen.http.app", "queen.settings"},
+        "queen.http.push": {"queen.storage.base", "queen.auth.policy"},
+        "queen.httpx": {"queen.storage.base"},  # not below queen.http
+        "queen.serving.accept": {"queen.metrics"},
+    }
+    assert set(_forbidden_imports(graph)) == {
+        ("queen.auth.policy", "queen.http.app"),
+        ("queen.http.push", "queen.storage.base"),
+    }
 
 
 @pytest.mark.parametrize(
