@@ -123,9 +123,6 @@ class Settings:
     actor_idle_timeout_s: float = _setting(
         30.0, "QUEEN_ACTOR_IDLE_TIMEOUT_S", "a partition actor with no work stops after this long"
     )
-    actor_inbox_size: int = _setting(
-        1024, "QUEEN_ACTOR_INBOX_SIZE", "push requests one partition actor can hold waiting"
-    )
     segment_max_items: int = _setting(
         10_000,
         "QUEEN_SEGMENT_MAX_ITEMS",

@@ -28,6 +28,8 @@ from queen.http.app import create_app
 from queen.settings import Settings
 from queen.storage.embedded import EmbeddedPostgres
 
+pytest_plugins = ("tests.hang_guard",)
+
 TEST_SERVER_OPTIONS = {
     # The suite does not survive power loss, so it does not pay for it: no fsync. Commits stay
     # synchronous (the WAL reaches the kernel before a commit is acknowledged), so a crashed or

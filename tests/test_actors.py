@@ -98,6 +98,64 @@ async def test_hand_offs_to_actors_take_no_checkpoint(broker: Broker) -> None:
         assert (await request.reply.wait()).status is Status.QUEUED
 
 
+async def test_submitting_to_a_busy_actor_never_waits(broker: Broker, store: MemoryStore) -> None:
+    """A partition's inbox has no bound of its own: while its write is held, thousands of
+    requests are handed over without a checkpoint (each producer's request is held by its
+    producer until answered, wherever it waits; see "Backpressure and memory")."""
+    store.gate = trio.Event()
+    supervisor = broker.supervisor
+    key = PartitionKey("q", "p")
+    first = PushRequest(message_ids=mint_ids(1), transaction_ids=["first"], payloads=[b"1"])
+    await supervisor.submit(key, first)
+    await trio.testing.wait_all_tasks_blocked()  # its write is held at the gate
+    requests = [
+        PushRequest(message_ids=mint_ids(1), transaction_ids=[f"t{i}"], payloads=[b"1"])
+        for i in range(5_000)
+    ]
+    with trio.CancelScope() as scope:
+        scope.cancel()  # a submit that would wait (or take a checkpoint) is cancelled at once
+        for request in requests:
+            await supervisor.submit(key, request)
+    assert not scope.cancelled_caught
+    actor = supervisor.actor(key)
+    assert actor is not None and actor.pending == 5_000
+    store.gate.set()
+    for request in [first, *requests]:
+        assert (await request.reply.wait()).status is Status.QUEUED
+
+
+async def test_a_flood_on_one_partition_is_written_in_full_segments_in_arrival_order(
+    store: MemoryStore, tmp_path
+) -> None:
+    """One write in flight; the requests that arrived meanwhile are packed into the next
+    segments, each at most ``segment_max_items`` items, oldest first."""
+    settings = Settings(
+        database_url="memory://",
+        file_buffer_dir=str(tmp_path),
+        segment_max_items=100,
+        write_concurrency=1,
+    )
+    async with open_broker(settings, store=store, spool=False) as broker:
+        gate = store.gate = trio.Event()
+        answers: dict[str, str] = {}
+
+        async def push(tx: str) -> None:
+            [answer] = await broker.push([item("p", tx)])
+            answers[tx] = answer["status"]
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(push, "first")
+            await trio.testing.wait_all_tasks_blocked()  # its write is held at the gate
+            for i in range(250):  # they arrive in this order
+                nursery.start_soon(push, f"t{i:03}")
+                await trio.testing.wait_all_tasks_blocked()
+            gate.set()
+    segments = store.segments_of("p")
+    assert [s.request_count for s in segments] == [1, 100, 100, 50]
+    assert [t for s in segments[1:] for t in s.transaction_ids] == [f"t{i:03}" for i in range(250)]
+    assert set(answers.values()) == {"queued"} and len(answers) == 251
+
+
 async def test_hand_over_waits_only_when_the_channel_is_full() -> None:
     send, receive = trio.open_memory_channel[int](1)
     async with send, receive:

@@ -1,5 +1,6 @@
-"""The import graph of the ``queen`` package: no cycle, and no module imports a layer above its
-own (the layers are described in ``docs/architecture.md``, "Layers").
+"""The import graph of the ``queen`` package: no cycle, no module imports a layer above its own
+(the layers are described in ``docs/architecture.md``, "Layers"), and inside a layer no package
+imports one it must not know (auth knows no HTTP; HTTP calls services, never storage).
 
 Imports are read with :mod:`ast` from every module's source, including imports inside functions
 and under ``TYPE_CHECKING``: a layer violation is one wherever it is written.
@@ -47,6 +48,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("admin", ("queen.admin",)),
     ("broker", ("queen", "queen.broker", "queen.lifecycle")),
     ("edge", ("queen.auth", "queen.http", "queen.serving", "queen.server", "queen.cli")),
+)
+
+
+# Inside a layer, packages that must not know each other: (importer, imported, why). A module
+# is covered by a prefix when it is the prefix or below it.
+FORBIDDEN: tuple[tuple[str, str, str], ...] = (
+    ("queen.auth", "queen.http", "access control knows nothing of HTTP"),
+    ("queen.auth", "queen.serving", "access control knows nothing of HTTP"),
+    ("queen.serving", "queen.http", "serving runs any ASGI app and knows none of its routes"),
+    ("queen.serving", "queen.auth", "serving runs any ASGI app and knows none of its routes"),
+    ("queen.http", "queen.storage", "HTTP calls services only, never storage"),
 )
 
 
@@ -157,16 +169,37 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
     assert upward == []
 
 
-def test_http_reaches_the_database_only_through_the_services() -> None:
-    """HTTP parses, calls the broker's services and renders: no HTTP module imports storage."""
-    reaching = [
-        f"{module} imports {dep}"
-        for module, deps in sorted(_graph().items())
-        if module.startswith("queen.http")
-        for dep in sorted(deps)
-        if dep.startswith("queen.storage")
-    ]
-    assert reaching == []
+def _covers(prefix: str, module: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _forbidden_imports(graph: dict[str, set[str]]) -> dict[tuple[str, str], str]:
+    """Every import a rule of :data:`FORBIDDEN` forbids, with the rule's reason."""
+    return {
+        (module, dep): why
+        for module, deps in graph.items()
+        for dep in deps
+        for importer, imported, why in FORBIDDEN
+        if _covers(importer, module) and _covers(imported, dep)
+    }
+
+
+def test_no_package_imports_one_it_must_not_know() -> None:
+    found = _forbidden_imports(_graph())
+    assert [f"{module} imports {dep}: {why}" for (module, dep), why in sorted(found.items())] == []
+
+
+def test_the_forbidden_imports_finder() -> None:
+    graph = {
+        "queen.auth.policy": {"queen.http.app", "queen.settings"},
+        "queen.http.push": {"queen.storage.base", "queen.auth.policy"},
+        "queen.httpx": {"queen.storage.base"},  # not below queen.http
+        "queen.serving.accept": {"queen.metrics"},
+    }
+    assert set(_forbidden_imports(graph)) == {
+        ("queen.auth.policy", "queen.http.app"),
+        ("queen.http.push", "queen.storage.base"),
+    }
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,15 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trio.lowlevel
+import trio.testing
 
 from queen import open_broker
 from queen.broker import Broker
@@ -183,16 +186,92 @@ async def test_fsyncs_are_grouped(
 ) -> None:
     settings = fast(tmp_path, spool_group_max_records=group_max)
     async with open_broker(settings, store=store) as broker:
+        assert broker.spool is not None
+        writer = broker.spool.writer
+        synced: list[tuple[int, int]] = []  # (file, its size) at every fsync the writer made
+
+        def fsync(fd: int) -> None:
+            synced.append((os.fstat(fd).st_ino, os.fstat(fd).st_size))
+            os.fsync(fd)
+
+        writer.fsync = fsync
         await broker.set_maintenance(True)
         async with trio.open_nursery() as nursery:
             for i in range(40):
                 nursery.start_soon(broker.push, [item(f"p{i}", f"t{i}")])
-        m = broker.metrics
-        assert m.spool_appended_items == 40
+        assert broker.metrics.spool_appended_items == 40
+        for file in {ino for ino, _ in synced}:  # each fsync came after more data was written
+            sizes = [size for ino, size in synced if ino == file]
+            assert sizes == sorted(set(sizes)) and sizes[0] > 0
         if grouped:
-            assert m.spool_fsyncs < 40
+            assert 1 <= len(synced) < 40
         else:
-            assert m.spool_fsyncs == 40
+            assert len(synced) == 40
+
+
+def one_record(i: int) -> SpoolRecord:
+    mid = f"0190c7e0-0000-7000-8000-{i:012x}"
+    return SpoolRecord(PartitionKey("q", "p"), 0, [mid], [f"t{i}"], [b"1"])
+
+
+async def test_an_append_is_answered_only_after_the_fsync_of_its_record_returned(
+    tmp_path: Path,
+) -> None:
+    """The writer's fsync is held in its worker thread: the append stays unanswered until it
+    returns, and the record was written before it ran. Without the fsync, or with the answer
+    given before it, this fails."""
+    entered = trio.Event()  # set from the writer's worker thread, inside the fsync
+    release = threading.Event()
+    size_at_fsync: list[int] = []
+    token = trio.lowlevel.current_trio_token()
+
+    def held_fsync(fd: int) -> None:
+        size_at_fsync.append(os.fstat(fd).st_size)
+        trio.from_thread.run_sync(entered.set, trio_token=token)
+        release.wait()
+        os.fsync(fd)
+
+    from queen.metrics import Metrics
+    from queen.spool.index import SpoolIndex
+
+    writer = SpoolWriter(
+        tmp_path,
+        SpoolIndex(),
+        Metrics(),
+        group_max_records=16,
+        file_max_bytes=1 << 20,
+        file_max_age_s=3600,
+        fsync=held_fsync,
+    )
+    answered = trio.Event()
+    first_step = trio.Event()  # whichever comes first: the fsync or the answer
+
+    async def append() -> None:
+        await writer.append([one_record(1)])
+        answered.set()
+        first_step.set()
+
+    async def note_fsync() -> None:
+        await entered.wait()
+        first_step.set()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        nursery.start_soon(note_fsync)
+        nursery.start_soon(append)
+        try:
+            await first_step.wait()
+            assert entered.is_set(), "the append was answered and no fsync ran"
+            await trio.testing.wait_all_tasks_blocked()
+            assert not answered.is_set(), "the append was answered while its fsync ran"
+        finally:
+            release.set()  # never leave the worker thread waiting (it cannot be cancelled)
+        await answered.wait()
+        assert writer.active_name is not None
+        written = (tmp_path / writer.active_name).stat().st_size
+        nursery.cancel_scope.cancel()
+    assert size_at_fsync == [written]  # one fsync, after the record was written
+    assert written > 0
 
 
 async def test_unwritable_spool_answers_failed_not_buffered(

@@ -2,7 +2,11 @@
 
 It owns its partition's write path in this process:
 
-- the **inbox**: a bounded channel of :class:`PushRequest`; a full inbox blocks producers;
+- the **inbox**: a channel of :class:`PushRequest` (and fences) with no bound of its own: a
+  submit never waits. Every request in it has a producer waiting for its answer, holding the
+  request whether it sits in the inbox or in front of a full one, so a bound here would move
+  requests, not save memory (``bench/inbox_memory.py``); what bounds them is the producers (see
+  "Backpressure and memory" in ``docs/architecture.md``);
 - the **partition id** (resolved, and the queue and partition created, on first use);
 - the **one write in flight**: it hands one segment to the batcher (or one record to the spool)
   and waits for the outcome before it starts anything else, so a partition is never in two
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -111,7 +116,6 @@ class PartitionActor:
         writer: SegmentWriter,
         router: WriteRouter,
         on_idle_stop: Callable[[PartitionActor], None],
-        inbox_size: int,
         idle_timeout_s: float,
         segment_max_items: int,
         hold_s: float = 2.0,
@@ -127,7 +131,7 @@ class PartitionActor:
         self._idle_timeout_s = idle_timeout_s
         self._segment_max_items = segment_max_items
         self._hold_s = hold_s
-        self._send, self._inbox = trio.open_memory_channel[Work](inbox_size)
+        self._send, self._inbox = trio.open_memory_channel[Work](math.inf)
         self._waiting: list[Work] = []  # taken from the inbox, not yet answered
         self._parked_since: float | None = None  # waiting on an empty inbox since then
         self._hold_until: float | None = None  # deadline of the current hold
@@ -145,8 +149,8 @@ class PartitionActor:
         return self._hold_until is not None
 
     async def submit(self, request: Work) -> None:
-        """Queue ``request``; blocks only while the inbox is full (no checkpoint otherwise: the
-        caller goes on to wait for the answer).
+        """Queue ``request``; never waits and takes no checkpoint (the caller goes on to wait
+        for the answer, and that wait is its checkpoint).
 
         Raises :class:`trio.BrokenResourceError` if the actor has stopped: ask the supervisor
         for a new one.
@@ -213,7 +217,8 @@ class PartitionActor:
         return True
 
     def _take_ready(self) -> None:
-        """Move every request already waiting in the inbox to ``_waiting`` (no checkpoint)."""
+        """Move every request already waiting in the inbox to ``_waiting`` (no checkpoint); the
+        next write takes from them what one segment holds (``segment_max_items``)."""
         while True:
             try:
                 self._waiting.append(self._inbox.receive_nowait())

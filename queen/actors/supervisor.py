@@ -112,7 +112,6 @@ class Supervisor:
             writer=self._batcher,
             router=self._router,
             on_idle_stop=self._idle_stopped,
-            inbox_size=s.actor_inbox_size,
             idle_timeout_s=s.actor_idle_timeout_s,
             segment_max_items=s.segment_max_items,
             hold_s=s.spool_hold_s,

@@ -7,7 +7,10 @@ append of the group. While one group is being synced, the next one gathers, so a
 pushes during an outage costs one fsync per group, not one per item.
 
 Only after the fsync returns is an append answered; an append that is answered without error
-is on disk. If a write or fsync fails (disk full, permissions, I/O error), the file is cut
+is on disk. The fsync is a seam: :attr:`SpoolWriter.fsync` (``os.fsync`` unless the constructor
+is given another) is the one call that makes a group durable, so a test can watch it run, see
+what the file holds at that moment, and hold it to prove that no append is answered before it
+returns. If a write or fsync fails (disk full, permissions, I/O error), the file is cut
 back to where the group started, every append of the group fails with :class:`SpoolError`,
 and the file is closed (after a failed fsync its pages cannot be trusted); the next append
 opens a new file. While the last write failed, the writer proves every ``probe_s`` that the
@@ -34,6 +37,7 @@ import fcntl
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +88,7 @@ class SpoolWriter:
         file_max_age_s: float,
         queue_size: int = 4096,
         probe_s: float = 1.0,
+        fsync: Callable[[int], None] = os.fsync,
     ) -> None:
         self.directory = directory
         self._index = index
@@ -96,6 +101,9 @@ class SpoolWriter:
         self._probe_s = probe_s
         self._last_stamp = 0
         self.own_names: set[str] = set()  # files this writer created (its index counts them)
+        # Makes the active file's data durable (called in a worker thread, after the group was
+        # written and before any of its appends is answered).
+        self.fsync = fsync
         self.healthy = True  # False while the last write failed
 
     @property
@@ -256,7 +264,7 @@ class SpoolWriter:
                 if written == 0:
                     raise OSError(errno.ENOSPC, "no space left on device")
                 view = view[written:]
-            os.fsync(active.fd)
+            self.fsync(active.fd)
         except OSError:
             self._abandon(start)
             raise
@@ -274,7 +282,7 @@ class SpoolWriter:
             return
         try:
             os.ftruncate(active.fd, good_size)
-            os.fsync(active.fd)
+            self.fsync(active.fd)
         except OSError as exc:
             log.error(
                 "could not cut spool file %s back after a failed write: %s",
