@@ -182,7 +182,7 @@ async def system() -> Response:
     overview = await admin.overview()
     return await _page(
         "system.html",
-        push_on=broker.maintenance.enabled,
+        push_on=broker.ops.maintenance.enabled,
         pop_on=pop_on,
         p=overview["process"],
         pg=await admin.postgres(),

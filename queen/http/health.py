@@ -25,7 +25,7 @@ PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 @blueprint.get("/health")
 async def health() -> Response:
     broker: Broker = current_app.config["QUEEN_BROKER"]
-    report = await broker.health()
+    report = await broker.ops.health()
     return json_response(render.health(report), status=200 if report.healthy else 503)
 
 
@@ -41,7 +41,7 @@ async def _prometheus() -> Response:
     admin: AdminService = current_app.config["QUEEN_ADMIN"]
     text = broker.metrics.render_prometheus(broker.ops.gauges(), broker.ops.labelled_metrics())
     gauges = None  # with the database away, the process figures still answer at once
-    if broker.db_health.up:
+    if broker.ops.db_health.up:
         try:
             gauges = await admin.queue_gauges()
         except (StoreError, ConsumeUnavailable):

@@ -17,8 +17,9 @@ blueprint = Blueprint("maintenance", __name__)
 
 
 def _state(broker: Broker) -> dict[str, Any]:
-    spool = broker.spool.describe() if broker.spool is not None else None
-    return render.maintenance(broker.maintenance.enabled, spool)
+    ops = broker.ops
+    spool = ops.spool.describe() if ops.spool is not None else None
+    return render.maintenance(ops.maintenance.enabled, spool)
 
 
 @blueprint.get("/api/v1/system/maintenance")
@@ -38,7 +39,7 @@ async def set_maintenance() -> Response:
     if type(enabled) is not bool:
         return error_response(400, "enabled (boolean) is required")
     try:
-        await broker.set_maintenance(enabled)
+        await broker.ops.set_maintenance(enabled)
     except StoreError as exc:
         return error_response(503, f"maintenance mode not changed: {exc}")
     return json_response(_state(broker) | render.maintenance_switched(enabled))
