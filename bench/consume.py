@@ -65,7 +65,7 @@ async def throughput(broker: Broker, args: argparse.Namespace) -> None:
             pops += 1
             if not result:
                 continue
-            answers = await broker.ack(result.messages, consumer_group="bench")
+            answers = await broker.ack(result.messages)
             assert all(a.success for a in answers)
             consumed += len(answers)
 

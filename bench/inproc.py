@@ -228,7 +228,7 @@ async def drain(
                 state.empty_pops += 1
                 await trio.lowlevel.checkpoint()
                 continue
-            answers = await broker.ack(result.messages, consumer_group=group)
+            answers = await broker.ack(result.messages)
             acks.append((time.perf_counter() - t1) * 1000)
             bad = [a for a in answers if not a.success]
             if bad:
@@ -262,7 +262,7 @@ async def consume(broker: Broker, load: ConsumeLoad, args: argparse.Namespace) -
             s0 = time.perf_counter()
             result = await broker.pop(queue, batch=1, consumer_group=group)
             single.append((time.perf_counter() - s0) * 1000)
-            await broker.ack(result.messages, consumer_group=group)
+            await broker.ack(result.messages)
         total -= len(single)
         record["single_pop_ms"] = percentiles(single)
     pop_ms: list[float] = []

@@ -4,7 +4,7 @@ programs alike. :func:`queen.lifecycle.open_broker` builds and runs one::
     async with queen.open_broker(queen.Settings(database_url=...)) as broker:
         results = await broker.push([{"queue": "orders", "payload": {"id": 1}}])
         popped = await broker.pop("orders", batch=10)
-        await broker.ack(popped.messages)
+        await broker.ack(popped.messages)  # typed messages; [m.ack("failed") ...] to nack
 
 The services do the work and own their rules: :attr:`Broker.push_service`
 (:class:`queen.push.PushService`), :attr:`Broker.consume`
@@ -29,6 +29,7 @@ from queen.consume.policy import subscription_of
 from queen.consume.results import (
     AckResult,
     LeaseExtension,
+    Message,
     PopResult,
     QueueConfigured,
     QueueDeleted,
@@ -37,11 +38,20 @@ from queen.consume.results import (
 from queen.consume.service import ConsumeService
 from queen.encryption import QueueEncryption
 from queen.health import DatabaseHealth
+from queen.intake import prepare_push
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.operations import Health, Operations
 from queen.push import PushedItem, PushService
-from queen.records import QUEUE_MODE, PopRequest, QueueOptions
+from queen.records import (
+    QUEUE_MODE,
+    AckItem,
+    PopRequest,
+    QueueOptions,
+    TransactionRequest,
+    TxAck,
+    TxPush,
+)
 from queen.settings import Settings
 from queen.spool import Spool
 from queen.storage.base import Store
@@ -200,19 +210,12 @@ class Broker:
         )
         return await self.consume.pop(requests.checked_pop(request, self.settings.pop_max_batch))
 
-    async def ack(
-        self, acks: dict[str, Any] | Sequence[dict[str, Any]], *, consumer_group: str | None = None
-    ) -> list[AckResult]:
-        """Acknowledge popped messages (as :attr:`PopResult.messages` holds them, with an
-        optional ``status`` (default ``completed``) and ``error``). One result per ack."""
-        many = [acks] if isinstance(acks, dict) else list(acks)
-        items = [
-            requests.ack_item(
-                raw, where=f"acks[{i}].", group=consumer_group, default_status="completed"
-            )
-            for i, raw in enumerate(many)
-        ]
-        return await self.consume.ack(items)
+    async def ack(self, acks: Message | AckItem | Sequence[Message | AckItem]) -> list[AckResult]:
+        """Acknowledge popped messages (``completed``), or what :meth:`Message.ack` says of
+        them (another status, an error). One result per ack, in order."""
+        many = [acks] if isinstance(acks, Message | AckItem) else list(acks)
+        items = [a.ack() if isinstance(a, Message) else a for a in many]
+        return await self.consume.ack([requests.checked_ack(item) for item in items])
 
     async def extend_lease(self, lease_id: str, seconds: int | None = None) -> LeaseExtension:
         """Extend a lease by ``seconds`` (default: the queue's lease time)."""
@@ -221,16 +224,28 @@ class Broker:
 
     async def transaction(
         self,
-        operations: list[dict[str, Any]],
+        acks: Sequence[Message | AckItem] = (),
+        push: Sequence[dict[str, Any]] = (),
         *,
-        required_leases: list[str] | None = None,
+        required_leases: Sequence[str] | None = None,
         producer_sub: str | None = None,
     ) -> TransactionResult:
-        """Apply ack and push operations (the operations of ``POST /api/v1/transaction``)
-        atomically; raises :class:`queen.PartitionsBusy` (nothing applied) when a pushed
-        partition cannot be written now."""
-        request = requests.transaction_request(
-            {"operations": operations, "requiredLeases": required_leases or []}
+        """Ack ``acks`` (popped messages, or what :meth:`Message.ack` says of them) and push
+        ``push`` (items as for :meth:`push`, ``traceId`` kept) atomically; the results follow
+        that order. ``required_leases`` (default: the leases of ``acks``) must all be live.
+        Raises :class:`queen.PartitionsBusy` (nothing applied) when a pushed partition cannot
+        be written now."""
+        items = [requests.checked_ack(a.ack() if isinstance(a, Message) else a) for a in acks]
+        if required_leases is None:
+            required = list(dict.fromkeys(i.lease_id for i in items if i.lease_id is not None))
+        else:
+            required = [requests.lease_id(lease) for lease in required_leases]
+        prepared = prepare_push(list(push), keep_trace_ids=True) if push else None
+        request = TransactionRequest(
+            acks=[TxAck(i, item) for i, item in enumerate(items)],
+            pushes=[] if prepared is None else [TxPush(len(items), prepared)],
+            required_leases=required,
+            size=len(items) + (prepared.count if prepared is not None else 0),
         )
         return await self.consume.transaction(request, producer_sub)
 

@@ -295,7 +295,7 @@ async def test_embedding_api_acks_with_statuses_and_extends(broker: Broker, queu
     renewal = await broker.extend_lease(popped.lease_id, 30)
     assert renewal.success is True and renewal.renewed == 1 and renewal.expires_at is not None
     first, second = popped.messages
-    answers = await broker.ack([{**first, "status": "dlq", "error": "bad"}, second])
+    answers = await broker.ack([first.ack("dlq", "bad"), second])
     assert [a.dlq for a in answers] == [True, False]
     page = await broker.consume.dlq(dlq_query({"queue": queue}))
     assert [m.entry.error_message for m in page.messages] == ["bad"]

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from typing import Any
 
 import trio
 import trio.lowlevel
 
 from queen import open_broker
 from queen.broker import Broker
+from queen.consume.results import Message
 from queen.settings import Settings
 from tests.conftest import Db
 from tests.consuming import expire_leases
@@ -48,16 +48,16 @@ class Ledger:
         self.violations: list[str] = []
         self.done = 0
 
-    def took(self, consumer: str, messages: list[dict[str, Any]]) -> None:
-        for partition in {m["partition"] for m in messages}:
+    def took(self, consumer: str, messages: list[Message]) -> None:
+        for partition in {m.partition for m in messages}:
             holder = self.holding.get(partition)
             if holder is not None:
                 self.violations.append(f"{consumer} got {partition} held by {holder}")
             self.holding[partition] = consumer
-        self.deliveries.extend((m["partition"], m["offset"], m["id"]) for m in messages)
+        self.deliveries.extend((m.partition, m.offset, m.id) for m in messages)
 
-    def release(self, messages: list[dict[str, Any]]) -> None:
-        for partition in {m["partition"] for m in messages}:
+    def release(self, messages: list[Message]) -> None:
+        for partition in {m.partition for m in messages}:
             self.holding.pop(partition, None)
 
 
@@ -79,7 +79,7 @@ async def consumer(
         ledger.took(name, messages)
         await trio.lowlevel.checkpoint()  # let the others try while this batch is held
         ledger.release(messages)
-        answers = await broker.ack(messages, consumer_group=group)
+        answers = await broker.ack(messages)
         assert all(a.success for a in answers), answers
         ledger.done += len(messages)
 
@@ -115,7 +115,7 @@ async def test_a_dead_consumers_batch_is_redelivered_after_its_lease_expires(
 ) -> None:
     total = await fill(broker, queue)
     dead = await broker.pop(queue, "p0", batch=5, consumer_group="g")
-    dead_partition = {m["partition"] for m in dead.messages}
+    dead_partition = {m.partition for m in dead.messages}
     assert dead_partition == {"p0"}
 
     ledger = Ledger()
@@ -134,8 +134,8 @@ async def test_a_dead_consumers_batch_is_redelivered_after_its_lease_expires(
                 nursery.start_soon(consumer, f"d{i}", broker, queue, "g", ledger, 40)
     redelivered = [(o, m) for p, o, m in ledger.deliveries if p == "p0"]
     assert [o for o, _ in redelivered] == list(range(PER_PARTITION))
-    assert [m for _, m in redelivered[:5]] == [m["id"] for m in dead.messages]
-    stale = await broker.ack(dead.messages[0], consumer_group="g")
+    assert [m for _, m in redelivered[:5]] == [m.id for m in dead.messages]
+    stale = await broker.ack(dead.messages[0])
     assert stale[0].error == "Invalid or expired lease"
 
 
@@ -161,26 +161,14 @@ async def test_transactions_pushes_and_pops_together_never_deadlock(
                     await trio.lowlevel.checkpoint()
                     continue
                 targets = rng.sample(partitions, 2)
-                ops: list[dict[str, Any]] = [
-                    {
-                        "type": "ack",
-                        "transactionId": m["transactionId"],
-                        "partitionId": m["partitionId"],
-                        "leaseId": m["leaseId"],
-                    }
-                    for m in popped.messages
-                ]
-                ops.append(
-                    {
-                        "type": "push",
-                        "items": [
-                            {"queue": sink, "partition": t, "payload": m["data"]}
-                            for m in popped.messages
-                            for t in targets
-                        ],
-                    }
+                answer = await broker.transaction(
+                    popped.messages,
+                    [
+                        {"queue": sink, "partition": t, "payload": m.data}
+                        for m in popped.messages
+                        for t in targets
+                    ],
                 )
-                answer = await broker.transaction(ops)
                 assert answer.success, answer
                 moved += len(popped.messages)
 

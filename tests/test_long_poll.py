@@ -66,7 +66,7 @@ async def test_a_waiting_pop_wakes_when_a_push_commits(settings: Settings, queue
                 await broker.consume.wakeups.until_waiting(1)
                 pushed_at = trio.current_time()
                 await broker.push([{"queue": queue, "payload": "wake up"}])
-        assert [m["data"] for m in got[0].messages] == ["wake up"]
+        assert [m.data for m in got[0].messages] == ["wake up"]
         assert trio.current_time() - pushed_at < 5  # far from the 30 s deadline
 
 
@@ -82,7 +82,7 @@ async def test_a_push_in_another_broker_process_wakes_a_waiting_pop(
                 nursery.start_soon(partial(wait_for_pop, waiting, queue, got, timeout_ms=30_000))
                 await waiting.consume.wakeups.until_waiting(1)
                 await pushing.push([{"queue": queue, "payload": "from elsewhere"}])
-        assert [m["data"] for m in got[0].messages] == ["from elsewhere"]
+        assert [m.data for m in got[0].messages] == ["from elsewhere"]
 
 
 async def test_an_empty_long_poll_answers_at_its_deadline(broker: Broker, queue: str) -> None:
@@ -107,7 +107,7 @@ async def test_a_waiting_pop_rechecks_for_expired_leases(settings: Settings, que
         )
         with trio.fail_after(10):
             again = await broker.pop(queue, wait=True, timeout_ms=8000)
-        assert [m["id"] for m in again.messages] == [m["id"] for m in held.messages]
+        assert [m.id for m in again.messages] == [m.id for m in held.messages]
 
 
 async def test_stop_waiting_answers_every_waiting_pop(broker: Broker, queue: str) -> None:

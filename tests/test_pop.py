@@ -270,7 +270,7 @@ async def test_a_pop_without_batch_delivers_one_message_unless_autopilot(
     assert status == 200 and data_of(body["messages"]) == [0]
     assert "autopilot" not in body
     await api.ack(body["messages"][0])
-    assert [m["data"] for m in (await broker.pop(queue)).messages] == [1]
+    assert [m.data for m in (await broker.pop(queue)).messages] == [1]
     auto = await broker.pop(queue, consumer_group="lib", autopilot=True)
     assert len(auto.messages) == 100
 
@@ -332,13 +332,13 @@ async def test_pop_maintenance_answers_204_at_once_in_every_process(
 async def test_embedding_api_pops_and_acks(broker: Broker, queue: str) -> None:
     await broker.push([{"queue": queue, "partition": "p", "payload": {"n": n}} for n in range(3)])
     result = await broker.pop(queue, batch=2, consumer_group="lib")
-    assert [m["data"] for m in result.messages] == [{"n": 0}, {"n": 1}]
+    assert [m.data for m in result.messages] == [{"n": 0}, {"n": 1}]
     assert result.lease_id and result.partitions_claimed == 1
     answers = await broker.ack(result.messages)
     assert [a.success for a in answers] == [True, True]
     assert answers[-1].lease_released is True
     rest = await broker.pop(queue, consumer_group="lib", auto_ack=True)
-    assert [m["data"] for m in rest.messages] == [{"n": 2}]
+    assert [m.data for m in rest.messages] == [{"n": 2}]
     assert not await broker.pop(queue, consumer_group="lib", wait=True, timeout_ms=0)
 
 
@@ -390,8 +390,8 @@ async def test_pops_and_acks_are_counted_in_metrics(api: Api, client: Any, queue
 async def _drain(broker: Broker, queue: str, group: str | None) -> list[Any]:
     got: list[Any] = []
     while result := await broker.pop(queue, batch=100, partitions=100, consumer_group=group):
-        got += [m["data"] for m in result.messages]
-        await broker.ack(result.messages, consumer_group=group)
+        got += [m.data for m in result.messages]
+        await broker.ack(result.messages)
     return got
 
 

@@ -122,16 +122,7 @@ async def test_completed_retention_waits_for_every_consumer_group(
     async def consume_all(group: str | None) -> None:
         popped = await broker.pop(queue, consumer_group=group, batch=10, wait=False)
         assert popped is not None
-        acks = [
-            {
-                "transactionId": m["transactionId"],
-                "partitionId": m["partitionId"],
-                "leaseId": m["leaseId"],
-                "status": "completed",
-            }
-            for m in popped.messages
-        ]
-        results = await broker.ack(acks, consumer_group=group)
+        results = await broker.ack(popped.messages)
         assert all(r.success for r in results)
 
     await consume_all(None)
@@ -153,22 +144,13 @@ async def test_retention_never_breaks_a_live_lease(broker: Broker, queue: str, d
     await push(broker, queue, "free", partition="q")
     await age_messages(db, queue, 120, first_offset_below=10)
     popped = await broker.pop(queue, partition="p", batch=10, wait=False)
-    assert popped is not None and [m["transactionId"] for m in popped.messages] == ["leased"]
+    assert popped is not None and [m.transaction_id for m in popped.messages] == ["leased"]
 
     outcome = await broker.run_retention_pass()
     assert outcome.segments == 1  # the segment of partition q only
     assert [f["transaction_id"] for f in await db.frames(queue, "p")] == ["leased"]
     (message,) = popped.messages
-    acked = await broker.ack(
-        [
-            {
-                "transactionId": "leased",
-                "partitionId": message["partitionId"],
-                "leaseId": message["leaseId"],
-                "status": "completed",
-            }
-        ]
-    )
+    acked = await broker.ack([message])
     assert acked[0].success
     assert (await broker.run_retention_pass()).segments == 1  # now it may go
 
@@ -248,17 +230,8 @@ async def test_retention_during_live_traffic_loses_nothing_in_its_time(
             popped = await broker.pop(queue, batch=25, wait=True, timeout_ms=2000)
             if not popped:
                 continue
-            received.extend(m["transactionId"] for m in popped.messages)
-            acks = [
-                {
-                    "transactionId": m["transactionId"],
-                    "partitionId": m["partitionId"],
-                    "leaseId": m["leaseId"],
-                    "status": "completed",
-                }
-                for m in popped.messages
-            ]
-            assert all(r.success for r in await broker.ack(acks))
+            received.extend(m.transaction_id for m in popped.messages)
+            assert all(r.success for r in await broker.ack(popped.messages))
         done.set()
 
     async def retention() -> None:

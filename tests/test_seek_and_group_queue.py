@@ -188,12 +188,12 @@ async def test_seek_wakes_the_groups_waiting_pops(settings: Settings, queue: str
     async with open_broker(settings.with_changes(pop_recheck_ms=600_000)) as broker:
         await broker.push([{"queue": queue, "payload": n} for n in range(2)])
         done = await broker.pop(queue, consumer_group="g", batch=5)
-        await broker.ack(done.messages, consumer_group="g")
+        await broker.ack(done.messages)
         got: list[object] = []
 
         async def wait_for_them() -> None:
             result = await broker.pop(queue, consumer_group="g", batch=5, wait=True)
-            got.extend(m["data"] for m in result.messages)
+            got.extend(m.data for m in result.messages)
 
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:

@@ -165,7 +165,7 @@ async def test_traces_go_with_their_messages(api: Api, broker: Broker, queue: st
 async def test_traces_from_the_embedding_api(broker: Broker, queue: str) -> None:
     await broker.push([{"queue": queue, "payload": 1, "transactionId": "t"}])
     [message] = (await broker.pop(queue)).messages
-    body = {"transactionId": "t", "partitionId": message["partitionId"], "data": {"a": 1}}
+    body = {"transactionId": "t", "partitionId": str(message.partition_id), "data": {"a": 1}}
     assert (await broker.consume.traces.record(body)).trace_id > 0
-    read = await broker.consume.traces.for_message(message["partitionId"], "t")
+    read = await broker.consume.traces.for_message(str(message.partition_id), "t")
     assert [json.loads(t.data) for t in read.traces] == [{"a": 1}]  # stored as JSON text

@@ -241,23 +241,13 @@ async def test_embedding_api_transaction(broker: Broker, queue: str) -> None:
     await broker.push([{"queue": queue, "payload": "in"}])
     popped = await broker.pop(queue)
     answer = await broker.transaction(
-        [
-            {
-                "type": "ack",
-                **{k: popped.messages[0][k] for k in ("transactionId", "partitionId", "leaseId")},
-            },
-            {
-                "type": "push",
-                "items": [{"queue": f"{queue}-out", "payload": "out", "traceId": TRACE}],
-            },
-        ],
+        popped.messages,
+        [{"queue": f"{queue}-out", "payload": "out", "traceId": TRACE}],
         producer_sub="svc",
     )
     assert answer.success is True
     out = await broker.pop(f"{queue}-out")
-    assert [(m["data"], m["traceId"], m["producerSub"]) for m in out.messages] == [
-        ("out", TRACE, "svc")
-    ]
+    assert [(m.data, m.trace_id, m.producer_sub) for m in out.messages] == [("out", TRACE, "svc")]
 
 
 async def _eventually(condition: Any, timeout_s: float = 10.0) -> None:
@@ -304,7 +294,7 @@ async def test_transaction_push_waits_for_the_partition_actors_write(
             done["live"] = await broker.push([item])
 
         async def transaction() -> None:
-            done["tx"] = await broker.transaction(_tx_push(queue, "p", "tx"))
+            done["tx"] = await broker.transaction(push=_tx_push(queue, "p", "tx")[0]["items"])
 
         nursery.start_soon(live)
         await trio.testing.wait_all_tasks_blocked()  # the live write waits at the gate

@@ -565,8 +565,10 @@ class AdminService:
         }
 
     async def groups(self, args: Mapping[str, Any]) -> list[Json]:
-        """``GET /api/v1/consumer-groups``: one entry per (group, queue), one page."""
-        page = params.page(args)
+        """``GET /api/v1/consumer-groups``: one entry per (group, queue), one page (without a
+        ``limit``, the most a page holds: the original answers every group, and its clients
+        ask without one)."""
+        page = params.page(args, default_limit=params.MAX_LIMIT)
         rows = await self.store.groups(
             group=None,
             queue=params.optional_name(args, "queue"),

@@ -200,6 +200,22 @@ def ack_item(raw: Any, *, where: str = "", group: Any = None, default_status: st
     )
 
 
+def checked_ack(item: AckItem) -> AckItem:
+    """The rules of an ack on a typed item (the embedding API's): a transaction id, a known
+    status, a valid group name; a lease id that is not a UUID can never match a live lease."""
+    if type(item.transaction_id) is not str or not item.transaction_id:
+        raise InvalidRequest("transactionId is required")
+    if item.status not in ("completed", "failed", "dlq", "retry"):
+        raise InvalidRequest("status must be one of completed, failed, dlq, retry")
+    if item.error is not None and type(item.error) is not str:
+        raise InvalidRequest("error must be a string or null")
+    return dataclasses.replace(
+        item,
+        consumer_group=group_of(item.consumer_group),
+        lease_id=_lease_id(item.lease_id, ""),
+    )
+
+
 def ack_batch(body: Any) -> list[AckItem]:
     """``POST /api/v1/ack/batch``: ``{"acknowledgments": [...], "consumerGroup": g|null}``."""
     if type(body) is not dict:

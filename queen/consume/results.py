@@ -13,7 +13,9 @@ from typing import Any
 from queen.consume.policy import iso_of_uuid7
 from queen.intake import decode_json
 from queen.records import (
+    AckItem,
     AckResult,
+    AckStatus,
     Delivered,
     DlqEntry,
     QueueOptions,
@@ -49,28 +51,57 @@ class PopResult:
         return len({d.partition_id for d in self.delivered})
 
     @property
-    def messages(self) -> list[dict[str, Any]]:
-        """The messages as the HTTP answer carries them, with ``data`` decoded: the embedding
-        API's popped messages, which :meth:`queen.broker.Broker.ack` takes back."""
-        return [self.message(d, decode_json(d.payload.encode())) for d in self.delivered]
+    def messages(self) -> list[Message]:
+        """The messages for an embedding program, ``data`` decoded; each can be acked
+        (:meth:`queen.broker.Broker.ack`, :meth:`Message.ack`)."""
+        return [
+            Message(
+                id=d.message_id,
+                transaction_id=d.transaction_id,
+                partition_id=d.partition_id,
+                lease_id=self.lease_id,
+                data=decode_json(d.payload.encode()),
+                created_at=iso_of_uuid7(d.message_id),
+                producer_sub=d.producer_sub,
+                trace_id=d.trace_id,
+                partition=d.partition,
+                queue=d.queue,
+                consumer_group=self.consumer_group,
+                retry_count=d.retry_count,
+                offset=d.offset,
+            )
+            for d in self.delivered
+        ]
 
-    def message(self, d: Delivered, data: Any) -> dict[str, Any]:
-        """One delivered message in the shape of the pop answer, carrying ``data``."""
-        return {
-            "id": d.message_id,
-            "transactionId": d.transaction_id,
-            "partitionId": str(d.partition_id),
-            "leaseId": self.lease_id,
-            "data": data,
-            "createdAt": iso_of_uuid7(d.message_id),
-            "producerSub": d.producer_sub,
-            "traceId": d.trace_id,
-            "partition": d.partition,
-            "queue": d.queue,
-            "consumerGroup": self.consumer_group,
-            "retryCount": d.retry_count,
-            "offset": d.offset,
-        }
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One popped message. ``lease_id`` is ``""`` when popped with ``autoAck``."""
+
+    id: str
+    transaction_id: str
+    partition_id: int
+    lease_id: str
+    data: Any
+    created_at: str  # ISO-8601 UTC, from the message id
+    producer_sub: str | None
+    trace_id: str | None
+    partition: str
+    queue: str
+    consumer_group: str
+    retry_count: int
+    offset: int
+
+    def ack(self, status: AckStatus = "completed", error: str | None = None) -> AckItem:
+        """The acknowledgment of this message (fenced by its lease, for its group)."""
+        return AckItem(
+            transaction_id=self.transaction_id,
+            partition_id=self.partition_id,
+            status=status,
+            consumer_group=self.consumer_group,
+            error=error,
+            lease_id=self.lease_id or None,
+        )
 
 
 # --- the other answers of the consume side (rendered for HTTP by queen.http.render) ----------

@@ -36,7 +36,7 @@ from queen.consume.results import (
 from queen.intake import decode_json
 from queen.operations import Health
 from queen.push import PushAnswer
-from queen.records import StateEntry, StoredTrace, options_to_wire
+from queen.records import Delivered, StateEntry, StoredTrace, options_to_wire
 from queen.streams.results import CycleResult, QueryRegistered
 from queen.streams.service import QueryConflict
 
@@ -81,7 +81,7 @@ def pop(result: PopResult) -> dict[str, Any]:
         "leaseExpiresAt": iso_utc(result.lease_expires_at) if result.lease_expires_at else None,
         "consumerGroup": result.consumer_group,
         "partitionsClaimed": result.partitions_claimed,
-        "messages": [result.message(d, orjson.Fragment(d.payload)) for d in result.delivered],
+        "messages": [_message(result, d) for d in result.delivered],
     }
     if result.sizing is not None:
         body["autopilot"] = {
@@ -90,6 +90,25 @@ def pop(result: PopResult) -> dict[str, Any]:
             "waitMs": 0,
         }
     return body
+
+
+def _message(result: PopResult, d: Delivered) -> dict[str, Any]:
+    """One delivered message; its payload passes through as stored JSON."""
+    return {
+        "id": d.message_id,
+        "transactionId": d.transaction_id,
+        "partitionId": str(d.partition_id),
+        "leaseId": result.lease_id,
+        "data": orjson.Fragment(d.payload),
+        "createdAt": iso_of_uuid7(d.message_id),
+        "producerSub": d.producer_sub,
+        "traceId": d.trace_id,
+        "partition": d.partition,
+        "queue": d.queue,
+        "consumerGroup": result.consumer_group,
+        "retryCount": d.retry_count,
+        "offset": d.offset,
+    }
 
 
 def configured(c: QueueConfigured) -> dict[str, Any]:
