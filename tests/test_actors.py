@@ -141,7 +141,7 @@ async def test_a_flood_on_one_partition_is_written_in_full_segments_in_arrival_o
 
         async def push(tx: str) -> None:
             [answer] = await broker.push([item("p", tx)])
-            answers[tx] = answer["status"]
+            answers[tx] = answer.status
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(push, "first")

@@ -17,6 +17,7 @@ import trio
 
 from queen import open_broker
 from queen.broker import Broker
+from queen.push import PushedItem
 from tests.conftest import Db
 
 ROUNDS = 100
@@ -28,7 +29,7 @@ ITEMS = 100
 async def test_two_brokers_racing_on_one_partition_keep_offsets_and_dedup_exact(
     settings: Any, queue: str, db: Db
 ) -> None:
-    answers: list[dict[str, Any]] = []
+    answers: list[PushedItem] = []
 
     async def push(broker: Broker, who: str, tx: str) -> None:
         body = [
@@ -49,13 +50,11 @@ async def test_two_brokers_racing_on_one_partition_keep_offsets_and_dedup_exact(
     keys = [
         f"{tx}.{i}" for tx in ["start", *(f"r{r}" for r in range(ROUNDS))] for i in range(ITEMS)
     ]
-    assert [a["status"] for a in answers].count("failed") == 0
-    assert sorted(a["status"] for a in answers) == ["duplicate"] * len(keys) + ["queued"] * len(
-        keys
-    )
+    assert [a.status for a in answers].count("failed") == 0
+    assert sorted(a.status for a in answers) == ["duplicate"] * len(keys) + ["queued"] * len(keys)
     frames = await db.frames(queue, "p")
     assert [f["offset"] for f in frames] == list(range(len(keys)))
     stored = {f["transaction_id"]: f["message_id"] for f in frames}
     assert len(stored) == len(frames) and sorted(stored) == sorted(keys)
     for answer in answers:  # every answer names the one stored message of its key
-        assert answer["message_id"] == stored[answer["transaction_id"]]
+        assert answer.message_id == stored[answer.transaction_id]
