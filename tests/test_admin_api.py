@@ -3,8 +3,10 @@ CORS. Figures are checked against what the test pushed, popped and acknowledged.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+from queen.admin.params import Page
 from queen.broker import Broker
 from queen.http.app import create_app
 from queen.settings import Settings
@@ -120,6 +122,29 @@ async def test_consumer_groups_and_lag(client: Any, queue: str) -> None:
     assert any(x["name"] == f"g-{queue}" for x in lagging)
     far = await (await client.get("/api/v1/consumer-groups/lagging?minLagSeconds=3600")).get_json()
     assert not any(x["name"] == f"g-{queue}" for x in far)
+
+
+async def test_the_service_answers_typed_values(client: Any, broker: Broker, queue: str) -> None:
+    """What ``broker.admin`` answers an embedding program: values, not the wire's dicts."""
+    await push(client, queue, "p", "t1", "t2")
+    assert len(await pop(client, queue, 1, group=f"g-{queue}")) == 1
+    page = await broker.admin.queues({"search": queue})
+    [summary] = page.queues
+    assert (summary.name, summary.partitions, summary.messages.total) == (queue, 1, 2)
+    assert summary.created_at.tzinfo is not None and page.page == Page(100, 0)
+    newest = (await broker.admin.messages({"queue": queue})).messages[0]
+    assert (newest.transaction_id, newest.status, newest.offset) == ("t2", "pending", 1)
+    detail = await broker.admin.message(str(newest.partition_id), "t2")
+    assert detail is not None and detail.payload.value == {"tx": "t2"}
+    [view] = [g for g in detail.consumer_groups if g.name == f"g-{queue}"]
+    assert view.leased is False and view.consumed is False  # its lease holds t1 only
+    assert view.lease_expires_at is not None and view.lease_expires_at > datetime.now(UTC)
+    [group] = [g for g in await broker.admin.groups({"queue": queue}) if g.name == f"g-{queue}"]
+    assert (group.lag, group.leased, group.partitions) == (2, 1, 1)
+    deleted = await broker.admin.delete_message(str(newest.partition_id), "t2")
+    assert deleted.outcome == "deleted"
+    again = await broker.admin.delete_message(str(newest.partition_id), "t2")
+    assert again.outcome == "missing"
 
 
 async def test_overview_status_analytics_and_refresh(client: Any, queue: str) -> None:

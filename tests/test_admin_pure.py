@@ -46,8 +46,8 @@ def test_history_rates_are_differences_per_second() -> None:
     now[0] += 5
     history.sample()  # younger than a step: not recorded
     [point] = history.series()
-    assert (point["ingestedPerSecond"], point["processedPerSecond"]) == (5.0, 2.0)
-    assert history.latest_rates()["ingestedPerSecond"] == 5.0
+    assert (point.rates.ingested_per_s, point.rates.processed_per_s) == (5.0, 2.0)
+    assert history.latest_rates().ingested_per_s == 5.0
     for _ in range(20):
         now[0] += 10
         history.sample()

@@ -16,10 +16,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
 
 import trio
 
+from queen.admin.results import RatePoint, Rates
 from queen.metrics import Metrics
 
 log = logging.getLogger("queen.admin")
@@ -67,46 +68,45 @@ class History:
         cpu, rss = _cpu_and_rss()
         self.points.append(Point(now, self.metrics.snapshot(), cpu, rss))
 
-    def series(self, since: float | None = None) -> list[dict[str, Any]]:
-        """One entry per interval between consecutive points: per-second rates of pushes,
-        pops, acks and DLQ moves, CPU share and memory at its end."""
-        out: list[dict[str, Any]] = []
-        points = list(self.points)
-        for before, after in itertools.pairwise(points):
+    def series(self, since: float | None = None) -> list[RatePoint]:
+        """One entry per interval between consecutive points (those ending at ``since`` or
+        later): per-second rates of pushes, pops, acks and DLQ moves, CPU share and memory at
+        its end. Rates are rounded to two places, CPU to one."""
+        out: list[RatePoint] = []
+        for before, after in itertools.pairwise(list(self.points)):
             if since is not None and after.at < since:
                 continue
             span = max(after.at - before.at, 1e-9)
 
-            def rate(name: str, b: Point = before, a: Point = after, s: float = span) -> float:
-                return round((a.counters.get(name, 0) - b.counters.get(name, 0)) / s, 2)
+            def delta(name: str, b: Point = before, a: Point = after) -> int:
+                return a.counters.get(name, 0) - b.counters.get(name, 0)
+
+            def rate(name: str, s: float = span) -> float:
+                return round(delta(name) / s, 2)
 
             out.append(
-                {
-                    "at": after.at,
-                    "seconds": round(span, 3),
-                    "ingestedPerSecond": rate("push_items_queued"),
-                    "popPerSecond": rate("pop_messages"),
-                    "processedPerSecond": rate("acks"),
-                    "deadLetterPerSecond": rate("acks_dlq"),
-                    "pushRequestsPerSecond": rate("push_requests"),
-                    "ingested": after.counters.get("push_items_queued", 0)
-                    - before.counters.get("push_items_queued", 0),
-                    "processed": after.counters.get("acks", 0) - before.counters.get("acks", 0),
-                    "cpuPercent": round(100 * (after.cpu_s - before.cpu_s) / span, 1),
-                    "rssBytes": after.rss_bytes,
-                }
+                RatePoint(
+                    at=datetime.fromtimestamp(after.at, UTC),
+                    span_s=round(span, 3),
+                    rates=Rates(
+                        ingested_per_s=rate("push_items_queued"),
+                        pop_per_s=rate("pop_messages"),
+                        processed_per_s=rate("acks"),
+                    ),
+                    dead_letter_per_s=rate("acks_dlq"),
+                    push_requests_per_s=rate("push_requests"),
+                    ingested=delta("push_items_queued"),
+                    processed=delta("acks"),
+                    cpu_percent=round(100 * (after.cpu_s - before.cpu_s) / span, 1),
+                    rss_bytes=after.rss_bytes,
+                )
             )
         return out
 
-    def latest_rates(self) -> dict[str, float]:
+    def latest_rates(self) -> Rates:
         """The rates of the newest interval (zeros before there are two points)."""
         series = self.series()
-        if not series:
-            return {"ingestedPerSecond": 0.0, "popPerSecond": 0.0, "processedPerSecond": 0.0}
-        last = series[-1]
-        return {
-            k: float(last[k]) for k in ("ingestedPerSecond", "popPerSecond", "processedPerSecond")
-        }
+        return series[-1].rates if series else Rates(0.0, 0.0, 0.0)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sample every ``step_s`` until cancelled. Owns nothing but the ring; an error in a

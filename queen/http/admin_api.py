@@ -1,16 +1,19 @@
 """The admin and observability routes (the original broker's paths and shapes).
 
 Thin: the query string goes to :class:`queen.admin.service.AdminService`, which validates it
-(400 on bad input) and answers; unknown queues, groups and messages are 404.
+(400 on bad input) and answers typed values; :mod:`queen.http.render_admin` writes them as
+JSON. Unknown queues, groups and messages are 404.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from quart import Blueprint, Response, current_app, request
 
 from queen.admin.service import AdminService, check_name
+from queen.http import render_admin as render
 from queen.http.groups import GroupName
 from queen.http.responses import error_response, json_response
 
@@ -29,8 +32,15 @@ def admin() -> AdminService:
     return service
 
 
-def _found(answer: Any, what: str) -> Response:
-    return error_response(404, f"{what} not found") if answer is None else json_response(answer)
+T = TypeVar("T")
+
+DELETION_STATUS = {"deleted": 200, "leased": 409, "missing": 404}
+
+
+def _found(answer: T | None, rendered: Callable[[T], Any], what: str) -> Response:
+    if answer is None:
+        return error_response(404, f"{what} not found")
+    return json_response(rendered(answer))
 
 
 # --- resources -------------------------------------------------------------------------------
@@ -38,28 +48,32 @@ def _found(answer: Any, what: str) -> Response:
 
 @blueprint.get("/api/v1/resources/queues")
 async def list_queues() -> Response:
-    return json_response(await admin().queues(request.args))
+    return json_response(render.queue_page(await admin().queues(request.args)))
 
 
 @blueprint.get("/api/v1/resources/queues/<queue>")
 async def queue_resources(queue: str) -> Response:
     name = check_name(queue, "queue")
-    return _found(await admin().queue_resources(name, request.args), f"queue {name!r}")
+    return _found(
+        await admin().queue_resources(name, request.args),
+        render.queue_resources,
+        f"queue {name!r}",
+    )
 
 
 @blueprint.get("/api/v1/resources/namespaces")
 async def namespaces() -> Response:
-    return json_response(await admin().namespaces())
+    return json_response(render.groupings(await admin().namespaces()))
 
 
 @blueprint.get("/api/v1/resources/tasks")
 async def tasks() -> Response:
-    return json_response(await admin().tasks())
+    return json_response(render.groupings(await admin().tasks()))
 
 
 @blueprint.get("/api/v1/resources/overview")
 async def overview() -> Response:
-    return json_response(await admin().overview())
+    return json_response(render.overview(await admin().overview()))
 
 
 # --- messages --------------------------------------------------------------------------------
@@ -67,18 +81,20 @@ async def overview() -> Response:
 
 @blueprint.get("/api/v1/messages")
 async def messages() -> Response:
-    return json_response(await admin().messages(request.args))
+    return json_response(render.message_page(await admin().messages(request.args)))
 
 
 @blueprint.get("/api/v1/messages/<partition_id>/<path:transaction_id>")
 async def message(partition_id: str, transaction_id: str) -> Response:
-    return _found(await admin().message(partition_id, transaction_id), "Message")
+    return _found(
+        await admin().message(partition_id, transaction_id), render.message_detail, "Message"
+    )
 
 
 @blueprint.delete("/api/v1/messages/<partition_id>/<path:transaction_id>")
 async def delete_message(partition_id: str, transaction_id: str) -> Response:
-    status, answer = await admin().delete_message(partition_id, transaction_id)
-    return json_response(answer, status=status)
+    deletion = await admin().delete_message(partition_id, transaction_id)
+    return json_response(render.message_deleted(deletion), DELETION_STATUS[deletion.outcome])
 
 
 # --- status and analytics --------------------------------------------------------------------
@@ -86,59 +102,61 @@ async def delete_message(partition_id: str, transaction_id: str) -> Response:
 
 @blueprint.get("/api/v1/status")
 async def status() -> Response:
-    return json_response(await admin().status(request.args))
+    return json_response(render.status(await admin().status(request.args)))
 
 
 @blueprint.get("/api/v1/status/queues")
 async def status_queues() -> Response:
-    return json_response(await admin().queues(request.args))
+    return json_response(render.queue_page(await admin().queues(request.args)))
 
 
 @blueprint.get("/api/v1/status/queues/<queue>")
 async def status_queue(queue: str) -> Response:
     name = check_name(queue, "queue")
-    return _found(await admin().queue_status(name, request.args), f"queue {name!r}")
+    return _found(
+        await admin().queue_status(name, request.args), render.queue_status, f"queue {name!r}"
+    )
 
 
 @blueprint.get("/api/v1/status/queues/<queue>/messages")
 async def status_queue_messages(queue: str) -> Response:
     name = check_name(queue, "queue")
-    return json_response(await admin().messages(request.args, queue=name))
+    return json_response(render.message_page(await admin().messages(request.args, queue=name)))
 
 
 @blueprint.get("/api/v1/status/analytics")
 async def status_analytics() -> Response:
-    return json_response(await admin().analytics(request.args))
+    return json_response(render.analytics(await admin().analytics(request.args)))
 
 
 @blueprint.get("/api/v1/analytics/worker-metrics")
 async def worker_metrics() -> Response:
-    return json_response(await admin().analytics(request.args))
+    return json_response(render.analytics(await admin().analytics(request.args)))
 
 
 @blueprint.get("/api/v1/analytics/system-metrics")
 async def system_metrics() -> Response:
-    return json_response(await admin().system_metrics(request.args))
+    return json_response(render.system_metrics(await admin().system_metrics(request.args)))
 
 
 @blueprint.get("/api/v1/analytics/queue-lag")
 async def queue_lag() -> Response:
-    return json_response(await admin().queue_lag(request.args))
+    return json_response(render.queue_lag(await admin().queue_lag(request.args)))
 
 
 @blueprint.get("/api/v1/analytics/queue-ops")
 async def queue_ops() -> Response:
-    return json_response(await admin().queue_ops(request.args))
+    return json_response(render.queue_ops(await admin().queue_ops(request.args)))
 
 
 @blueprint.get("/api/v1/analytics/retention")
 async def retention() -> Response:
-    return json_response(await admin().retention())
+    return json_response(render.retention(await admin().retention()))
 
 
 @blueprint.get("/api/v1/analytics/postgres-stats")
 async def postgres_stats() -> Response:
-    return json_response(await admin().postgres())
+    return json_response(render.postgres(await admin().postgres()))
 
 
 # --- consumer groups -------------------------------------------------------------------------
@@ -146,20 +164,25 @@ async def postgres_stats() -> Response:
 
 @blueprint.get("/api/v1/consumer-groups")
 async def consumer_groups() -> Response:
-    return json_response(await admin().groups(request.args))
+    return json_response(render.group_standings(await admin().groups(request.args)))
 
 
 @blueprint.get("/api/v1/consumer-groups/lagging")
 async def lagging() -> Response:
-    return json_response(await admin().lagging(request.args))
+    return json_response(render.group_standings(await admin().lagging(request.args)))
 
 
 @blueprint.get("/api/v1/consumer-groups/<group_detail:group>")
 async def consumer_group(group: str) -> Response:
     name = check_name(group, "consumer group")
-    return _found(await admin().group(name, request.args), f"consumer group {name!r}")
+    return _found(
+        await admin().group(name, request.args),
+        render.group_detail,
+        f"consumer group {name!r}",
+    )
 
 
 @blueprint.post("/api/v1/stats/refresh")
 async def refresh() -> Response:
-    return json_response(await admin().refresh())
+    await admin().refresh()
+    return json_response(render.refreshed())

@@ -3,9 +3,11 @@ script asks for a token when the broker wants one, then loads the views below wi
 refreshes them every few seconds without reloading the page.
 
 Each view (``GET /dashboard/view/...``, read role) is HTML rendered here from the answers of
-:class:`queen.admin.service.AdminService` with the templates in ``templates/``; charts are SVG
-drawn by :mod:`queen.admin.charts`. Actions (delete, seek, maintenance switches) are buttons
-that call the API itself after a confirmation, so the API's access table decides who may.
+:class:`queen.admin.service.AdminService` with the templates in ``templates/``: the templates
+read the API's JSON shapes (:mod:`queen.http.render_admin`), so a view shows what the API
+answers; charts are SVG drawn by :mod:`queen.admin.charts` from the typed values. Actions
+(delete, seek, maintenance switches) are buttons that call the API itself after a
+confirmation, so the API's access table decides who may.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from queen.admin.service import AdminService, check_name
 from queen.broker import Broker
 from queen.consume import requests
 from queen.consume.errors import ConsumeUnavailable
-from queen.http import render
+from queen.http import render, render_admin
 
 blueprint = Blueprint("dashboard", __name__, template_folder="templates")
 
@@ -64,24 +66,24 @@ async def overview() -> Response:
     series = admin.history.series()[-90:]
     rates = charts.line_chart(
         [
-            ("push", [p["ingestedPerSecond"] for p in series]),
-            ("pop", [p["popPerSecond"] for p in series]),
-            ("ack", [p["processedPerSecond"] for p in series]),
+            ("push", [p.rates.ingested_per_s for p in series]),
+            ("pop", [p.rates.pop_per_s for p in series]),
+            ("ack", [p.rates.processed_per_s for p in series]),
         ],
         unit="/s",
         title="messages per second, this process (10 s samples)",
     )
-    top = sorted(
-        queues["queues"],
-        key=lambda q: q["messages"]["pending"] + q["messages"]["processing"],
-        reverse=True,
-    )[:8]
+    top = sorted(queues.queues, key=lambda q: q.messages.depth, reverse=True)[:8]
     depth = charts.bar_chart(
-        [(q["name"], q["messages"]["pending"] + q["messages"]["processing"]) for q in top],
+        [(q.name, q.messages.depth) for q in top],
         title="deepest queues (pending + processing)",
     )
     return await _page(
-        "overview.html", o=overview, queues=queues, rates_chart=rates, depth_chart=depth
+        "overview.html",
+        o=render_admin.overview(overview),
+        queues=render_admin.queue_page(queues),
+        rates_chart=rates,
+        depth_chart=depth,
     )
 
 
@@ -92,7 +94,9 @@ async def queue(queue: str) -> Response:
     status = await admin.queue_status(name, request.args)
     if status is None:
         return Response(f"queue {name} does not exist", status=404, content_type=HTML)
-    return await _page("queue.html", s=status, page=params.page(request.args))
+    return await _page(
+        "queue.html", s=render_admin.queue_status(status), page=params.page(request.args)
+    )
 
 
 @blueprint.get("/dashboard/view/messages")
@@ -100,7 +104,7 @@ async def messages() -> Response:
     found = await _admin().messages(request.args)
     return await _page(
         "messages.html",
-        m=found,
+        m=render_admin.message_page(found),
         page=params.page(request.args, default_limit=50),
         extra=_extra("queue", "partition", "status", "from", "to"),
     )
@@ -111,9 +115,14 @@ async def message(partition_id: str, transaction_id: str) -> Response:
     found = await _admin().message(partition_id, transaction_id)
     if found is None:
         return Response("message not found", status=404, content_type=HTML)
-    pretty = orjson.dumps(found["payload"], option=orjson.OPT_INDENT_2).decode()
-    traces = await _broker().consume.traces.for_message(int(found["partitionId"]), transaction_id)
-    return await _page("message.html", x=found, pretty=pretty, traces=render.trace_page(traces))
+    pretty = orjson.dumps(found.payload.value, option=orjson.OPT_INDENT_2).decode()
+    traces = await _broker().consume.traces.for_message(found.message.partition_id, transaction_id)
+    return await _page(
+        "message.html",
+        x=render_admin.message_detail(found),
+        pretty=pretty,
+        traces=render.trace_page(traces),
+    )
 
 
 @blueprint.get("/dashboard/view/dlq")
@@ -134,15 +143,15 @@ async def groups() -> Response:
     group = params.optional_name(request.args, "group")
     listed = await admin.groups(request.args)
     if group is not None:
-        listed = [g for g in listed if g["name"] == group]
-    top = sorted(listed, key=lambda g: g["totalLag"], reverse=True)[:8]
+        listed = [g for g in listed if g.name == group]
+    top = sorted(listed, key=lambda g: g.lag, reverse=True)[:8]
     lag = charts.bar_chart(
-        [(f"{g['name']} · {g['queueName']}", g["totalLag"]) for g in top],
+        [(f"{g.name} · {g.queue}", g.lag) for g in top],
         title="largest lag (messages behind)",
     )
     return await _page(
         "groups.html",
-        groups=listed,
+        groups=render_admin.group_standings(listed),
         lag_chart=lag,
         page=params.page(request.args),
         extra=_extra("queue", "group"),
@@ -174,7 +183,7 @@ async def system() -> Response:
         pop_on = False
     series = admin.history.series()[-90:]
     cpu = charts.line_chart(
-        [("cpu %", [p["cpuPercent"] for p in series])],
+        [("cpu %", [p.cpu_percent for p in series])],
         unit="%",
         title="CPU of this process",
         width=460,
@@ -184,9 +193,9 @@ async def system() -> Response:
         "system.html",
         push_on=broker.ops.maintenance.enabled,
         pop_on=pop_on,
-        p=overview["process"],
-        pg=await admin.postgres(),
-        ret=await admin.retention(),
+        p=render_admin.process(overview.process),
+        pg=render_admin.postgres(await admin.postgres()),
+        ret=render_admin.retention(await admin.retention()),
         cpu_chart=cpu,
         now=datetime.now(UTC),
     )

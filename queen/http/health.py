@@ -13,7 +13,7 @@ from queen.admin.service import AdminService
 from queen.broker import Broker
 from queen.consume.errors import ConsumeUnavailable
 from queen.errors import StoreError
-from queen.http import render
+from queen.http import render, render_admin
 from queen.http.responses import json_response
 from queen.metrics import render_labelled_gauges
 
@@ -47,16 +47,7 @@ async def _prometheus() -> Response:
         except (StoreError, ConsumeUnavailable):
             gauges = None
     if gauges is not None:
-        families: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-        for name, values in gauges.items():
-            family = families.setdefault(name, {})
-            for key, value in values.items():
-                if name == "consumer_group_lag":
-                    queue, group = key.split("\x00", 1)
-                    family[(("queue", queue), ("consumer_group", group))] = value
-                else:
-                    family[(("queue", key),)] = value
-        text += render_labelled_gauges(families)
+        text += render_labelled_gauges(render_admin.queue_gauges(gauges))
     return Response(text, status=200, content_type=PROMETHEUS)
 
 
@@ -64,7 +55,7 @@ async def _prometheus() -> Response:
 async def metrics() -> Response:
     if _wants_json():
         admin: AdminService = current_app.config["QUEEN_ADMIN"]
-        return json_response(admin.metrics_json())
+        return json_response(render_admin.metrics(admin.metrics_json()))
     return await _prometheus()
 
 

@@ -1,8 +1,9 @@
-"""The JSON bodies of the broker's typed answers (the consume side, /health): typed results
-in, wire dicts out.
+"""The JSON bodies of the broker's typed answers (push, the consume side, streams, /health):
+typed results in, wire dicts out.
 
 The only place that knows the camelCase shapes of these answers (the official clients read
-them). Timestamps are ISO-8601 UTC with milliseconds; ids of partitions and queues are strings.
+them); the admin API's are :mod:`queen.http.render_admin`'s. Timestamps are ISO-8601 UTC with
+milliseconds; ids of partitions and queues are strings.
 """
 
 from __future__ import annotations

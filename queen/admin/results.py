@@ -1,0 +1,440 @@
+"""What the admin service answers: typed values, no wire names.
+
+Times are aware datetimes, ids of queues and partitions are ints (message and trace ids are
+text, as everywhere), figures are ints, and ages are seconds (floats, to the millisecond, never
+negative). :mod:`queen.http.render_admin` turns these values into the admin API's JSON (the
+original broker's camelCase shapes), which the dashboard's templates read as well.
+
+Values of other rooms travel inside these unchanged: a queue's options are
+:class:`queen.records.QueueOptions`, what it holds :class:`queen.storage.retention.QueueHoldings`,
+a shown payload :class:`queen.admin.payloads.Shown`, a page :class:`queen.admin.params.Page`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from queen.admin.params import Page
+from queen.admin.payloads import Shown
+from queen.records import QueueOptions
+from queen.storage.retention import QueueHoldings
+
+# --- shared parts ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TimeRange:
+    """The window a list or a series covers: ``since`` up to ``until``."""
+
+    since: datetime
+    until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MessageCounts:
+    """Queue mode's figures of a partition, a queue or every queue: ``total`` held, of which
+    ``completed`` (acked or dead-lettered), ``processing`` (inside a live lease) and
+    ``pending`` (the rest); ``failed`` attempts and ``dead_letter`` copies in the DLQ."""
+
+    total: int
+    pending: int
+    processing: int
+    completed: int
+    failed: int
+    dead_letter: int
+
+    @property
+    def depth(self) -> int:
+        """Messages not done yet: pending and processing."""
+        return self.pending + self.processing
+
+
+@dataclass(frozen=True, slots=True)
+class Depth:
+    """The figures of a namespace or a task: held, pending, processing."""
+
+    total: int
+    pending: int
+    processing: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Per-second rates of this process over one interval of its history."""
+
+    ingested_per_s: float  # items pushed and queued
+    pop_per_s: float  # messages popped
+    processed_per_s: float  # acks
+
+
+@dataclass(frozen=True, slots=True)
+class RatePoint:
+    """One interval of this process's history, ending ``at``."""
+
+    at: datetime
+    span_s: float
+    rates: Rates
+    dead_letter_per_s: float
+    push_requests_per_s: float
+    ingested: int
+    processed: int
+    cpu_percent: float
+    rss_bytes: int  # at the end of the interval
+
+
+# --- queues ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    """One queue of a list, with queue mode's totals over its partitions."""
+
+    id: int
+    name: str
+    namespace: str
+    task: str
+    priority: int
+    created_at: datetime
+    partitions: int
+    messages: MessageCounts
+    oldest_pending_at: datetime | None
+    oldest_pending_age_s: float
+    last_message_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePage:
+    """One page of queues; ``total`` counts every queue matching the filters."""
+
+    queues: list[QueueSummary]
+    total: int
+    page: Page
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFigures:
+    """One partition of a queue: its offsets, queue mode's figures and lease."""
+
+    id: int
+    name: str
+    created_at: datetime
+    messages: MessageCounts  # dead_letter: this partition's DLQ entries
+    low_offset: int  # the lowest offset still stored
+    next_offset: int
+    cursor_offset: int  # queue mode's cursor
+    lease_expires_at: datetime | None  # queue mode's live lease
+    oldest_pending_at: datetime | None
+    oldest_pending_age_s: float
+    newest_at: datetime | None  # when its newest stored message was written
+
+
+@dataclass(frozen=True, slots=True)
+class ConfiguredQueue:
+    """A queue's row: its names and options."""
+
+    id: int
+    name: str
+    namespace: str
+    task: str
+    created_at: datetime
+    options: QueueOptions
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFigures:
+    """A queue, one page of its partitions, and its totals (``summary`` None when the queue
+    went away between the reads)."""
+
+    queue: ConfiguredQueue
+    summary: QueueSummary | None
+    partitions: list[PartitionFigures]
+    page: Page
+
+
+@dataclass(frozen=True, slots=True)
+class QueueResources:
+    """``GET /api/v1/resources/queues/{q}``: the queue's figures and what it holds."""
+
+    figures: QueueFigures
+    holdings: QueueHoldings
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """``GET /api/v1/status/queues/{q}``: the queue's figures and every group reading it."""
+
+    figures: QueueFigures
+    consumer_groups: list[GroupStanding]
+
+
+@dataclass(frozen=True, slots=True)
+class Grouping:
+    """The queues of one namespace or one task (``key``)."""
+
+    key: str
+    queues: int
+    partitions: int
+    messages: Depth
+
+
+@dataclass(frozen=True, slots=True)
+class Groupings:
+    """Every namespace or every task (``by``), in name order."""
+
+    by: Literal["namespace", "task"]
+    items: list[Grouping]
+
+
+# --- this process and the whole broker ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessState:
+    """How this broker process stands. ``spool`` is the spool's own description (None when the
+    spool is off); ``counters`` are :meth:`queen.metrics.Metrics.snapshot`."""
+
+    process_id: int
+    uptime_s: float
+    active_partitions: int
+    database_up: bool
+    maintenance_mode: bool
+    spool: dict[str, Any] | None
+    counters: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """Every queue together (queue mode's figures), this process's latest rates and state,
+    measured ``at``."""
+
+    queues: int
+    partitions: int
+    namespaces: int
+    tasks: int
+    consumer_groups: int  # named groups
+    messages: MessageCounts
+    oldest_pending_at: datetime | None
+    oldest_pending_age_s: float
+    rates: Rates
+    push_maintenance: bool
+    pop_maintenance: bool
+    process: ProcessState
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """``GET /api/v1/status``: this process's history over the window, and the overview."""
+
+    window: TimeRange
+    throughput: list[RatePoint]
+    overview: Overview
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSeries:
+    """This process's history over a window (the points it kept: every 10 s for an hour);
+    ``interval`` is the one the client asked for, echoed."""
+
+    window: TimeRange
+    interval: str
+    process_id: int
+    points: list[RatePoint]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessMetrics:
+    """``GET /metrics`` as JSON: this process's figures."""
+
+    uptime_s: float
+    requests: int  # pushes, pops and acks
+    items_queued: int
+    ingested_per_s: float
+    pool_size: int
+    rss_bytes: int
+    cpu_s: float
+    process_id: int
+    counters: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionFigures:
+    """What retention and dedup pruning removed: every process together (the database's
+    totals, empty without PostgreSQL) and this process (its counters)."""
+
+    all_processes: dict[str, int]
+    this_process: dict[str, int]
+    interval_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TableSize:
+    name: str
+    bytes: int
+    rows: int  # the planner's estimate
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresStats:
+    """The database server as the broker sees it (``database``: what the start-up line calls
+    it; ``pool_size``: connections per broker process)."""
+
+    version: str
+    database: str
+    database_bytes: int
+    connections: int
+    active_connections: int
+    max_connections: int
+    pool_size: int
+    committed: int
+    rolled_back: int
+    cache_hit_ratio: float  # to four places; 1.0 before any block was read
+    deadlocks: int
+    rows_inserted: int
+    rows_updated: int
+    rows_deleted: int
+    tables: list[TableSize]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueGauges:
+    """The per-queue and per-group figures Prometheus reads (at most 1,000 queues)."""
+
+    queues: list[QueueSummary]
+    groups: list[GroupStanding]
+
+
+# --- messages ----------------------------------------------------------------------------------
+
+MessageStatus = Literal["pending", "processing", "completed", "dead_letter"]
+DeletionOutcome = Literal["deleted", "leased", "missing"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A stored message without its payload, with queue mode's status of it."""
+
+    partition_id: int
+    queue: str
+    partition: str
+    namespace: str
+    task: str
+    offset: int
+    message_id: str
+    transaction_id: str
+    status: MessageStatus
+    trace_id: str | None
+    producer_sub: str | None
+    created_at: datetime
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePage:
+    """Stored messages, newest first: one page of those stored inside the window."""
+
+    messages: list[StoredMessage]
+    page: Page
+    window: TimeRange
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """How one consumer group stands on one message. ``leased`` is None when the group holds
+    no lease at all, False when its live lease does not cover the message."""
+
+    name: str
+    consumed: bool
+    leased: bool | None
+    lease_expires_at: datetime | None  # the group's live lease on the partition
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRecord:
+    """One DLQ copy of a message."""
+
+    consumer_group: str
+    error_message: str | None
+    retry_count: int
+    failed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDetail:
+    """One stored message with its payload, every group's view of it and its DLQ copies
+    (newest first). ``message.lease_expires_at`` is queue mode's live lease on the partition;
+    the queue's delivery options follow."""
+
+    message: StoredMessage
+    payload: Shown
+    consumer_groups: list[GroupView]
+    dead_letters: list[DeadLetterRecord]
+    lease_time_s: int
+    retry_limit: int
+    retry_delay_ms: int
+    ttl_s: int
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDeletion:
+    """The outcome of deleting one message: ``leased`` ones are left alone."""
+
+    partition_id: int
+    transaction_id: str
+    outcome: DeletionOutcome
+
+
+# --- consumer groups ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStanding:
+    """A consumer group on one queue: ``lag`` messages behind over its ``partitions``,
+    ``leased`` of them inside a live lease, the oldest unconsumed written at
+    ``oldest_pending_at``. The subscription fields are None for queue mode and for groups
+    that never subscribed."""
+
+    name: str
+    queue: str
+    partitions: int
+    leased: int
+    lag: int
+    max_time_lag_s: float
+    oldest_pending_at: datetime | None
+    last_consumed_at: datetime | None
+    subscription_mode: str | None
+    subscribed_at: datetime | None
+    subscription_created_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPage:
+    """One page of (group, queue) standings."""
+
+    groups: list[GroupStanding]
+    page: Page
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPartition:
+    """A group's cursor in one partition."""
+
+    partition: str
+    partition_id: int
+    cursor_offset: int
+    next_offset: int
+    lag: int
+    time_lag_s: float
+    lease_expires_at: datetime | None  # its live lease, if any
+    last_consumed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOnQueue:
+    """A group on one queue, with one page of its partitions."""
+
+    standing: GroupStanding
+    partitions: list[GroupPartition]

@@ -1,0 +1,566 @@
+"""The JSON bodies of the admin API (and of ``GET /metrics`` as JSON): typed admin results
+(:mod:`queen.admin.results`) in, wire dicts out.
+
+With :mod:`queen.http.render` (the consume side, /health), the only place that knows the
+camelCase shapes of these answers: the official clients and the original's dashboard read
+them, and so do this broker's dashboard templates, which get the dicts built here. Timestamps
+are ISO-8601 UTC with milliseconds, but for the times a message's detail has always passed on
+from the database's JSON (:func:`_database_time`); ids of partitions and queues are strings.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from queen.admin.params import Page
+from queen.admin.results import (
+    DeadLetterRecord,
+    Depth,
+    Groupings,
+    GroupOnQueue,
+    GroupPage,
+    GroupPartition,
+    GroupStanding,
+    GroupView,
+    MessageCounts,
+    MessageDeletion,
+    MessageDetail,
+    MessagePage,
+    Overview,
+    PartitionFigures,
+    PostgresStats,
+    ProcessMetrics,
+    ProcessSeries,
+    ProcessState,
+    QueueFigures,
+    QueueGauges,
+    QueuePage,
+    QueueResources,
+    QueueStatus,
+    QueueSummary,
+    RatePoint,
+    RetentionFigures,
+    Status,
+    StoredMessage,
+    TimeRange,
+)
+from queen.consume.policy import iso_utc
+
+Json = dict[str, Any]
+
+# --- shared parts ------------------------------------------------------------------------------
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else iso_utc(moment)
+
+
+def _database_time(moment: datetime | None) -> str | None:
+    """A time as PostgreSQL writes a ``timestamptz`` into JSON: microseconds without their
+    trailing zeros, and the offset (``2026-04-26T10:59:28.26712+00:00``)."""
+    if moment is None:
+        return None
+    text = moment.replace(microsecond=0).isoformat()
+    if not moment.microsecond:
+        return text
+    return f"{text[:19]}.{moment.microsecond:06d}".rstrip("0") + text[19:]
+
+
+def _page(page: Page) -> Json:
+    return {"limit": page.limit, "offset": page.offset}
+
+
+def _window(window: TimeRange) -> Json:
+    return {"from": _iso(window.since), "to": _iso(window.until)}
+
+
+def _counts(c: MessageCounts) -> Json:
+    return {
+        "total": c.total,
+        "pending": c.pending,
+        "processing": c.processing,
+        "completed": c.completed,
+        "failed": c.failed,
+        "deadLetter": c.dead_letter,
+    }
+
+
+def _depth(d: Depth) -> Json:
+    return {"total": d.total, "pending": d.pending, "processing": d.processing}
+
+
+def _point(p: RatePoint) -> Json:
+    """One interval of this process's history."""
+    return {
+        "seconds": p.span_s,
+        "ingestedPerSecond": p.rates.ingested_per_s,
+        "popPerSecond": p.rates.pop_per_s,
+        "processedPerSecond": p.rates.processed_per_s,
+        "deadLetterPerSecond": p.dead_letter_per_s,
+        "pushRequestsPerSecond": p.push_requests_per_s,
+        "ingested": p.ingested,
+        "processed": p.processed,
+        "cpuPercent": p.cpu_percent,
+        "rssBytes": p.rss_bytes,
+        "timestamp": _iso(p.at),
+    }
+
+
+# --- queues ------------------------------------------------------------------------------------
+
+
+def _queue(q: QueueSummary) -> Json:
+    return {
+        "id": str(q.id),
+        "name": q.name,
+        "namespace": q.namespace,
+        "task": q.task,
+        "priority": q.priority,
+        "createdAt": _iso(q.created_at),
+        "partitions": q.partitions,
+        "messages": _counts(q.messages),
+        "oldestPendingAt": _iso(q.oldest_pending_at),
+        "oldestPendingAgeSeconds": q.oldest_pending_age_s,
+        "lastMessageAt": _iso(q.last_message_at),
+    }
+
+
+def _queue_pagination(page: QueuePage) -> Json:
+    return {**_page(page.page), "total": page.total}
+
+
+def queue_page(page: QueuePage) -> Json:
+    """``GET /api/v1/resources/queues`` and ``/status/queues``."""
+    return {
+        "queues": [_queue(q) for q in page.queues],
+        "total": page.total,
+        "pagination": _queue_pagination(page),
+    }
+
+
+def queue_ops(page: QueuePage) -> Json:
+    """``GET /api/v1/analytics/queue-ops``."""
+    return {"queues": [_queue(q) for q in page.queues], "pagination": _queue_pagination(page)}
+
+
+def _partition(p: PartitionFigures) -> Json:
+    counts = _counts(p.messages)
+    return {
+        "id": str(p.id),
+        "name": p.name,
+        "createdAt": _iso(p.created_at),
+        "messages": counts,
+        "stats": counts,
+        "offsets": {"low": p.low_offset, "next": p.next_offset, "cursor": p.cursor_offset},
+        "cursor": {"totalConsumed": p.messages.completed},
+        "leaseExpiresAt": _iso(p.lease_expires_at),
+        "oldestPendingAt": _iso(p.oldest_pending_at),
+        "oldestPendingAgeSeconds": p.oldest_pending_age_s,
+        "lastActivity": _iso(p.newest_at),
+        "oldestMessage": None,
+        "newestMessage": _iso(p.newest_at),
+    }
+
+
+def _partitions(f: QueueFigures) -> list[Json]:
+    return [_partition(p) for p in f.partitions]
+
+
+def _totals(f: QueueFigures) -> Json | None:
+    return None if f.summary is None else _counts(f.summary.messages)
+
+
+def queue_resources(r: QueueResources) -> Json:
+    """``GET /api/v1/resources/queues/{q}``: what the queue holds, then the original's shape
+    (``partitions``, first the holdings' count, is the page of partitions)."""
+    f, held = r.figures, r.holdings
+    return {
+        "queue": f.queue.name,
+        "queueId": str(held.queue_id),
+        "namespace": held.namespace,
+        "task": held.task,
+        "partitions": _partitions(f),
+        "segments": held.segments,
+        "messages": held.messages,
+        "sidecarEntries": held.sidecar_entries,
+        "options": {
+            "dedupWindowSeconds": held.dedup_window_seconds,
+            "retentionEnabled": held.retention_enabled,
+            "retentionSeconds": held.retention_seconds,
+            "completedRetentionSeconds": held.completed_retention_seconds,
+            "maxWaitTimeSeconds": held.max_wait_time_seconds,
+        },
+        "id": str(f.queue.id),
+        "name": f.queue.name,
+        "createdAt": _iso(f.queue.created_at),
+        "partitionCount": held.partitions,
+        "pagination": _page(f.page),
+        "totals": _totals(f),
+    }
+
+
+def queue_status(s: QueueStatus) -> Json:
+    """``GET /api/v1/status/queues/{q}``."""
+    f = s.figures
+    q, o = f.queue, f.queue.options
+    totals = _totals(f)
+    return {
+        "queue": {
+            "id": str(q.id),
+            "name": q.name,
+            "namespace": q.namespace,
+            "task": q.task,
+            "priority": o.priority,
+            "createdAt": _iso(q.created_at),
+            "config": {
+                "leaseTime": o.lease_time_s,
+                "retryLimit": o.retry_limit,
+                "retryDelay": o.retry_delay_ms,
+                "ttl": o.ttl_s,
+                "maxQueueSize": o.max_size,
+                "deadLetterQueue": o.dead_letter_queue,
+                "dedupWindowSeconds": o.dedup_window_s,
+                "retentionSeconds": o.retention_s,
+                "completedRetentionSeconds": o.completed_retention_s,
+                "delayedProcessing": o.delayed_processing_s,
+                "windowBuffer": o.window_buffer_s,
+            },
+        },
+        "partitions": _partitions(f),
+        "partitionCount": f.summary.partitions if f.summary else 0,
+        "pagination": _page(f.page),
+        "totals": totals,
+        "messages": totals,
+        "oldestPendingAt": _iso(f.summary.oldest_pending_at) if f.summary else None,
+        "oldestPendingAgeSeconds": f.summary.oldest_pending_age_s if f.summary else 0.0,
+        "consumerGroups": group_standings(s.consumer_groups),
+    }
+
+
+def groupings(g: Groupings) -> Json:
+    """``GET /api/v1/resources/namespaces`` (``{"namespaces": [{"namespace": ...}]}``) and
+    ``/tasks`` (the same with ``task``)."""
+    return {
+        f"{g.by}s": [
+            {
+                g.by: i.key,
+                "queues": i.queues,
+                "partitions": i.partitions,
+                "messages": _depth(i.messages),
+            }
+            for i in g.items
+        ]
+    }
+
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def queue_gauges(g: QueueGauges) -> dict[str, dict[Labels, float]]:
+    """The labelled Prometheus families of ``/metrics``: per queue and per (queue, group)."""
+    by_queue: dict[str, dict[Labels, float]] = {
+        "queue_depth": {},
+        "queue_oldest_pending_age_seconds": {},
+        "queue_dlq_depth": {},
+        "queue_partitions": {},
+    }
+    for q in g.queues:
+        label = (("queue", q.name),)
+        by_queue["queue_depth"][label] = q.messages.depth
+        by_queue["queue_oldest_pending_age_seconds"][label] = q.oldest_pending_age_s
+        by_queue["queue_dlq_depth"][label] = q.messages.dead_letter
+        by_queue["queue_partitions"][label] = q.partitions
+    lag: dict[Labels, float] = {
+        (("queue", s.queue), ("consumer_group", s.name)): s.lag for s in g.groups
+    }
+    return {**by_queue, "consumer_group_lag": lag}
+
+
+# --- this process and the whole broker ---------------------------------------------------------
+
+
+def process(p: ProcessState) -> Json:
+    """This process, as the overview and ``GET /api/v1/status`` (``workers``) show it."""
+    return {
+        "processId": p.process_id,
+        "uptimeSeconds": p.uptime_s,
+        "activePartitions": p.active_partitions,
+        "databaseUp": p.database_up,
+        "maintenanceMode": p.maintenance_mode,
+        "spool": p.spool,
+        "counters": p.counters,
+    }
+
+
+def overview(o: Overview) -> Json:
+    """``GET /api/v1/resources/overview``."""
+    return {
+        "queues": o.queues,
+        "partitions": o.partitions,
+        "namespaces": o.namespaces,
+        "tasks": o.tasks,
+        "consumerGroups": o.consumer_groups,
+        "messages": _counts(o.messages),
+        "lag": {
+            "time": {"max": o.oldest_pending_age_s},
+            "offset": {"total": o.messages.pending},
+        },
+        "oldestPendingAt": _iso(o.oldest_pending_at),
+        "throughput": {
+            "ingestedPerSecond": o.rates.ingested_per_s,
+            "processedPerSecond": o.rates.processed_per_s,
+            "popPerSecond": o.rates.pop_per_s,
+        },
+        "maintenance": {"push": o.push_maintenance, "pop": o.pop_maintenance},
+        "process": process(o.process),
+        "timestamp": _iso(o.at),
+    }
+
+
+def status(s: Status) -> Json:
+    """``GET /api/v1/status``."""
+    o = s.overview
+    return {
+        "timeRange": _window(s.window),
+        "throughput": [_point(p) for p in s.throughput],
+        "queues": {"total": o.queues, "partitions": o.partitions},
+        "messages": _counts(o.messages),
+        "leases": {"active": o.messages.processing},
+        "deadLetterQueue": {"total": o.messages.dead_letter},
+        "workers": [process(o.process)],
+    }
+
+
+def analytics(s: ProcessSeries) -> Json:
+    """``GET /api/v1/status/analytics`` and ``/analytics/worker-metrics``."""
+    return {
+        "timeRange": _window(s.window),
+        "interval": s.interval,
+        "processId": s.process_id,
+        "pointCount": len(s.points),
+        "throughput": [_point(p) for p in s.points],
+    }
+
+
+def system_metrics(s: ProcessSeries) -> Json:
+    """``GET /api/v1/analytics/system-metrics``: CPU and memory only."""
+    return {
+        "timeRange": _window(s.window),
+        "processId": s.process_id,
+        "points": [
+            {"timestamp": _iso(p.at), "cpuPercent": p.cpu_percent, "rssBytes": p.rss_bytes}
+            for p in s.points
+        ],
+    }
+
+
+def retention(r: RetentionFigures) -> Json:
+    """``GET /api/v1/analytics/retention``."""
+    return {
+        "allProcesses": r.all_processes,
+        "thisProcess": r.this_process,
+        "intervalSeconds": r.interval_s,
+    }
+
+
+def postgres(p: PostgresStats) -> Json:
+    """``GET /api/v1/analytics/postgres-stats``."""
+    return {
+        "version": p.version,
+        "database": p.database,
+        "databaseBytes": p.database_bytes,
+        "connections": {
+            "total": p.connections,
+            "active": p.active_connections,
+            "max": p.max_connections,
+            "poolSize": p.pool_size,
+        },
+        "transactions": {"committed": p.committed, "rolledBack": p.rolled_back},
+        "cacheHitRatio": p.cache_hit_ratio,
+        "deadlocks": p.deadlocks,
+        "rows": {
+            "inserted": p.rows_inserted,
+            "updated": p.rows_updated,
+            "deleted": p.rows_deleted,
+        },
+        "tables": [{"rows": t.rows, "bytes": t.bytes, "table": t.name} for t in p.tables],
+    }
+
+
+def refreshed() -> Json:
+    """``POST /api/v1/stats/refresh``."""
+    return {"success": True, "message": "statistics are computed when read; cache dropped"}
+
+
+def metrics(m: ProcessMetrics) -> Json:
+    """``GET /metrics`` with ``Accept: application/json``."""
+    return {
+        "uptime": m.uptime_s,
+        "requests": {"total": m.requests, "rate": 0},
+        "messages": {"total": m.items_queued, "rate": m.ingested_per_s},
+        "database": {"poolSize": m.pool_size, "idleConnections": None, "waitingRequests": 0},
+        "memory": {"rss": m.rss_bytes},
+        "cpu": {"seconds": m.cpu_s},
+        "processId": m.process_id,
+        "counters": m.counters,
+    }
+
+
+# --- messages ----------------------------------------------------------------------------------
+
+
+def _message_head(m: StoredMessage) -> Json:
+    """Where a message is and how queue mode stands on it: the first keys of both shapes."""
+    return {
+        "id": m.message_id,
+        "transactionId": m.transaction_id,
+        "partitionId": str(m.partition_id),
+        "queuePath": f"{m.queue}/{m.partition}",
+        "queue": m.queue,
+        "partition": m.partition,
+        "namespace": m.namespace,
+        "task": m.task,
+        "offset": m.offset,
+        "status": m.status,
+    }
+
+
+def _stored(m: StoredMessage) -> Json:
+    return {
+        **_message_head(m),
+        "traceId": m.trace_id,
+        "producerSub": m.producer_sub,
+        "createdAt": _iso(m.created_at),
+        "leaseExpiresAt": _iso(m.lease_expires_at),
+    }
+
+
+def message_page(page: MessagePage) -> Json:
+    """``GET /api/v1/messages`` and ``/status/queues/{q}/messages``."""
+    return {
+        "messages": [_stored(m) for m in page.messages],
+        "pagination": _page(page.page),
+        "timeRange": _window(page.window),
+    }
+
+
+def _group_view(g: GroupView) -> Json:
+    return {
+        "name": g.name,
+        "leased": g.leased,
+        "consumed": g.consumed,
+        "leaseExpiresAt": _database_time(g.lease_expires_at),
+    }
+
+
+def _dead_letter_record(d: DeadLetterRecord) -> Json:
+    return {
+        "failedAt": _database_time(d.failed_at),
+        "retryCount": d.retry_count,
+        "errorMessage": d.error_message,
+        "consumerGroup": d.consumer_group,
+    }
+
+
+def message_detail(d: MessageDetail) -> Json:
+    """``GET /api/v1/messages/{partitionId}/{transactionId}``: the message with its payload;
+    ``errorMessage`` and ``retryCount`` are those of its newest DLQ copy."""
+    m = d.message
+    latest = d.dead_letters[0] if d.dead_letters else None
+    return {
+        **_message_head(m),
+        "payload": d.payload.value,
+        "isEncrypted": d.payload.encrypted,
+        "payloadError": d.payload.error,
+        "traceId": m.trace_id,
+        "producerSub": m.producer_sub,
+        "createdAt": _iso(m.created_at),
+        "errorMessage": latest.error_message if latest else None,
+        "retryCount": latest.retry_count if latest else None,
+        "leaseExpiresAt": _database_time(m.lease_expires_at),
+        "queueConfig": {
+            "leaseTime": d.lease_time_s,
+            "retryLimit": d.retry_limit,
+            "retryDelay": d.retry_delay_ms,
+            "ttl": d.ttl_s,
+            "priority": d.priority,
+        },
+        "consumerGroups": [_group_view(g) for g in d.consumer_groups],
+        "deadLetters": [_dead_letter_record(r) for r in d.dead_letters],
+    }
+
+
+def message_deleted(d: MessageDeletion) -> Json:
+    """``DELETE /api/v1/messages/{partitionId}/{transactionId}`` (200, 409 or 404)."""
+    body: Json = {
+        "success": d.outcome == "deleted",
+        "partitionId": str(d.partition_id),
+        "transactionId": d.transaction_id,
+    }
+    if d.outcome == "deleted":
+        body["message"] = "Message deleted"
+    elif d.outcome == "leased":
+        body["error"] = "message is leased by a consumer; try again later"
+    else:
+        body["error"] = "Message not found"
+    return body
+
+
+# --- consumer groups ---------------------------------------------------------------------------
+
+
+def group_standing(g: GroupStanding) -> Json:
+    """A group on one queue, as every list of groups shows it."""
+    return {
+        "name": g.name,
+        "queueName": g.queue,
+        "topics": [g.queue],
+        "members": g.leased,
+        "partitions": g.partitions,
+        "totalLag": g.lag,
+        "maxTimeLag": g.max_time_lag_s,
+        "oldestPendingAt": _iso(g.oldest_pending_at),
+        "state": "Stable" if g.lag == 0 else "Lagging",
+        "lastConsumedAt": _iso(g.last_consumed_at),
+        "subscriptionMode": g.subscription_mode,
+        "subscriptionTimestamp": _iso(g.subscribed_at),
+        "subscriptionCreatedAt": _iso(g.subscription_created_at),
+    }
+
+
+def group_standings(groups: list[GroupStanding]) -> list[Json]:
+    """``GET /api/v1/consumer-groups`` and ``/consumer-groups/lagging``."""
+    return [group_standing(g) for g in groups]
+
+
+def queue_lag(page: GroupPage) -> Json:
+    """``GET /api/v1/analytics/queue-lag``."""
+    return {"lag": group_standings(page.groups), "pagination": _page(page.page)}
+
+
+def _group_partition(p: GroupPartition) -> Json:
+    return {
+        "partition": p.partition,
+        "partitionId": str(p.partition_id),
+        "offset": p.cursor_offset,
+        "nextOffset": p.next_offset,
+        "offsetLag": p.lag,
+        "timeLagSeconds": p.time_lag_s,
+        "leaseActive": p.lease_expires_at is not None,
+        "leaseExpiresAt": _iso(p.lease_expires_at),
+        "lastConsumedAt": _iso(p.last_consumed_at),
+    }
+
+
+def group_detail(found: list[GroupOnQueue]) -> Json:
+    """``GET /api/v1/consumer-groups/{g}``: by queue name, the group's standing with its page
+    of partitions in place of their count (``partitionCount``)."""
+    return {
+        g.standing.queue: {
+            **group_standing(g.standing),
+            "partitions": [_group_partition(p) for p in g.partitions],
+            "partitionCount": g.standing.partitions,
+        }
+        for g in found
+    }
