@@ -77,9 +77,13 @@ def open_database(
         conninfo = server.start()
         if port:
             conninfo = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-        what = "default settings of queen serve" if bin_dir is None else "its default settings"
         where = f", 127.0.0.1:{port}" if port else ""
-        db = Database(conninfo, f"embedded PostgreSQL ({what}{where})", True)
+        what = (
+            f"embedded PostgreSQL (default settings of queen serve{where})"
+            if bin_dir is None
+            else f"PostgreSQL of {bin_dir} (its default settings{where})"
+        )
+        db = Database(conninfo, what, True)
     try:
         with db.connect() as conn:
             migrate_sync(conn)
