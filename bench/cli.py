@@ -4,6 +4,7 @@
     ./bench/run.sh --scenarios S1,S3 --duration 5 --warmup 2
     ./bench/run.sh --write-results          # also refresh bench/RESULTS.md
     ./bench/run.sh --render bench/results/X.json --write-results   # re-render a saved run
+    ./bench/run.sh --peer                   # beside the original C++ server (bench/peer_run.py)
 
 The database is a new embedded PostgreSQL, or ``DATABASE_URL`` if it is set (the run's own
 queues are deleted afterwards). QUEEN_* variables reach the broker, so settings can be tried.
@@ -67,6 +68,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--render", type=Path, metavar="JSON", help="report a saved run; run nothing")
     p.add_argument("--keep-data", action="store_true", help="keep the rows written (DATABASE_URL)")
+    peer = p.add_argument_group("beside the original C++ server (--peer)")
+    peer.add_argument(
+        "--peer",
+        action="store_true",
+        help="run the peer shapes on the original and on ours, alternating, instead",
+    )
+    peer.add_argument(
+        "--peer-shapes", default="all", help="comma-separated, or all: S1,S2,S3,C1,C2,C3,PIPE"
+    )
+    peer.add_argument("--rounds", type=int, default=2, help="steps per server and shape")
+    peer.add_argument(
+        "--pg-bin",
+        type=Path,
+        help="start these PostgreSQL binaries with their default settings (without DATABASE_URL)",
+    )
+    peer.add_argument(
+        "--pipeline-duration", type=float, default=60.0, help="the pipeline producer's seconds"
+    )
+    peer.add_argument("--pipeline-warmup", type=float, default=15.0, help="analyze.js's WARMUP_SEC")
     return p
 
 
@@ -100,6 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     try:
+        if args.peer:
+            try:
+                from bench import peer_run  # imported here: it needs httpx, of the test extra
+            except ImportError as exc:
+                raise RuntimeError(
+                    f"the peer run needs {exc.name}: pip install -e '.[test]'"
+                ) from None
+            return peer_run.main(args, argv)
         if args.render:
             doc = json.loads(args.render.read_text())
         else:

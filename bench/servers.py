@@ -57,16 +57,33 @@ _SHOWN_SETTINGS = ("fsync", "synchronous_commit", "shared_buffers", "max_wal_siz
 
 
 @contextlib.contextmanager
-def open_database(url: str | None, workdir: Path) -> Iterator[Database]:
+def open_database(
+    url: str | None, workdir: Path, *, tcp: bool = False, bin_dir: Path | None = None
+) -> Iterator[Database]:
     """``url``, or a new embedded PostgreSQL under ``workdir`` (stopped on exit). The schema
-    is created, and the server described."""
+    is created, and the server described. ``tcp``: the new server also listens on a free port
+    of 127.0.0.1 and is reached there (for clients without Unix sockets). ``bin_dir``: the new
+    server runs those binaries with PostgreSQL's own default settings instead of the wheel's
+    with those of queen serve."""
     server: EmbeddedPostgres | None = None
     if url:
         db = Database(url, redact(url), embedded=False)
     else:
-        server = EmbeddedPostgres(workdir / "pg")
+        port = free_port() if tcp else None
+        options = {"listen_addresses": "127.0.0.1", "port": str(port)} if port else None
+        server = EmbeddedPostgres(
+            workdir / "pg", server_options=options, bin_dir=bin_dir, tuned=bin_dir is None
+        )
         conninfo = server.start()
-        db = Database(conninfo, "embedded PostgreSQL (default settings of queen serve)", True)
+        if port:
+            conninfo = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        where = f", 127.0.0.1:{port}" if port else ""
+        what = (
+            f"embedded PostgreSQL (default settings of queen serve{where})"
+            if bin_dir is None
+            else f"PostgreSQL of {bin_dir} (its default settings{where})"
+        )
+        db = Database(conninfo, what, True)
     try:
         with db.connect() as conn:
             migrate_sync(conn)

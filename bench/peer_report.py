@@ -1,0 +1,348 @@
+"""Render a peer run (the JSON ``./bench/run.sh --peer`` writes): the original beside ours."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from statistics import mean
+from typing import Any
+
+from bench.report import _n, table
+
+Doc = Mapping[str, Any]
+SIDES = ("original", "ours")
+
+METHOD = """\
+- **Alternation**: every shape runs original, ours, original, ours, ... (`--rounds` each), each
+  step a fresh server process on a fresh database (`CREATE DATABASE`, dropped afterwards) of
+  the one PostgreSQL server of the run, both servers reaching it over TCP on 127.0.0.1. The
+  figures are the means over the rounds; the ratio is ours ÷ original of those means.
+- **Push (S)**: wrk (1 thread, `push.lua`, the same body to both: `POST /api/v1/push
+  {"items":[...]}`), warm-up then the measured window; msg/s = 2xx answers x items ÷ window;
+  p50/p99 per request (wrk). "stored" (JSON) counts the messages in the database after the
+  step, to check every answered push was stored.
+- **Consume (C)**: the queue is filled over HTTP (100 items per push, not measured), then
+  the consumers drain it over HTTP with the official JS client's requests (`GET
+  /api/v1/pop/queue/{q}?batch=N&wait=true&timeout=30000[&consumerGroup=g]`, then one
+  `POST /api/v1/ack/batch` per batch with transactionId, partitionId, leaseId), from one Trio
+  process with httpx; msg/s = deliveries acked ÷ drain time; p50/p99 of the pops (acks in the
+  JSON). C3: three groups drain the same 100k messages at once, 8 consumers each; msg/s
+  counts the 300k deliveries.
+- **Pipeline (PIPE)**: the original's own `benchmark-queen/2026-04-26/pipeline/queen` scripts on
+  its JS client (from its repository), unchanged, run by their environment knobs; the producer
+  runs for the window, the consumers until every message it had pushed reached both tail
+  groups (or nothing arrived for 65 s, longer than the queues' 60 s lease). msg/s = the
+  smaller of the analytics and log rates `analyze.js` reports for the steady state (after its
+  warm-up cut); p50/p99 = its end-to-end latency, producer push to analytics done; lost =
+  producer txids of the steady state that `analyze.js` finds missing at analytics or log (the
+  larger); duplicates = its worker + analytics + log duplicate counts.
+- **CPU** (from `/proc`, user + system, over the measured window: the push window, the drain,
+  or the pipeline from the start of its stages to the end of the drain), per 100k messages
+  (pushed, delivered, or produced in the pipeline): the broker's process (the original's
+  threads included), the backends of the step's database (listed in `pg_stat_activity` every
+  0.5 s), the PostgreSQL server's whole process tree (WAL writer, checkpointer, autovacuum too),
+  and the clients (wrk, the consume driver, or the pipeline's Node processes).
+"""
+
+
+def _values(steps: Sequence[Mapping[str, Any]], *keys: str) -> list[float]:
+    out = []
+    for step in steps:
+        value: Any = step
+        for key in keys:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out.append(float(value))
+    return out
+
+
+def avg(steps: Sequence[Mapping[str, Any]], *keys: str) -> float | None:
+    values = _values(steps, *keys)
+    return mean(values) if values else None
+
+
+def _latency_keys(name: str) -> tuple[str, ...]:
+    if name.startswith("C"):
+        return ("pop_ms",)
+    if name == "PIPE":
+        return ("e2e_ms", "analytics")
+    return ("latency_ms",)
+
+
+def step_line(name: str, r: Mapping[str, Any]) -> str:
+    lat = r
+    for key in _latency_keys(name):
+        lat = lat.get(key) or {}
+    text = (
+        f"{r.get('msg_per_s', 0):>10,.0f} msg/s  p50 {_n(lat.get('p50'), '.1f')} ms"
+        f"  p99 {_n(lat.get('p99'), '.1f')} ms  broker {r.get('server_cores', 0):.2f} cores"
+        f"  other load {r.get('other_cores', 0):.2f}"
+    )
+    return text + (f"  {notes(name, [r])}" if notes(name, [r]) != "-" else "")
+
+
+def notes(name: str, steps: Sequence[Mapping[str, Any]]) -> str:
+    out = []
+    errors = sum(_values(steps, "errors")) + sum(_values(steps, "failed_acks"))
+    if errors:
+        out.append(f"errors {errors:,.0f}")
+    short = sum(
+        max(0, s["answered"] - s["stored"]) for s in steps if "stored" in s and "answered" in s
+    )
+    if short:
+        out.append(f"answered but not stored {short:,}")
+    if any(s.get("finished") is False for s in steps):
+        out.append("UNFINISHED")
+    if name == "PIPE":
+        out.append(f"lost {sum(_values(steps, 'lost')):,.0f}")
+        out.append(f"duplicates {sum(_values(steps, 'duplicates')):,.0f}")
+    return ", ".join(out) or "-"
+
+
+def pipeline_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures of one ``analyze.js`` summary the tables show."""
+    rate = summary.get("throughput") or {}
+    done = summary.get("completeness") or {}
+    dup = summary.get("duplicates") or {}
+    lat = summary.get("latency_ms") or {}
+    produced = int(done.get("producedTxids") or 0)
+    lost = {
+        stage: produced - int(done.get(f"reached{stage.title()}") or 0)
+        for stage in ("worker", "analytics", "log")
+    }
+
+    def stats(key: str) -> dict[str, Any]:
+        s = lat.get(key) or {}
+        return {k: s.get(k) for k in ("p50", "p90", "p99", "max", "count")}
+
+    return {
+        "msg_per_s": min(rate.get("analytics_msgPerSec") or 0, rate.get("log_msgPerSec") or 0),
+        "producer_msg_per_s": rate.get("producer_msgPerSec"),
+        "worker_msg_per_s": rate.get("worker_msgPerSec"),
+        "steady_s": rate.get("steadyDurationSec"),
+        "produced_steady": produced,
+        "lost_at": lost,
+        "lost": max(lost["analytics"], lost["log"]),
+        "duplicates_at": {k: int(dup.get(k) or 0) for k in ("worker", "analytics", "log")},
+        "duplicates": sum(int(dup.get(k) or 0) for k in ("worker", "analytics", "log")),
+        "e2e_ms": {"analytics": stats("end_to_end_analytics"), "log": stats("end_to_end_log")},
+    }
+
+
+def _pair(a: float | None, b: float | None, spec: str) -> str:
+    return f"{_n(a, spec)} / {_n(b, spec)}"
+
+
+def _rounds(steps: Sequence[Mapping[str, Any]]) -> str:
+    return ", ".join(_n(v) for v in _values(steps, "msg_per_s"))
+
+
+def throughput_rows(doc: Doc, *, markdown: bool = True) -> list[list[str]]:
+    rows = []
+    for name, shape in (doc.get("shapes") or {}).items():
+        steps = shape.get("steps") or {}
+        o, u = steps.get("original", []), steps.get("ours", [])
+        mo, mu = avg(o, "msg_per_s"), avg(u, "msg_per_s")
+        lk = _latency_keys(name)
+        rows.append(
+            [
+                name,
+                _n(mo),
+                _n(mu),
+                (f"**{mu / mo:.2f}**" if markdown else f"{mu / mo:.2f}")
+                if mo and mu is not None
+                else "-",
+                _pair(avg(o, *lk, "p50"), avg(o, *lk, "p99"), ".1f"),
+                _pair(avg(u, *lk, "p50"), avg(u, *lk, "p99"), ".1f"),
+                f"{_rounds(o)}; {_rounds(u)}",
+                f"{notes(name, o)}; {notes(name, u)}",
+            ]
+        )
+    return rows
+
+
+THROUGHPUT_HEADERS = [
+    "shape",
+    "original msg/s",
+    "ours msg/s",
+    "ours ÷ original",
+    "original p50 / p99 ms",
+    "ours p50 / p99 ms",
+    "msg/s per round (original; ours)",
+    "notes (original; ours)",
+]
+
+
+def cpu_rows(doc: Doc) -> list[list[str]]:
+    rows = []
+    for name, shape in (doc.get("shapes") or {}).items():
+        steps = shape.get("steps") or {}
+        o, u = steps.get("original", []), steps.get("ours", [])
+        cells = [name]
+        for key in ("server", "db_backends", "db", "client"):
+            cells.append(
+                _pair(avg(o, f"{key}_cpu_s_per_100k"), avg(u, f"{key}_cpu_s_per_100k"), ".2f")
+            )
+        total_o = [avg(o, f"{k}_cpu_s_per_100k") for k in ("server", "db")]
+        total_u = [avg(u, f"{k}_cpu_s_per_100k") for k in ("server", "db")]
+        cells.append(
+            _pair(
+                sum(v for v in total_o if v is not None),
+                sum(v for v in total_u if v is not None),
+                ".2f",
+            )
+        )
+        cells.append(_pair(avg(o, "server_cores"), avg(u, "server_cores"), ".2f"))
+        cells.append(_pair(avg(o, "other_cores"), avg(u, "other_cores"), ".2f"))
+        rows.append(cells)
+    return rows
+
+
+CPU_HEADERS = [
+    "shape",
+    "broker",
+    "PG backends of its database",
+    "PG server (all processes)",
+    "clients",
+    "broker + PG server",
+    "broker cores",
+    "other load (cores)",
+]
+
+
+def pipeline_rows(doc: Doc) -> list[list[str]]:
+    shape = (doc.get("shapes") or {}).get("PIPE")
+    if not shape:
+        return []
+    rows = []
+    for side in SIDES:
+        steps = (shape.get("steps") or {}).get(side, [])
+        for number, s in enumerate(steps, 1):
+            e2e = s.get("e2e_ms") or {}
+            a, lg = e2e.get("analytics") or {}, e2e.get("log") or {}
+            lost, dup = s.get("lost_at") or {}, s.get("duplicates_at") or {}
+            rows.append(
+                [
+                    f"{side} {number}",
+                    _n(s.get("producer_msg_per_s")),
+                    _n(s.get("worker_msg_per_s")),
+                    _n(s.get("msg_per_s")),
+                    _n(s.get("produced_steady")),
+                    "/".join(_n(lost.get(k)) for k in ("worker", "analytics", "log")),
+                    "/".join(_n(dup.get(k)) for k in ("worker", "analytics", "log")),
+                    f"{_n(a.get('p50'))} / {_n(a.get('p99'))} / {_n(a.get('max'))}",
+                    f"{_n(lg.get('p50'))} / {_n(lg.get('p99'))} / {_n(lg.get('max'))}",
+                    _n(s.get("missing_all")),
+                    _n(s.get("drain_s"), ".0f"),
+                ]
+            )
+    return rows
+
+
+PIPELINE_HEADERS = [
+    "run",
+    "producer msg/s",
+    "worker msg/s",
+    "end to end msg/s",
+    "produced (steady)",
+    "lost worker/analytics/log",
+    "duplicates worker/analytics/log",
+    "e2e analytics p50/p99/max ms",
+    "e2e log p50/p99/max ms",
+    "missing, whole run",
+    "drain s",
+]
+
+
+def _conditions(doc: Doc) -> list[str]:
+    m, db, o = doc.get("machine") or {}, doc.get("database") or {}, doc.get("options") or {}
+    orig = doc.get("original") or {}
+    settings = ", ".join(f"{k}={v}" for k, v in (db.get("settings") or {}).items())
+    peer_settings = " ".join(f"{k}={v}" for k, v in (orig.get("settings") or {}).items())
+    env = ", ".join(f"{k}={v}" for k, v in (doc.get("broker_env") or {}).items()) or "none"
+    skipped = "; ".join(f"{k}: {v}" for k, v in (doc.get("skipped") or {}).items())
+    return [
+        f"- Machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB; "
+        f"{m.get('os')}; shared with other work (load average before / after "
+        f"{m.get('load_average')} / {doc.get('load_average_after')})",
+        f"- Database: {db.get('description')}, {db.get('version')} ({settings})",
+        f"- Original: `{orig.get('binary')}` (built {orig.get('built')}, from the mirror at "
+        f"{orig.get('mirror_head')}), `{peer_settings}`",
+        f"- Ours: `queen serve` (1 process), settings from the environment: {env}",
+        f"- Windows: {o.get('rounds')} round(s) per server; push: warm-up {o.get('warmup_s')} s "
+        f"+ {o.get('duration_s')} s; pipeline: producer {o.get('pipeline_s')} s, "
+        f"`WARMUP_SEC={o.get('pipeline_warmup_s'):g}` for analyze.js; {doc.get('wrk')}",
+        *([f"- Skipped: {skipped}"] if skipped else []),
+    ]
+
+
+def _legend(doc: Doc) -> list[str]:
+    return [f"- {n}: {s.get('description')}" for n, s in (doc.get("shapes") or {}).items()]
+
+
+def _tables(doc: Doc, *, markdown: bool) -> list[str]:
+    out = [
+        table(THROUGHPUT_HEADERS, throughput_rows(doc, markdown=markdown), markdown=markdown),
+        "",
+        "CPU seconds per 100k messages (original / ours):",
+        "",
+        table(CPU_HEADERS, cpu_rows(doc), markdown=markdown),
+    ]
+    rows = pipeline_rows(doc)
+    if rows:
+        out += ["", "The pipeline, run by run (analyze.js):", ""]
+        out += [table(PIPELINE_HEADERS, rows, markdown=markdown)]
+    return out
+
+
+def terminal(doc: Doc) -> str:
+    return "\n".join(["Beside the original", *_tables(doc, markdown=False)])
+
+
+def _key(doc: Doc) -> str:
+    version = str((doc.get("database") or {}).get("version") or "")
+    found = re.search(r"PostgreSQL (\d+)", version)
+    return f"PostgreSQL {found.group(1)}" if found else "PostgreSQL"
+
+
+def markdown(doc: Doc) -> str:
+    version = (doc.get("database") or {}).get("version") or "PostgreSQL"
+    return "\n".join(
+        [
+            f"## Beside the original: {version}",
+            "",
+            f"Run `{doc.get('run_id')}`, {doc.get('started_at')} to {doc.get('finished_at')}, "
+            f"produced by `{doc.get('command') or './bench/run.sh --peer'}`. Absolute figures",
+            "on this shared machine swing by up to 2x within minutes: read the ratios of one",
+            "alternating run, not the msg/s.",
+            "",
+            *_conditions(doc),
+            "",
+            *_legend(doc),
+            "",
+            *_tables(doc, markdown=True),
+            "",
+            "How these figures are measured:",
+            "",
+            METHOD,
+        ]
+    )
+
+
+def markers(doc: Doc) -> tuple[str, str]:
+    key = _key(doc)
+    head = f"<!-- generated by ./bench/run.sh --peer --write-results ({key})"
+    return f"{head}: begin -->", f"{head}: end -->"
+
+
+def merge(existing: str | None, doc: Doc) -> str:
+    """The results file with this run's section (one per PostgreSQL major version) between
+    its markers, or appended when the file has none; everything else kept as it was."""
+    begin, end = markers(doc)
+    block = f"{begin}\n{markdown(doc).rstrip()}\n{end}"
+    if not existing or not existing.strip():
+        return block + "\n"
+    start, stop = existing.find(begin), existing.find(end)
+    if start < 0 or stop < start:
+        return existing.rstrip() + "\n\n" + block + "\n"
+    return existing[:start] + block + existing[stop + len(end) :]

@@ -1,0 +1,333 @@
+"""The original's own 4-stage pipeline benchmark, its scripts and its official JS client
+unchanged, against either server by URL.
+
+Its scripts (``benchmark-queen/2026-04-26/pipeline/queen/`` of the original's repository) are
+exported into ``<home>/queen``; the JS client (``clients/client-js`` of the same repository:
+the registry has no ``queen-mq`` package) is packed and installed with the scripts' other
+dependencies into ``<home>/node_modules``, where Node finds them from the scripts' folder.
+``<home>`` is ``QUEEN_PEER_PIPELINE``, by default ``../peer-build/pipeline`` beside the
+repository; the repository is the bare mirror ``QUEEN_PEER_REPO``.
+
+A run does what its ``runner.sh`` does around its own servers: ``configure.js`` (the two
+queues), ``warmup-partitions.js`` (one message to every partition of both), then the stages as
+its ``ecosystem.config.cjs`` starts them, with its environment knobs scaled to 2 cores
+(:class:`PipelineShape`). The producer stops after the window; the consumers run on until every
+message the producer had acknowledged reached both tail groups (or nothing arrived for longer
+than a lease), then are stopped, and ``analyze.js`` reports throughput, completeness,
+duplicates and latency from the per-process JSONL files.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.peer import DEFAULT_BINARY
+from bench.servers import ROOT
+
+REPO_ENV = "QUEEN_PEER_REPO"
+DEFAULT_REPO = ROOT.parent / ".mirror" / "queen-mq+queen" / "repo"
+HOME_ENV = "QUEEN_PEER_PIPELINE"
+DEFAULT_HOME = DEFAULT_BINARY.parents[2] / "pipeline"
+SCRIPTS = "benchmark-queen/2026-04-26/pipeline/queen"
+CLIENT = "clients/client-js"
+QUIET_S = 65.0  # longer than the queues' lease (configure.js: 60 s): a lapsed lease redelivers
+DRAIN_LIMIT_S = 240.0
+STEP_LIMIT_S = 180.0  # configure.js, warmup-partitions.js, analyze.js
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineShape:
+    """The knobs of the original's ``ecosystem.config.cjs`` (environment variables)."""
+
+    name: str = "PIPE"
+    producers: int = 1
+    in_flight: int = 20
+    target_rate: int = 5000  # per producer; its default, not reached here
+    partitions: int = 100
+    workers: int = 2
+    analytics: int = 1
+    log: int = 1
+    concurrency: int = 10
+    batch: int = 100
+
+    def describe(self) -> str:
+        return (
+            f"the original's pipeline: {self.producers} producer of single-message pushes, "
+            f"{self.in_flight} in flight, {self.partitions} partitions; {self.workers} workers "
+            f"pop {self.batch} from q1 (group workers), push to q2, ack; groups analytics and "
+            f"log on q2 ({self.analytics} + {self.log}); {self.concurrency} pops per consumer"
+        )
+
+
+def home() -> Path:
+    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME)
+
+
+def repo() -> Path:
+    return Path(os.environ.get(REPO_ENV) or DEFAULT_REPO)
+
+
+def _prepared(where: Path) -> bool:
+    return (where / "queen" / "analyze.js").exists() and (
+        where / "node_modules" / "queen-mq" / "package.json"
+    ).exists()
+
+
+def missing() -> str | None:
+    """Why the pipeline cannot run here (after :func:`prepare`), or None."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    if not _prepared(home()) and not (repo() / "HEAD").exists():
+        return f"no pipeline in {home()} and no mirror of the original at {repo()}"
+    return None
+
+
+def _export(path: str, into: Path) -> Path:
+    """``path`` of the mirror's HEAD, extracted under ``into`` (the mirror lacks some large
+    blobs elsewhere in the tree: git complains about them, the archive of ``path`` is whole)."""
+    done = subprocess.run(
+        ["git", "-C", str(repo()), "archive", "--format=tar", "HEAD", path],
+        capture_output=True,
+        check=False,
+    )
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+        names = tar.getnames()
+        if not names:
+            raise RuntimeError(f"git archive of {path} failed: {done.stderr.decode().strip()}")
+        tar.extractall(into, filter="data")
+    return into / path
+
+
+def prepare(log: Callable[[str], None] = print) -> Path:
+    """Export the scripts and the client and install them into :func:`home` (once)."""
+    where = home()
+    if _prepared(where):
+        return where
+    log(f"preparing the original's pipeline benchmark in {where} (npm install)")
+    where.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="queen-peer-") as tmp:
+        scripts = _export(SCRIPTS, Path(tmp))
+        shutil.rmtree(where / "queen", ignore_errors=True)
+        shutil.copytree(scripts, where / "queen")
+        client = _export(CLIENT, Path(tmp))
+        packed = subprocess.run(
+            ["npm", "pack", "--silent", "--pack-destination", str(where)],
+            cwd=client,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        tarball = packed.stdout.strip().splitlines()[-1]
+    wanted = json.loads((where / "queen" / "package.json").read_text())["dependencies"]
+    wanted["queen-mq"] = f"file:{tarball}"
+    manifest = {"name": "queen-pipeline-peer", "private": True, "dependencies": wanted}
+    (where / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", "--silent"],
+        cwd=where,
+        check=True,
+        timeout=600,
+    )
+    return where
+
+
+class Tail:
+    """The txids of every role's JSONL records, read as the files grow."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.offsets: dict[Path, int] = {}
+        self.txids: dict[str, set[str]] = {}
+        self.errors = 0
+
+    def read(self) -> int:
+        """Read what was appended since; return how many records that was."""
+        new = 0
+        for path in sorted(self.directory.glob("*.jsonl")):
+            role = path.name.split("-")[0]
+            with path.open("rb") as f:
+                f.seek(self.offsets.get(path, 0))
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1
+            self.offsets[path] = self.offsets.get(path, 0) + end
+            for line in chunk[:end].splitlines():
+                record = json.loads(line)
+                new += 1
+                if record.get("error"):
+                    self.errors += 1
+                else:
+                    self.txids.setdefault(role, set()).add(str(record.get("txid")))
+        return new
+
+    def missing(self) -> int:
+        """Pushed (acknowledged) txids that have not reached both tail groups."""
+        produced = self.txids.get("producer", set())
+        reached = self.txids.get("analytics", set()) & self.txids.get("log", set())
+        return len(produced - reached)
+
+    def complete(self) -> bool:
+        return self.missing() == 0
+
+
+def _node(script: str, env: dict[str, str], where: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            ["node", script],
+            cwd=where / "queen",
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
+
+
+def _once(script: str, env: dict[str, str], where: Path, log_path: Path) -> str:
+    with log_path.open("ab") as log:
+        done = subprocess.run(
+            ["node", script],
+            cwd=where / "queen",
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            timeout=STEP_LIMIT_S,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"{script} failed ({done.returncode}); see {log_path}")
+    return done.stdout.decode()
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], timeout_s: float = 30.0) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _stages(shape: PipelineShape, base: dict[str, str], seconds: float) -> list[dict[str, str]]:
+    """The environments of its ecosystem's processes, the consumers outliving the producer."""
+    stay = str(round(seconds + DRAIN_LIMIT_S + 60))
+    consumer = {
+        **base,
+        "DURATION_SEC": stay,
+        "CONCURRENCY": str(shape.concurrency),
+        "BATCH_SIZE": str(shape.batch),
+        "MAX_PARTITIONS_PER_POP": "1",
+    }
+    envs = [
+        {
+            **base,
+            "INSTANCE": str(i + 1),
+            "QUEUE_NAME": "pipe-q1",
+            "TARGET_RATE": str(shape.target_rate),
+            "IN_FLIGHT": str(shape.in_flight),
+            "DURATION_SEC": str(round(seconds)),
+            "SCRIPT": "producer.js",
+        }
+        for i in range(shape.producers)
+    ]
+    envs += [
+        {
+            **consumer,
+            "INSTANCE": str(i + 1),
+            "SOURCE_QUEUE": "pipe-q1",
+            "TARGET_QUEUE": "pipe-q2",
+            "GROUP": "workers",
+            "SCRIPT": "worker.js",
+        }
+        for i in range(shape.workers)
+    ]
+    for group, count in (("analytics", shape.analytics), ("log", shape.log)):
+        envs += [
+            {
+                **consumer,
+                "INSTANCE": str(i + 1),
+                "QUEUE_NAME": "pipe-q2",
+                "GROUP": group,
+                "SCRIPT": "consumer.js",
+            }
+            for i in range(count)
+        ]
+    return envs
+
+
+def run(
+    base_url: str,
+    shape: PipelineShape,
+    *,
+    seconds: float,
+    warmup_s: float,
+    workdir: Path,
+    start: Callable[[], None],
+    stop: Callable[[], dict[str, Any]],
+) -> dict[str, Any]:
+    """One pipeline against ``base_url``; ``start``/``stop`` bracket the measured part (the
+    stages, from their start to the end of the drain)."""
+    where = home()
+    results = Path(tempfile.mkdtemp(prefix="pipeline-", dir=workdir))
+    log_path = results / "node.log"
+    keep = ("PATH", "HOME", "LANG", "TZ")
+    base = {k: os.environ[k] for k in keep if k in os.environ}
+    base.update(
+        {
+            "SERVER_URL": base_url,
+            "RESULTS_DIR": str(results),
+            "NUM_PARTITIONS": str(shape.partitions),
+            "QUEUES": "pipe-q1,pipe-q2",
+        }
+    )
+    _once("configure.js", base, where, log_path)
+    _once("warmup-partitions.js", base, where, log_path)
+    start()
+    procs = [
+        _node(env.pop("SCRIPT"), env, where, log_path) for env in _stages(shape, base, seconds)
+    ]
+    producers, consumers = procs[: shape.producers], procs[shape.producers :]
+    tail = Tail(results)
+    try:
+        for proc in producers:
+            proc.wait(timeout=seconds + 120)
+        drained_at = time.monotonic()
+        quiet_since = drained_at
+        while time.monotonic() - drained_at < DRAIN_LIMIT_S:
+            if tail.read():
+                quiet_since = time.monotonic()
+            if tail.complete() or time.monotonic() - quiet_since > QUIET_S:
+                break
+            time.sleep(1.0)
+        drain_s = time.monotonic() - drained_at
+    finally:
+        _stop(consumers)
+        _stop(producers)
+    window = stop()
+    tail.read()
+    env = {**base, "WARMUP_SEC": str(round(warmup_s))}
+    summary: dict[str, Any] = json.loads(_once("analyze.js", env, where, log_path))
+    return {
+        "summary": summary,
+        "pushed": len(tail.txids.get("producer", ())),
+        "push_errors": tail.errors,
+        "missing_all": tail.missing(),
+        "drain_s": drain_s,
+        **window,
+    }
