@@ -11,18 +11,17 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from queen.actors.supervisor import Supervisor
 from queen.broadcast import Signal
 from queen.consume.errors import ConsumeUnavailable
-from queen.encryption import QueueEncryption
+from queen.encryption import EncryptionStatus, QueueEncryption
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
 from queen.retention import RetentionLoop
-from queen.spool import Spool
+from queen.spool import Spool, SpoolState
 from queen.storage.retention import PassOutcome, QueueHoldings
-from queen.supervision import Loops
+from queen.supervision import Loops, LoopStatus
 
 HEALTH_WAIT_S = 0.5  # longest /health waits for a fresh answer from the database
 
@@ -31,16 +30,16 @@ HEALTH_WAIT_S = 0.5  # longest /health waits for a fresh answer from the databas
 class Health:
     """What ``/health`` reports (rendered by :func:`queen.http.render.health`). ``status`` is
     ``healthy``, ``degraded`` (a background loop fails) or ``unhealthy`` (no database); the
-    sections ``encryption``, ``loops`` and ``spool`` are as their owners describe them."""
+    sections ``encryption``, ``loops`` and ``spool`` are their owners' typed states."""
 
     healthy: bool
     status: str
     version: str
     active_partitions: int
     maintenance_mode: bool
-    encryption: dict[str, Any]
-    loops: dict[str, dict[str, Any]]
-    spool: dict[str, Any] | None
+    encryption: EncryptionStatus
+    loops: dict[str, LoopStatus]
+    spool: SpoolState | None
 
 
 class Operations:
@@ -83,9 +82,9 @@ class Operations:
             version=version(),
             active_partitions=self.supervisor.active_partitions,
             maintenance_mode=self.maintenance.enabled,
-            encryption=self.encryption.describe(),
-            loops=loops.describe(),
-            spool=self.spool.describe() if self.spool is not None else None,
+            encryption=self.encryption.status(),
+            loops=loops.statuses(),
+            spool=self.spool_state(),
         )
 
     def labelled_metrics(self) -> dict[str, tuple[str, dict[str, float]]]:
@@ -107,17 +106,21 @@ class Operations:
             "database_up": float(self.db_health.up),
             "maintenance_mode": float(self.maintenance.enabled),
         }
-        if self.spool is not None:
-            state = self.spool.describe()
+        state = self.spool_state()
+        if state is not None:
             values.update(
-                spool_pending_items=state["pendingItems"],
-                spool_files=state["files"],
-                spool_oldest_age_seconds=state["oldestAgeSeconds"],
-                spool_replay_rate=state["replayRate"],
-                spool_quarantined_ranges=state["quarantined"]["ranges"],
-                spool_quarantined_bytes=state["quarantined"]["bytes"],
+                spool_pending_items=state.pending_items,
+                spool_files=state.files,
+                spool_oldest_age_seconds=state.oldest_age_s,
+                spool_replay_rate=state.replay_rate,
+                spool_quarantined_ranges=state.quarantined_ranges,
+                spool_quarantined_bytes=state.quarantined_bytes,
             )
         return values
+
+    def spool_state(self) -> SpoolState | None:
+        """The spool now (None when the spool is off)."""
+        return self.spool.state() if self.spool is not None else None
 
     async def set_maintenance(self, enabled: bool) -> None:
         """Switch maintenance mode for every broker process sharing the database."""

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from queen.admin.params import Page
 from queen.admin.payloads import Shown
 from queen.records import QueueOptions
+from queen.spool import SpoolState
 from queen.storage.retention import QueueHoldings
 
 # --- shared parts ------------------------------------------------------------------------------
@@ -192,15 +193,15 @@ class Groupings:
 
 @dataclass(frozen=True, slots=True)
 class ProcessState:
-    """How this broker process stands. ``spool`` is the spool's own description (None when the
-    spool is off); ``counters`` are :meth:`queen.metrics.Metrics.snapshot`."""
+    """How this broker process stands. ``spool`` is None when the spool is off; ``counters``
+    are :meth:`queen.metrics.Metrics.snapshot`."""
 
     process_id: int
     uptime_s: float
     active_partitions: int
     database_up: bool
     maintenance_mode: bool
-    spool: dict[str, Any] | None
+    spool: SpoolState | None
     counters: dict[str, int]
 
 

@@ -257,7 +257,7 @@ class AdminService:
             active_partitions=ops.supervisor.active_partitions,
             database_up=ops.db_health.up,
             maintenance_mode=ops.maintenance.enabled,
-            spool=ops.spool.describe() if ops.spool is not None else None,
+            spool=ops.spool_state(),
             counters=self.metrics.snapshot(),
         )
 

@@ -18,8 +18,7 @@ blueprint = Blueprint("maintenance", __name__)
 
 def _state(broker: Broker) -> dict[str, Any]:
     ops = broker.ops
-    spool = ops.spool.describe() if ops.spool is not None else None
-    return render.maintenance(ops.maintenance.enabled, spool)
+    return render.maintenance(ops.maintenance.enabled, ops.spool_state())
 
 
 @blueprint.get("/api/v1/system/maintenance")

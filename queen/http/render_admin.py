@@ -46,6 +46,7 @@ from queen.admin.results import (
     TimeRange,
 )
 from queen.consume.policy import iso_utc
+from queen.http.render import spool_state
 
 Json = dict[str, Any]
 
@@ -288,7 +289,7 @@ def process(p: ProcessState) -> Json:
         "activePartitions": p.active_partitions,
         "databaseUp": p.database_up,
         "maintenanceMode": p.maintenance_mode,
-        "spool": p.spool,
+        "spool": spool_state(p.spool) if p.spool is not None else None,
         "counters": p.counters,
     }
 
