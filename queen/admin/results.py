@@ -21,6 +21,7 @@ from queen.admin.payloads import Shown
 from queen.records import QueueOptions
 from queen.spool import SpoolState
 from queen.storage.retention import QueueHoldings
+from queen.supervision import LoopStatus
 
 # --- shared parts ------------------------------------------------------------------------------
 
@@ -203,6 +204,21 @@ class ProcessState:
     maintenance_mode: bool
     spool: SpoolState | None
     counters: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """What this process knows without asking the database, ``at``: shown by the dashboard
+    while the database is away. ``database_down_since`` is None while it answers; ``rates``
+    are the newest interval's; ``pop_maintenance`` is the switch as last read."""
+
+    at: datetime
+    database_down_since: datetime | None
+    process: ProcessState
+    push_maintenance: bool
+    pop_maintenance: bool
+    loops: dict[str, LoopStatus]
+    rates: Rates
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ from queen.admin.results import (
     QueueSummary,
     RatePoint,
     RetentionFigures,
+    Standing,
     Status,
     StoredMessage,
     TableSize,
@@ -259,6 +260,26 @@ class AdminService:
             maintenance_mode=ops.maintenance.enabled,
             spool=ops.spool_state(),
             counters=self.metrics.snapshot(),
+        )
+
+    async def standing(self) -> Standing:
+        """This process from its own memory (no database read): what the dashboard shows
+        while the database is away."""
+        self.history.sample()
+        ops = self.ops
+        down = ops.db_health.down_since
+        try:
+            pop_maintenance = (await self.consume.pop_maintenance()).enabled
+        except ConsumeUnavailable:
+            pop_maintenance = False
+        return Standing(
+            at=datetime.now(UTC),
+            database_down_since=None if down is None else datetime.fromtimestamp(down, UTC),
+            process=self._process(),
+            push_maintenance=ops.maintenance.enabled,
+            pop_maintenance=pop_maintenance,
+            loops=ops.loops.statuses(),
+            rates=self.history.latest_rates(),
         )
 
     async def overview(self) -> Overview:

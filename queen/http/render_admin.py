@@ -41,12 +41,13 @@ from queen.admin.results import (
     QueueSummary,
     RatePoint,
     RetentionFigures,
+    Standing,
     Status,
     StoredMessage,
     TimeRange,
 )
 from queen.consume.policy import iso_utc
-from queen.http.render import spool_state
+from queen.http.render import loop_status, spool_state
 
 Json = dict[str, Any]
 
@@ -291,6 +292,22 @@ def process(p: ProcessState) -> Json:
         "maintenanceMode": p.maintenance_mode,
         "spool": spool_state(p.spool) if p.spool is not None else None,
         "counters": p.counters,
+    }
+
+
+def standing(s: Standing) -> Json:
+    """What this process knows without the database (the dashboard's outage view)."""
+    return {
+        "timestamp": _iso(s.at),
+        "databaseDownSince": _iso(s.database_down_since),
+        "throughput": {
+            "ingestedPerSecond": s.rates.ingested_per_s,
+            "processedPerSecond": s.rates.processed_per_s,
+            "popPerSecond": s.rates.pop_per_s,
+        },
+        "maintenance": {"push": s.push_maintenance, "pop": s.pop_maintenance},
+        "loops": {name: loop_status(status) for name, status in s.loops.items()},
+        "process": process(s.process),
     }
 
 
