@@ -74,6 +74,18 @@ def partition_id(value: str) -> int:
     return int(value)
 
 
+PARTITION_ORDERS = ("name", "pending", "oldest", "lease")
+
+
+def partition_order(args: Mapping[str, Any]) -> str:
+    """``sort`` of a queue's partitions: ``name`` (the default), ``pending`` (most first),
+    ``oldest`` (oldest pending message first) or ``lease`` (soonest lease end first)."""
+    value = args.get("sort") or "name"
+    if value not in PARTITION_ORDERS:
+        raise InvalidRequest(f"sort must be one of {', '.join(PARTITION_ORDERS)}")
+    return str(value)
+
+
 def min_lag_seconds(args: Mapping[str, Any]) -> int:
     value = requests.count(args.get("minLagSeconds"), "minLagSeconds", 0, 10 * 365 * 86400)
     return 60 if value is None else value

@@ -176,8 +176,11 @@ class AdminService:
     async def _figures(self, queue: Row, args: Mapping[str, Any]) -> QueueFigures:
         """The queue of ``queue`` (its row), one page of its partitions, and its totals."""
         page = params.page(args)
+        order = params.partition_order(args)
         queue_id = int(queue["id"])
-        rows = await self.store.partitions(queue_id, limit=page.limit, offset=page.offset)
+        rows = await self.store.partitions(
+            queue_id, limit=page.limit, offset=page.offset, order=order
+        )
         dlq = await self.store.dlq_by_partition(queue_id)
         now = datetime.now(UTC)
         partitions = [

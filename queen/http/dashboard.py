@@ -178,7 +178,12 @@ async def queue(queue: str) -> Response:
     if status is None:
         return Response(f"queue {name} does not exist", status=404, content_type=HTML)
     return await _page(
-        "queue.html", s=render_admin.queue_status(status), page=params.page(request.args)
+        "queue.html",
+        s=render_admin.queue_status(status),
+        page=params.page(request.args),
+        sort=params.partition_order(request.args),
+        sorts=params.PARTITION_ORDERS,
+        extra=_extra("sort"),
     )
 
 

@@ -16,6 +16,14 @@ from queen.storage.pool import ConnectionPool
 Row = dict[str, Any]
 
 
+_PARTITION_ORDERS = {
+    "name": "name",
+    "pending": "undone - processing DESC, name",
+    "oldest": "start_at NULLS LAST, name",
+    "lease": "lease_expires_at NULLS LAST, name",
+}
+
+
 class PgAdminStore:
     def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
@@ -49,11 +57,16 @@ class PgAdminStore:
         rows = await self._rows("SELECT * FROM queen.queues WHERE name = %s", (name,))
         return rows[0] if rows else None
 
-    async def partitions(self, queue_id: int, *, limit: int, offset: int) -> list[Row]:
-        """One page of a queue's partitions (name order) with their figures."""
+    async def partitions(
+        self, queue_id: int, *, limit: int, offset: int, order: str = "name"
+    ) -> list[Row]:
+        """One page of a queue's partitions with their figures, in ``order``: ``name``,
+        ``pending`` (most first), ``oldest`` (oldest pending first) or ``lease`` (soonest
+        lease end first); ties by name."""
+        by = _PARTITION_ORDERS[order]
         return await self._rows(
-            """SELECT * FROM queen.admin_partition_stats(ARRAY[%s]::bigint[])
-               ORDER BY name LIMIT %s OFFSET %s""",
+            f"""SELECT * FROM queen.admin_partition_stats(ARRAY[%s]::bigint[])
+                ORDER BY {by} LIMIT %s OFFSET %s""",
             (queue_id, limit, offset),
         )
 
