@@ -351,3 +351,26 @@ async def test_a_queues_partitions_sort_by_pending_oldest_and_lease(
     html = await page.get_data(as_text=True)
     assert page.status_code == 200 and "<strong>pending</strong>" in html
     assert html.index(">b-many<") < html.index(">z-old<")
+
+
+async def test_a_message_is_found_by_its_transaction_id_in_every_partition_holding_it(
+    client: Any, queue: str
+) -> None:
+    await push(client, queue, "p1", "a", "needle", "b")
+    await push(client, queue, "p2", "needle")
+    await push(client, queue, "p3", "c")
+    found = await client.get(f"/api/v1/messages?queue={queue}&transactionId=needle")
+    assert found.status_code == 200
+    rows = (await found.get_json())["messages"]
+    assert [(m["partition"], m["transactionId"]) for m in rows] == [
+        ("p1", "needle"),
+        ("p2", "needle"),
+    ]
+    assert rows[0]["offset"] == 1
+    none = await (await client.get(f"/api/v1/messages?queue={queue}&transactionId=zz")).get_json()
+    assert none["messages"] == []
+    lost = await client.get("/api/v1/messages?transactionId=needle")
+    assert lost.status_code == 400 and "needs queue" in (await lost.get_json())["error"]
+    page = await client.get(f"/dashboard/view/messages?queue={queue}&transactionId=needle")
+    html = await page.get_data(as_text=True)
+    assert page.status_code == 200 and html.count(">needle</a>") == 2

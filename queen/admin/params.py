@@ -67,6 +67,16 @@ def status(args: Mapping[str, Any]) -> str | None:
     return str(value)
 
 
+def transaction_id(args: Mapping[str, Any]) -> str | None:
+    """``transactionId``: a message's transaction id to look for (at most 256 characters)."""
+    value = args.get("transactionId")
+    if not value:
+        return None
+    if len(value) > 256:
+        raise InvalidRequest("transactionId must be at most 256 characters")
+    return str(value)
+
+
 def partition_id(value: str) -> int:
     """A partition id in a path: our ids are positive integers."""
     if not value.isdigit() or len(value) > 18:

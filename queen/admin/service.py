@@ -19,6 +19,7 @@ from typing import Any
 
 from queen.admin import params
 from queen.admin.history import History
+from queen.admin.params import Page
 from queen.admin.payloads import decode_payload
 from queen.admin.results import (
     ConfiguredQueue,
@@ -438,8 +439,12 @@ class AdminService:
         """``GET /api/v1/messages``: stored messages, newest first, one page (no payloads)."""
         page = params.page(args, default_limit=50)
         since, until = params.window(args, default=timedelta(days=7))
+        queue = queue or params.optional_name(args, "queue")
+        transaction_id = params.transaction_id(args)
+        if transaction_id is not None:
+            return await self._find(queue, transaction_id, page, since, until)
         rows = await self.store.messages(
-            queue=queue or params.optional_name(args, "queue"),
+            queue=queue,
             partition=params.optional_name(args, "partition"),
             namespace=params.optional_name(args, "namespace"),
             task=params.optional_name(args, "task"),
@@ -454,6 +459,21 @@ class AdminService:
             page,
             TimeRange(since, until),
         )
+
+    async def _find(
+        self, queue: str | None, transaction_id: str, page: Page, since: datetime, until: datetime
+    ) -> MessagePage:
+        """The messages of ``queue`` with ``transaction_id`` (one per partition holding one),
+        whenever they were stored."""
+        if queue is None:
+            raise InvalidRequest("transactionId needs queue: the queue to look in")
+        ids = await self.store.find_partitions(queue, transaction_id, page.offset + page.limit)
+        found = []
+        for partition_id in ids[page.offset :]:
+            detail = await self.message(str(partition_id), transaction_id)
+            if detail is not None:
+                found.append(detail.message)
+        return MessagePage(found, page, TimeRange(since, until))
 
     async def message(self, partition_id: str, transaction_id: str) -> MessageDetail | None:
         """``GET /api/v1/messages/{partitionId}/{transactionId}``, with the payload."""

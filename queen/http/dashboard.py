@@ -195,7 +195,7 @@ async def messages() -> Response:
         "messages.html",
         m=render_admin.message_page(found),
         page=params.page(request.args, default_limit=50),
-        extra=_extra("queue", "partition", "status", "from", "to"),
+        extra=_extra("queue", "partition", "transactionId", "status", "from", "to"),
     )
 
 

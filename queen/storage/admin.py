@@ -155,6 +155,14 @@ class PgAdminStore:
             (queue, partition, namespace, task, status, since, until, limit, offset),
         )
 
+    async def find_partitions(self, queue: str, transaction_id: str, limit: int) -> list[int]:
+        """Ids of the partitions of ``queue`` holding a message with ``transaction_id``."""
+        rows = await self._rows(
+            "SELECT * FROM queen.admin_find_partitions(%s, %s, %s)",
+            (queue, transaction_id, limit),
+        )
+        return [int(r["partition_id"]) for r in rows]
+
     async def message(self, partition_id: int, transaction_id: str) -> Row | None:
         rows = await self._rows(
             "SELECT * FROM queen.admin_message(%s, %s)", (partition_id, transaction_id)

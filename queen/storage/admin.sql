@@ -318,6 +318,19 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
          WHERE s.partition_id = p_partition_id AND f.txid = p_txid))
 $fn$;
 
+-- The partitions of queue p_queue holding a message with transaction id p_txid (first p_limit
+-- by name): the dedup sidecar's probe per partition, then, past the dedup window, a look
+-- through the partition's stored transaction ids.
+CREATE OR REPLACE FUNCTION queen.admin_find_partitions(p_queue text, p_txid text, p_limit integer)
+RETURNS TABLE (partition_id bigint)
+LANGUAGE sql STABLE SET jit = off AS $fn$
+    SELECT p.id
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+    WHERE q.name = p_queue AND queen.admin_find_offset(p.id, p_txid) IS NOT NULL
+    ORDER BY p.name
+    LIMIT p_limit
+$fn$;
+
 -- One message, by partition id and transaction id, with its queue and every group's view of it.
 CREATE OR REPLACE FUNCTION queen.admin_message(p_partition_id bigint, p_txid text)
 RETURNS TABLE (partition_id bigint, queue_name text, partition_name text, namespace text,
