@@ -119,6 +119,7 @@ def _rates_chart(series: list[Any]) -> str:
         ],
         unit="/s",
         title="messages per second, this process (10 s samples)",
+        times=[p.at for p in series],
     )
 
 
@@ -280,6 +281,7 @@ async def system() -> Response:
         [("cpu %", [p.cpu_percent for p in series])],
         unit="%",
         title="CPU of this process",
+        times=[p.at for p in series],
         width=460,
     )
     overview = await admin.overview()
