@@ -3,9 +3,10 @@ how this process is doing, as typed values (:mod:`queen.admin.results`; HTTP ren
 the original broker's shapes).
 
 It reads through :class:`queen.storage.admin.PgAdminStore` and the broker's own state (counters,
-spool, switches); it writes nothing but single message deletions. Figures are computed when
-asked, from offsets and cursors (see ``admin.sql``), so there is nothing to keep in step and
-``POST /api/v1/stats/refresh`` only drops the cached gauges.
+spool, switches); it writes nothing but single message deletions. The operator's actions on
+dead letters and queues are :attr:`AdminService.actions` (:mod:`queen.admin.actions`).
+Figures are computed when asked, from offsets and cursors (see ``admin.sql``), so there is
+nothing to keep in step and ``POST /api/v1/stats/refresh`` only drops the cached gauges.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from queen.admin import params
+from queen.admin.actions import AdminActions
 from queen.admin.history import History
 from queen.admin.payloads import decode_payload
 from queen.admin.results import (
@@ -60,6 +62,7 @@ from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.service import ConsumeService
 from queen.metrics import Metrics
 from queen.operations import Operations
+from queen.push import PushService
 from queen.records import QUEUE_MODE, QueueOptions
 from queen.settings import Settings
 from queen.storage.admin import PgAdminStore, Row
@@ -116,6 +119,7 @@ class AdminService:
         store: PgAdminStore | None = None,
         consume: ConsumeService | None = None,
         history: History | None = None,
+        push: PushService | None = None,
     ) -> None:
         """``database``: what the start-up line calls it; ``store`` and ``consume`` are None
         without PostgreSQL (the admin reads then raise :class:`ConsumeUnavailable`)."""
@@ -127,6 +131,7 @@ class AdminService:
         self._consume = consume
         self.history = history or History(metrics)
         self._gauges: tuple[float, QueueGauges] | None = None
+        self.actions = AdminActions(store, push)
 
     @property
     def store(self) -> PgAdminStore:
