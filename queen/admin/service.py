@@ -68,6 +68,9 @@ from queen.settings import Settings
 from queen.storage.admin import PgAdminStore, Row
 
 GAUGE_CACHE_S = 10.0
+# How a stored subscription start reads back: as the pop asked for it (and as the original
+# broker names it).
+SUBSCRIPTION_MODES = {"all": "all", "now": "new", "at": "timestamp"}
 MAX_GAUGE_QUEUES = 1000
 RETENTION_COUNTERS = (
     "retention_passes",
@@ -498,7 +501,9 @@ class AdminService:
             max_time_lag_s=age_s(r["oldest_at"], now),
             oldest_pending_at=r["oldest_at"],
             last_consumed_at=r["last_delivered_at"],
-            subscription_mode=r["subscription_mode"],
+            subscription_mode=SUBSCRIPTION_MODES.get(
+                r["subscription_mode"], r["subscription_mode"]
+            ),
             subscribed_at=r["subscribed_at"],
             subscription_created_at=r["subscription_created_at"],
         )

@@ -86,9 +86,69 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
     ORDER BY page.name
 $fn$;
 
--- Every consumer group's standing on every queue it reads (queue mode included), one page in
--- (group, queue) order. lag = messages stored after the group's cursors and not yet done;
--- oldest_at = created_at of the oldest of them. p_group / p_queue narrow the list.
+-- Where a group stands in each partition of a queue that holds messages, cursor or not
+-- (p_partition_ids: those partitions only; NULL: all). start = the first offset it will still
+-- receive: its cursor; without one, where its first pop would start: the first segment
+-- stored at or after its subscription time, else the oldest stored message. lag = messages
+-- from start on that it has not done. A partition it never popped counts whole (from its
+-- subscription's start), so a group that stopped consuming shows the lag of every partition
+-- created since. A partition with a cursor costs what it did before (no probe); one without
+-- costs a probe of the cursors' key and one of the segments.
+CREATE OR REPLACE FUNCTION queen.admin_group_positions(
+    p_groups text[], p_queue_ids bigint[], p_subscribed_at timestamptz[],
+    p_partition_ids bigint[])
+RETURNS TABLE (consumer_group text, queue_id bigint, partition_id bigint, partition_name text,
+               next_offset bigint, start_offset bigint, has_cursor boolean, lag bigint,
+               oldest_at timestamptz, lease_expires_at timestamptz, delivered_at timestamptz)
+LANGUAGE sql STABLE SET jit = off AS $fn$
+    WITH k AS MATERIALIZED (
+        SELECT * FROM unnest(p_groups, p_queue_ids, p_subscribed_at) AS k (grp, qid, sub_at)
+    ),
+    had AS (   -- partitions the group has popped: from its cursor
+        SELECT k.grp, k.qid, p.id, p.name, p.next_offset, c.next_offset AS start, true AS cur,
+               greatest(0, p.next_offset - c.next_offset - cardinality(c.acked)) AS lag,
+               CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease,
+               c.delivered_at
+        FROM k
+        JOIN queen.cursors c ON c.queue_id = k.qid AND c.consumer_group = k.grp
+        JOIN queen.partitions p ON p.id = c.partition_id
+        WHERE p_partition_ids IS NULL OR c.partition_id = ANY (p_partition_ids)
+    ),
+    fresh AS (   -- partitions it has never popped: from where its subscription starts
+        SELECT k.grp, k.qid, p.id, p.name, p.next_offset, st.start, false,
+               greatest(0, p.next_offset - st.start), NULL::timestamptz, NULL::timestamptz
+        FROM k
+        JOIN queen.partitions p ON p.queue_id = k.qid AND p.next_offset > 0
+        CROSS JOIN LATERAL (
+            SELECT CASE
+                       WHEN k.sub_at IS NULL THEN
+                           coalesce((SELECT s.first_offset FROM queen.segments s
+                                     WHERE s.partition_id = p.id
+                                     ORDER BY s.first_offset LIMIT 1), p.next_offset)
+                       ELSE
+                           coalesce((SELECT s.first_offset FROM queen.segments s
+                                     WHERE s.partition_id = p.id AND s.created_at >= k.sub_at
+                                     ORDER BY s.created_at, s.first_offset LIMIT 1),
+                                    p.next_offset)
+                   END AS start) st
+        WHERE (p_partition_ids IS NULL OR p.id = ANY (p_partition_ids))
+          AND NOT EXISTS (SELECT 1 FROM queen.cursors c
+                          WHERE c.partition_id = p.id AND c.consumer_group = k.grp)
+    )
+    SELECT x.grp, x.qid, x.id, x.name, x.next_offset, x.start, x.cur, x.lag,
+           CASE WHEN x.lag > 0 THEN
+               (SELECT s.created_at FROM queen.segments s
+                WHERE s.partition_id = x.id AND s.first_offset <= x.start
+                ORDER BY s.first_offset DESC LIMIT 1) END,
+           x.lease, x.delivered_at
+    FROM (SELECT * FROM had UNION ALL SELECT * FROM fresh) x
+$fn$;
+
+-- Every consumer group's standing on every queue it reads (queue mode included, once it has
+-- popped there), one page in (group, queue) order. lag = messages the group will still
+-- receive, over every partition holding messages (see queen.admin_group_positions);
+-- partitions = those it has a cursor on; oldest_at = created_at of the oldest message it
+-- will still receive. p_group / p_queue narrow the list.
 CREATE OR REPLACE FUNCTION queen.admin_groups(
     p_group text, p_queue text, p_limit integer, p_offset integer)
 RETURNS TABLE (consumer_group text, queue_id bigint, queue_name text, partitions bigint,
@@ -109,63 +169,65 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
           AND (p_queue IS NULL
                OR g.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = p_queue))
     ),
-    page AS (
-        SELECT k.consumer_group, k.queue_id, q.name AS queue_name, count(*) OVER () AS full_count
+    page AS MATERIALIZED (
+        SELECT k.consumer_group, k.queue_id, q.name AS queue_name, g.subscription_mode,
+               g.subscribed_at, g.created_at AS subscription_created_at,
+               count(*) OVER () AS full_count
         FROM keys k JOIN queen.queues q ON q.id = k.queue_id
+        LEFT JOIN queen.consumer_groups g
+               ON g.queue_id = k.queue_id AND g.consumer_group = k.consumer_group
         ORDER BY k.consumer_group, q.name
         LIMIT p_limit OFFSET p_offset
     ),
-    per AS (
-        SELECT page.consumer_group, page.queue_id, p.id AS partition_id,
-               greatest(0, p.next_offset - c.next_offset - cardinality(c.acked)) AS lag,
-               c.next_offset, c.lease_expires_at > now() AS leased, c.delivered_at
-        FROM page
-        JOIN queen.cursors c
-          ON c.queue_id = page.queue_id AND c.consumer_group = page.consumer_group
-        JOIN queen.partitions p ON p.id = c.partition_id
-    ),
     agg AS (
-        SELECT per.consumer_group, per.queue_id, count(*) AS partitions,
-               sum(per.lag)::bigint AS lag, count(*) FILTER (WHERE per.leased) AS leased,
-               min((SELECT s.created_at FROM queen.segments s
-                    WHERE s.partition_id = per.partition_id
-                      AND s.first_offset <= per.next_offset
-                    ORDER BY s.first_offset DESC LIMIT 1)) FILTER (WHERE per.lag > 0)
-                   AS oldest_at,
-               max(per.delivered_at) AS last_delivered_at
-        FROM per
-        GROUP BY per.consumer_group, per.queue_id
+        SELECT x.consumer_group, x.queue_id, count(*) FILTER (WHERE x.has_cursor) AS partitions,
+               sum(x.lag)::bigint AS lag,
+               count(*) FILTER (WHERE x.lease_expires_at IS NOT NULL) AS leased,
+               min(x.oldest_at) AS oldest_at, max(x.delivered_at) AS last_delivered_at
+        FROM queen.admin_group_positions(
+            ARRAY(SELECT page.consumer_group FROM page),
+            ARRAY(SELECT page.queue_id FROM page),
+            ARRAY(SELECT page.subscribed_at FROM page), NULL) x
+        GROUP BY x.consumer_group, x.queue_id
     )
     SELECT page.consumer_group, page.queue_id, page.queue_name,
            coalesce(agg.partitions, 0), coalesce(agg.lag, 0), coalesce(agg.leased, 0),
            agg.oldest_at, agg.last_delivered_at,
-           g.subscription_mode, g.subscribed_at, g.created_at, page.full_count
+           page.subscription_mode, page.subscribed_at, page.subscription_created_at,
+           page.full_count
     FROM page
     LEFT JOIN agg ON agg.consumer_group = page.consumer_group AND agg.queue_id = page.queue_id
-    LEFT JOIN queen.consumer_groups g
-           ON g.queue_id = page.queue_id AND g.consumer_group = page.consumer_group
     ORDER BY page.consumer_group, page.queue_name
 $fn$;
 
--- One group's cursors on one queue, partition by partition (one page in partition name order).
+-- One group on one queue, partition by partition (one page in partition name order): every
+-- partition holding messages, with where the group stands there (see
+-- queen.admin_group_positions; cursor_offset is its start where it has no cursor yet).
+DO $do$
+BEGIN   -- the earlier answer had no has_cursor column (and cannot be replaced in place)
+    IF EXISTS (SELECT 1 FROM pg_proc
+               WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_group_partitions'
+                 AND NOT ('has_cursor' = ANY (proargnames))) THEN
+        DROP FUNCTION queen.admin_group_partitions(text, bigint, integer, integer);
+    END IF;
+END
+$do$;
 CREATE OR REPLACE FUNCTION queen.admin_group_partitions(
     p_group text, p_queue_id bigint, p_limit integer, p_offset integer)
 RETURNS TABLE (partition_id bigint, partition_name text, next_offset bigint,
-               cursor_offset bigint, lag bigint, oldest_at timestamptz,
+               cursor_offset bigint, has_cursor boolean, lag bigint, oldest_at timestamptz,
                lease_expires_at timestamptz, delivered_at timestamptz)
 LANGUAGE sql STABLE SET jit = off AS $fn$
-    SELECT p.id, p.name, p.next_offset, c.next_offset,
-           greatest(0, p.next_offset - c.next_offset - cardinality(c.acked)),
-           CASE WHEN p.next_offset - c.next_offset - cardinality(c.acked) > 0 THEN
-               (SELECT s.created_at FROM queen.segments s
-                WHERE s.partition_id = p.id AND s.first_offset <= c.next_offset
-                ORDER BY s.first_offset DESC LIMIT 1) END,
-           CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END,
-           c.delivered_at
-    FROM queen.cursors c JOIN queen.partitions p ON p.id = c.partition_id
-    WHERE c.queue_id = p_queue_id AND c.consumer_group = p_group
-    ORDER BY p.name
-    LIMIT p_limit OFFSET p_offset
+    SELECT x.partition_id, x.partition_name, x.next_offset, x.start_offset, x.has_cursor,
+           x.lag, x.oldest_at, x.lease_expires_at, x.delivered_at
+    FROM queen.admin_group_positions(
+        ARRAY[p_group], ARRAY[p_queue_id],
+        ARRAY[(SELECT g.subscribed_at FROM queen.consumer_groups g
+               WHERE g.queue_id = p_queue_id AND g.consumer_group = p_group)],
+        ARRAY(SELECT p.id FROM queen.partitions p   -- the page first: figures for it only
+              WHERE p.queue_id = p_queue_id AND p.next_offset > 0
+              ORDER BY p.name LIMIT p_limit OFFSET p_offset)) x
+    ORDER BY x.partition_name
 $fn$;
 
 -- Stored messages, newest first: of the partitions matching the filters, the newest segments
@@ -618,7 +680,6 @@ $fn$;
 -- whole for their consumer (kept). Offsets are not reused: the next push continues after them,
 -- and the pop steps over the gap. Dead letters and cursors stay. known is false for an unknown
 -- queue or partition.
-DROP FUNCTION IF EXISTS queen.admin_clear(text, text);
 CREATE OR REPLACE FUNCTION queen.admin_clear(
     p_queue text, p_partition text, OUT known boolean, OUT cleared bigint, OUT kept bigint)
 LANGUAGE plpgsql SET jit = off AS $fn$
