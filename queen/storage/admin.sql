@@ -86,23 +86,32 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
     ORDER BY page.name
 $fn$;
 
--- Where a group stands in each partition of a queue that holds messages, cursor or not
--- (p_partition_ids: those partitions only; NULL: all). start = the first offset it will still
--- receive: its cursor; without one, where its first pop would start: the first segment
--- stored at or after its subscription time, else the oldest stored message. lag = messages
--- from start on that it has not done. A partition it never popped counts whole (from its
--- subscription's start), so a group that stopped consuming shows the lag of every partition
--- created since. A partition with a cursor costs what it did before (no probe); one without
--- costs a probe of the cursors' key and one of the segments.
+-- Where groups stand on queues, per partition holding messages, cursor or not. start = the
+-- first offset the group will still receive: its cursor; without one, where its first pop
+-- would start: the first segment stored at or after its subscription time (two probes of
+-- segments_by_age: the first such time, then the lowest offset stored then; queen.pop orders
+-- by offset, and a partition's segments are stored in offset order, so both find the same
+-- segment), else the lowest stored offset. lag = messages
+-- from start on that it has not done. So a partition a group never popped counts whole from
+-- its subscription's start, and a group that stopped consuming shows the lag of every
+-- partition created since.
+-- Cost: a partition with a cursor costs what it did before (no probe). The partitions without
+-- one are looked for among those created since the group's cursor mark (see queen.pop: every
+-- partition created before it holding messages got a cursor at the group's look), through
+-- partitions_by_queue_created, and cost one probe of the cursors' key and one of the segments
+-- each; a group without a mark (it only ever popped single partitions) looks at them all.
 CREATE OR REPLACE FUNCTION queen.admin_group_positions(
-    p_groups text[], p_queue_ids bigint[], p_subscribed_at timestamptz[],
-    p_partition_ids bigint[])
+    p_groups text[], p_queue_ids bigint[], p_subscribed_at timestamptz[])
 RETURNS TABLE (consumer_group text, queue_id bigint, partition_id bigint, partition_name text,
                next_offset bigint, start_offset bigint, has_cursor boolean, lag bigint,
                oldest_at timestamptz, lease_expires_at timestamptz, delivered_at timestamptz)
 LANGUAGE sql STABLE SET jit = off AS $fn$
     WITH k AS MATERIALIZED (
-        SELECT * FROM unnest(p_groups, p_queue_ids, p_subscribed_at) AS k (grp, qid, sub_at)
+        SELECT k.grp, k.qid, k.sub_at,
+               coalesce((SELECT m.covered FROM queen.cursor_marks m
+                         WHERE m.queue_id = k.qid AND m.consumer_group = k.grp),
+                        '0'::xid8) AS covered
+        FROM unnest(p_groups, p_queue_ids, p_subscribed_at) AS k (grp, qid, sub_at)
     ),
     had AS (   -- partitions the group has popped: from its cursor
         SELECT k.grp, k.qid, p.id, p.name, p.next_offset, c.next_offset AS start, true AS cur,
@@ -112,27 +121,29 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
         FROM k
         JOIN queen.cursors c ON c.queue_id = k.qid AND c.consumer_group = k.grp
         JOIN queen.partitions p ON p.id = c.partition_id
-        WHERE p_partition_ids IS NULL OR c.partition_id = ANY (p_partition_ids)
     ),
     fresh AS (   -- partitions it has never popped: from where its subscription starts
         SELECT k.grp, k.qid, p.id, p.name, p.next_offset, st.start, false,
                greatest(0, p.next_offset - st.start), NULL::timestamptz, NULL::timestamptz
         FROM k
-        JOIN queen.partitions p ON p.queue_id = k.qid AND p.next_offset > 0
-        CROSS JOIN LATERAL (
-            SELECT CASE
-                       WHEN k.sub_at IS NULL THEN
-                           coalesce((SELECT s.first_offset FROM queen.segments s
-                                     WHERE s.partition_id = p.id
-                                     ORDER BY s.first_offset LIMIT 1), p.next_offset)
-                       ELSE
-                           coalesce((SELECT s.first_offset FROM queen.segments s
-                                     WHERE s.partition_id = p.id AND s.created_at >= k.sub_at
-                                     ORDER BY s.created_at, s.first_offset LIMIT 1),
-                                    p.next_offset)
-                   END AS start) st
-        WHERE (p_partition_ids IS NULL OR p.id = ANY (p_partition_ids))
-          AND NOT EXISTS (SELECT 1 FROM queen.cursors c
+        JOIN queen.partitions p
+          ON p.queue_id = k.qid AND p.created_xid >= k.covered AND p.next_offset > 0
+        CROSS JOIN LATERAL (   -- OFFSET 0: computed once, not once per use
+            SELECT CASE WHEN k.sub_at IS NULL THEN
+                    coalesce((SELECT s.first_offset FROM queen.segments s
+                              WHERE s.partition_id = p.id
+                              ORDER BY s.first_offset LIMIT 1), p.next_offset)
+                ELSE
+                    coalesce((SELECT min(s.first_offset) FROM queen.segments s
+                              WHERE s.partition_id = p.id
+                                AND s.created_at = (SELECT f.created_at FROM queen.segments f
+                                                    WHERE f.partition_id = p.id
+                                                      AND f.created_at >= k.sub_at
+                                                    ORDER BY f.created_at LIMIT 1)),
+                             p.next_offset)
+           END AS start
+            OFFSET 0) st
+        WHERE NOT EXISTS (SELECT 1 FROM queen.cursors c
                           WHERE c.partition_id = p.id AND c.consumer_group = k.grp)
     )
     SELECT x.grp, x.qid, x.id, x.name, x.next_offset, x.start, x.cur, x.lag,
@@ -187,7 +198,7 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
         FROM queen.admin_group_positions(
             ARRAY(SELECT page.consumer_group FROM page),
             ARRAY(SELECT page.queue_id FROM page),
-            ARRAY(SELECT page.subscribed_at FROM page), NULL) x
+            ARRAY(SELECT page.subscribed_at FROM page)) x
         GROUP BY x.consumer_group, x.queue_id
     )
     SELECT page.consumer_group, page.queue_id, page.queue_name,
@@ -201,8 +212,9 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
 $fn$;
 
 -- One group on one queue, partition by partition (one page in partition name order): every
--- partition holding messages, with where the group stands there (see
--- queen.admin_group_positions; cursor_offset is its start where it has no cursor yet).
+-- partition holding messages, with where the group stands there (cursor_offset is its start,
+-- as in queen.admin_group_positions, where it has no cursor yet). The page is chosen first, and only its
+-- partitions are looked at.
 DO $do$
 BEGIN   -- the earlier answer had no has_cursor column (and cannot be replaced in place)
     IF EXISTS (SELECT 1 FROM pg_proc
@@ -218,16 +230,49 @@ RETURNS TABLE (partition_id bigint, partition_name text, next_offset bigint,
                cursor_offset bigint, has_cursor boolean, lag bigint, oldest_at timestamptz,
                lease_expires_at timestamptz, delivered_at timestamptz)
 LANGUAGE sql STABLE SET jit = off AS $fn$
-    SELECT x.partition_id, x.partition_name, x.next_offset, x.start_offset, x.has_cursor,
-           x.lag, x.oldest_at, x.lease_expires_at, x.delivered_at
-    FROM queen.admin_group_positions(
-        ARRAY[p_group], ARRAY[p_queue_id],
-        ARRAY[(SELECT g.subscribed_at FROM queen.consumer_groups g
-               WHERE g.queue_id = p_queue_id AND g.consumer_group = p_group)],
-        ARRAY(SELECT p.id FROM queen.partitions p   -- the page first: figures for it only
-              WHERE p.queue_id = p_queue_id AND p.next_offset > 0
-              ORDER BY p.name LIMIT p_limit OFFSET p_offset)) x
-    ORDER BY x.partition_name
+    WITH page AS (
+        SELECT p.id, p.name, p.next_offset
+        FROM queen.partitions p
+        WHERE p.queue_id = p_queue_id AND p.next_offset > 0
+        ORDER BY p.name
+        LIMIT p_limit OFFSET p_offset
+    ),
+    pos AS (
+        SELECT page.id, page.name, page.next_offset, c.partition_id IS NOT NULL AS cur,
+               coalesce(
+                   c.next_offset,
+                   CASE WHEN sub.at IS NULL THEN
+                       coalesce((SELECT s.first_offset FROM queen.segments s
+                                 WHERE s.partition_id = page.id
+                                 ORDER BY s.first_offset LIMIT 1), page.next_offset)
+                   ELSE
+                       coalesce((SELECT min(s.first_offset) FROM queen.segments s
+                                 WHERE s.partition_id = page.id
+                                   AND s.created_at = (SELECT f.created_at
+                                                       FROM queen.segments f
+                                                       WHERE f.partition_id = page.id
+                                                         AND f.created_at >= sub.at
+                                                       ORDER BY f.created_at LIMIT 1)),
+                                page.next_offset)
+                   END) AS start,
+               coalesce(cardinality(c.acked), 0) AS ahead,
+               CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease,
+               c.delivered_at
+        FROM page
+        CROSS JOIN (SELECT (SELECT g.subscribed_at FROM queen.consumer_groups g
+                            WHERE g.queue_id = p_queue_id AND g.consumer_group = p_group) AS at
+                   ) sub
+        LEFT JOIN queen.cursors c ON c.partition_id = page.id AND c.consumer_group = p_group
+    )
+    SELECT pos.id, pos.name, pos.next_offset, pos.start, pos.cur,
+           greatest(0, pos.next_offset - pos.start - pos.ahead),
+           CASE WHEN pos.next_offset - pos.start - pos.ahead > 0 THEN
+               (SELECT s.created_at FROM queen.segments s
+                WHERE s.partition_id = pos.id AND s.first_offset <= pos.start
+                ORDER BY s.first_offset DESC LIMIT 1) END,
+           pos.lease, pos.delivered_at
+    FROM pos
+    ORDER BY pos.name
 $fn$;
 
 -- Stored messages, newest first: of the partitions matching the filters, the newest segments
