@@ -284,6 +284,7 @@ async def test_actions_need_the_admin_role_and_are_logged_with_who(
             for method, path, body in ACTIONS
         ]
 
+    caplog.set_level(logging.INFO, logger="queen")
     for method, path, body in calls():
         resp = await auth_client.open(path, method=method, json=body, headers=consumer)
         assert resp.status_code == 403, path
@@ -293,16 +294,42 @@ async def test_actions_need_the_admin_role_and_are_logged_with_who(
         }
     assert await dlq_total(api, queue) == 1
 
-    with caplog.at_level(logging.INFO, logger="queen"):
-        resp = await auth_client.post(
-            f"/api/v1/messages/{m['partitionId']}/t1/retry", headers=admin
-        )
-        assert resp.status_code == 200
-        resp = await auth_client.delete(f"/api/v1/queues/{queue}/clear", headers=admin)
-        assert resp.status_code == 200
+    resp = await auth_client.post(f"/api/v1/messages/{m['partitionId']}/t1/retry", headers=admin)
+    assert resp.status_code == 200
+    resp = await auth_client.delete(f"/api/v1/queues/{queue}/clear", headers=admin)
+    assert resp.status_code == 200
     audit = [r.getMessage() for r in caplog.records if r.name == "queen.audit"]
+    assert f"carol DELETE /api/v1/queues/{queue}/clear -> 403" in audit
     assert f"alice POST /api/v1/messages/{m['partitionId']}/t1/retry -> 200" in audit
     assert f"alice DELETE /api/v1/queues/{queue}/clear -> 200" in audit
     said = [r.getMessage() for r in caplog.records if r.name == "queen.admin.actions"]
     assert any(s.startswith("alice retried message") and "__QUEUE_MODE__" in s for s in said)
     assert any(s.startswith(f"alice cleared {queue}: 2 messages removed") for s in said)
+
+
+async def test_seek_maintenance_and_deletions_are_logged_with_who(
+    api: Api, auth_client: Any, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="queen.audit")
+    await api.push(queue, "p", "m1", tx=["t1"])
+    [m] = await api.messages(queue, batch=1, consumerGroup="g")
+    await api.ack(m, group="g")
+    consumer = bearer(hs256(claims(sub="carol", roles=["read", "write"])))
+    admin = bearer(hs256(claims(sub="alice", roles=["admin"])))
+    seek = f"/api/v1/consumer-groups/g/queues/{queue}/seek"
+    resp = await auth_client.post(seek, json={"toEnd": True}, headers=consumer)
+    assert resp.status_code == 200  # a consumer's operation
+    resp = await auth_client.post(
+        "/api/v1/system/maintenance", json={"enabled": False}, headers=admin
+    )
+    assert resp.status_code == 200
+    resp = await auth_client.delete(f"/api/v1/messages/{m['partitionId']}/t1", headers=admin)
+    assert resp.status_code == 200
+    resp = await auth_client.get(f"/api/v1/messages/{m['partitionId']}/t1", headers=admin)
+    assert resp.status_code == 404  # a read: not an action, not logged
+    audit = [r.getMessage() for r in caplog.records if r.name == "queen.audit"]
+    assert audit == [
+        f"carol POST {seek} -> 200",
+        "alice POST /api/v1/system/maintenance -> 200",
+        f"alice DELETE /api/v1/messages/{m['partitionId']}/t1 -> 200",
+    ]

@@ -24,6 +24,7 @@ log = logging.getLogger("queen.auth")
 audit = logging.getLogger("queen.audit")
 
 _IDENTITY = "queen_identity"
+_REFUSED_SUB = "queen_refused_sub"
 
 
 def install(app: QuartTrio, gate: AccessGate) -> None:
@@ -41,6 +42,7 @@ def install(app: QuartTrio, gate: AccessGate) -> None:
             )
         except AuthFailure as refusal:
             log.debug("%s %s refused: %d %s", request.method, request.path, refusal.status, refusal)
+            setattr(g, _REFUSED_SUB, refusal.sub)
             response = error_response(refusal.status, refusal.message, **refusal.extra)
             if refusal.status == 401:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="queen"'
@@ -53,7 +55,8 @@ def install(app: QuartTrio, gate: AccessGate) -> None:
         rule = request.url_rule
         if rule is not None and ROUTES.audited(request.method, rule.rule):
             identity = getattr(g, _IDENTITY, None)
-            who = identity.sub if isinstance(identity, Identity) and identity.sub else "anonymous"
+            sub = identity.sub if isinstance(identity, Identity) else getattr(g, _REFUSED_SUB, None)
+            who = sub or "anonymous"
             query = request.query_string.decode("latin-1")
             audit.info(
                 "%s %s %s%s -> %d",
