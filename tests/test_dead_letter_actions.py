@@ -333,3 +333,25 @@ async def test_seek_maintenance_and_deletions_are_logged_with_who(
         "alice POST /api/v1/system/maintenance -> 200",
         f"alice DELETE /api/v1/messages/{m['partitionId']}/t1 -> 200",
     ]
+
+
+async def test_a_retry_waits_for_the_database_and_changes_nothing_meanwhile(
+    api: Api, queue: str
+) -> None:
+    await api.push(queue, "p", "m1", tx=["t1"])
+    m = await dead_letter_first(api, queue)
+    status, _ = await api.post("/api/v1/system/maintenance", {"enabled": True})
+    assert status == 200
+    try:
+        resp = await api.client.post(f"/api/v1/messages/{m['partitionId']}/t1/retry")
+        assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
+        assert "maintenance" in (await resp.get_json())["error"]
+        status, _ = await api.post("/api/v1/dlq/retry", {"queue": queue})
+        assert status == 503
+        assert await dlq_total(api, queue) == 1
+    finally:
+        status, _ = await api.post("/api/v1/system/maintenance", {"enabled": False})
+        assert status == 200
+    status, body = await api.post(f"/api/v1/messages/{m['partitionId']}/t1/retry")
+    assert (status, body["retried"]) == (200, True)
+    assert await consume_all(api, queue) == ["m1"]
