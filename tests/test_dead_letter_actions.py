@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import pytest
+import trio
 
 from queen.auth import build_gate
 from queen.broker import Broker
@@ -355,3 +356,32 @@ async def test_a_retry_waits_for_the_database_and_changes_nothing_meanwhile(
     status, body = await api.post(f"/api/v1/messages/{m['partitionId']}/t1/retry")
     assert (status, body["retried"]) == (200, True)
     assert await consume_all(api, queue) == ["m1"]
+
+
+async def test_a_retry_racing_pushes_keeps_every_offset_and_order(api: Api, queue: str) -> None:
+    await api.push(queue, "p", "m0", tx=["t0"])
+    m = await dead_letter_first(api, queue, "ga")
+    assert await consume_all(api, queue, "gb") == ["m0"]
+
+    async def pushes(start: int) -> None:
+        for n in range(start, start + 20, 2):
+            await api.push(queue, "p", f"m{n}", tx=[f"t{n}"])
+
+    async def retry() -> None:
+        status, body = await api.post(f"/api/v1/messages/{m['partitionId']}/t0/retry")
+        assert (status, body["retried"]) == (200, True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pushes, 1)
+        nursery.start_soon(retry)
+        nursery.start_soon(pushes, 2)
+    got_a = await consume_all(api, queue, "ga")
+    got_b = await consume_all(api, queue, "gb")
+    pushed = {f"m{n}" for n in range(1, 21)}
+    assert sorted(got_a) == sorted(pushed | {"m0"}) and len(got_a) == 21
+    assert sorted(got_b) == sorted(pushed) and len(got_b) == 20
+    # each producer's pushes keep their order, for both groups
+    for got in (got_a, got_b):
+        for start in (1, 2):
+            mine = [x for x in got if x != "m0" and int(x[1:]) % 2 == start % 2]
+            assert mine == [f"m{n}" for n in range(start, start + 20, 2)]
