@@ -15,7 +15,7 @@ from quart import Blueprint, Response, current_app, request
 from queen.admin import params
 from queen.admin.service import AdminService, check_name
 from queen.http import render_admin as render
-from queen.http.access import producer_sub
+from queen.http.access import current_identity
 from queen.http.groups import GroupName
 from queen.http.responses import error_response, json_body, json_response
 
@@ -106,7 +106,9 @@ async def delete_message(partition_id: str, transaction_id: str) -> Response:
 async def retry_message(partition_id: str, transaction_id: str) -> Response:
     checked = params.partition_id(partition_id)
     await json_body(allow_empty=True)  # no body is expected; a broken one is still a 400
-    retried = await admin().actions.retry_message(checked, transaction_id, by=producer_sub())
+    retried = await admin().actions.retry_message(
+        checked, transaction_id, by=current_identity().sub
+    )
     return json_response(render.message_retried(retried))
 
 
@@ -114,7 +116,9 @@ async def retry_message(partition_id: str, transaction_id: str) -> Response:
 async def dead_letter_message(partition_id: str, transaction_id: str) -> Response:
     checked = params.partition_id(partition_id)
     wanted = params.dead_letter_request(await json_body(allow_empty=True))
-    done = await admin().actions.dead_letter(checked, transaction_id, wanted, by=producer_sub())
+    done = await admin().actions.dead_letter(
+        checked, transaction_id, wanted, by=current_identity().sub
+    )
     body, status = render.message_dead_lettered(done)
     return json_response(body, status)
 
@@ -123,7 +127,7 @@ async def dead_letter_message(partition_id: str, transaction_id: str) -> Respons
 async def retry_dead_letters() -> Response:
     scope = params.retry_filter(await json_body())
     return json_response(
-        render.bulk_retried(await admin().actions.retry_many(scope, by=producer_sub()))
+        render.bulk_retried(await admin().actions.retry_many(scope, by=current_identity().sub))
     )
 
 
@@ -131,7 +135,7 @@ async def retry_dead_letters() -> Response:
 async def clear_queue(queue: str) -> Response:
     name = check_name(queue, "queue")
     partition = params.optional_name(request.args, "partition")
-    cleared = await admin().actions.clear(name, partition, by=producer_sub())
+    cleared = await admin().actions.clear(name, partition, by=current_identity().sub)
     return json_response(render.queue_cleared(cleared))
 
 
