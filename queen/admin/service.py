@@ -3,9 +3,10 @@ how this process is doing, as typed values (:mod:`queen.admin.results`; HTTP ren
 the original broker's shapes).
 
 It reads through :class:`queen.storage.admin.PgAdminStore` and the broker's own state (counters,
-spool, switches); it writes nothing but single message deletions. Figures are computed when
-asked, from offsets and cursors (see ``admin.sql``), so there is nothing to keep in step and
-``POST /api/v1/stats/refresh`` only drops the cached gauges.
+spool, switches); it writes nothing but single message deletions. The operator's actions on
+dead letters and queues are :attr:`AdminService.actions` (:mod:`queen.admin.actions`).
+Figures are computed when asked, from offsets and cursors (see ``admin.sql``), so there is
+nothing to keep in step and ``POST /api/v1/stats/refresh`` only drops the cached gauges.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from queen.admin import params
+from queen.admin.actions import AdminActions
 from queen.admin.history import History
 from queen.admin.params import Page
 from queen.admin.payloads import decode_payload
@@ -62,11 +64,15 @@ from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.service import ConsumeService
 from queen.metrics import Metrics
 from queen.operations import Operations
+from queen.push import PushService
 from queen.records import QUEUE_MODE, QueueOptions
 from queen.settings import Settings
 from queen.storage.admin import PgAdminStore, Row
 
 GAUGE_CACHE_S = 10.0
+# How a stored subscription start reads back: as the pop asked for it (and as the original
+# broker names it).
+SUBSCRIPTION_MODES = {"all": "all", "now": "new", "at": "timestamp"}
 MAX_GAUGE_QUEUES = 1000
 RETENTION_COUNTERS = (
     "retention_passes",
@@ -118,6 +124,7 @@ class AdminService:
         store: PgAdminStore | None = None,
         consume: ConsumeService | None = None,
         history: History | None = None,
+        push: PushService | None = None,
     ) -> None:
         """``database``: what the start-up line calls it; ``store`` and ``consume`` are None
         without PostgreSQL (the admin reads then raise :class:`ConsumeUnavailable`)."""
@@ -129,6 +136,7 @@ class AdminService:
         self._consume = consume
         self.history = history or History(metrics)
         self._gauges: tuple[float, QueueGauges] | None = None
+        self.actions = AdminActions(store, push)
 
     @property
     def store(self) -> PgAdminStore:
@@ -537,7 +545,9 @@ class AdminService:
             max_time_lag_s=age_s(r["oldest_at"], now),
             oldest_pending_at=r["oldest_at"],
             last_consumed_at=r["last_delivered_at"],
-            subscription_mode=r["subscription_mode"],
+            subscription_mode=SUBSCRIPTION_MODES.get(
+                r["subscription_mode"], r["subscription_mode"]
+            ),
             subscribed_at=r["subscribed_at"],
             subscription_created_at=r["subscription_created_at"],
         )
