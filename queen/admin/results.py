@@ -503,6 +503,8 @@ class GroupPartition:
     time_lag_s: float
     lease_expires_at: datetime | None  # its live lease, if any
     last_consumed_at: datetime | None
+    lease_expired_at: datetime | None = None  # a lease ran out here with messages in it
+    stuck: str | None = None  # why this partition looks stuck, if it does
 
 
 @dataclass(frozen=True, slots=True)
