@@ -18,6 +18,7 @@ and dead-letter paths leave them.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import uuid
@@ -25,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 QUEUE_MODE = "__QUEUE_MODE__"
 
@@ -109,6 +111,20 @@ CREATE TABLE queen.dead_letter_queue (
 """
 
 
+def seal_as_original(text: str, key: bytes) -> str:
+    """The original's envelope: AES-256-GCM, a random 12-byte iv, no associated data, the
+    ciphertext, iv and tag in base64 in a JSON object."""
+    iv = os.urandom(12)
+    sealed = AESGCM(key).encrypt(iv, text.encode(), None)
+    return json.dumps(
+        {
+            "encrypted": base64.b64encode(sealed[:-16]).decode(),
+            "iv": base64.b64encode(iv).decode(),
+            "authTag": base64.b64encode(sealed[-16:]).decode(),
+        }
+    )
+
+
 def uuid7(ms: int, seq: int) -> str:
     """A UUIDv7 as the original server mints them: milliseconds, version, a sequence."""
     rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
@@ -163,8 +179,11 @@ class OriginalDb:
         *,
         producer_sub: str | None = None,
         traced: bool = False,
+        key: bytes | None = None,
     ) -> list[dict[str, Any]]:
-        """One push: the items share one creation time; returns the stored messages."""
+        """One push: the items share one creation time; returns the stored messages. With
+        ``key`` (a queue with encryption on) payloads are stored sealed, as the original
+        seals them."""
         pid = self.partition(queue, partition)
         self.now += timedelta(seconds=1)
         ms = int(self.now.timestamp() * 1000)
@@ -185,17 +204,21 @@ class OriginalDb:
         with self._conn() as conn, conn.cursor() as cur:
             cur.executemany(
                 """INSERT INTO queen.messages (id, transaction_id, trace_id, partition_id,
-                                               payload, created_at, producer_sub)
-                   VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s)""",
+                                               payload, created_at, producer_sub,
+                                               is_encrypted)
+                   VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s)""",
                 [
                     (
                         m["id"],
                         m["transaction_id"],
                         m["trace_id"],
                         pid,
-                        json.dumps(m["payload"]),
+                        seal_as_original(json.dumps(m["payload"]), key)
+                        if key
+                        else json.dumps(m["payload"]),
                         m["created_at"],
                         producer_sub,
+                        key is not None,
                     )
                     for m in stored
                 ],

@@ -18,11 +18,13 @@ import trio
 from psycopg.conninfo import make_conninfo
 
 from queen import open_broker
+from queen.cipher import PayloadCipher
 from queen.http.app import create_app
+from queen.migrate.payloads import OriginalPayloadUnreadable, open_original, stored_payload
 from queen.migrate.run import KILL_AFTER_BATCHES_ENV
 from queen.settings import Settings
 from tests.consuming import Api
-from tests.original_db import QUEUE_MODE, OriginalDb
+from tests.original_db import QUEUE_MODE, OriginalDb, seal_as_original
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -365,3 +367,49 @@ async def test_a_queue_of_the_same_name_already_here_is_refused(
         assert "already exist in the target" in refused.stderr.decode()
         assert "audit" in refused.stderr.decode()
         assert rows(dst, "SELECT count(*) FROM queen.queues") == [(1,)]
+
+
+KEY_HEX = "11" * 32
+
+
+def test_an_original_envelope_opens_with_its_key_only() -> None:
+    key = bytes.fromhex(KEY_HEX)
+    sealed = seal_as_original('{"card":"4242"}', key)
+    assert open_original(sealed, key, "m1") == '{"card":"4242"}'
+    with pytest.raises(OriginalPayloadUnreadable, match="set QUEEN_ENCRYPTION_KEY"):
+        open_original(sealed, None, "m1")
+    with pytest.raises(OriginalPayloadUnreadable, match="does not open"):
+        open_original(sealed, bytes.fromhex("22" * 32), "m1")
+    # Sealed again for this broker, bound to the message id.
+    cipher = PayloadCipher(key)
+    stored = stored_payload(
+        sealed, encrypted=True, message_id=str(uuid.uuid4()), original_key=key, cipher=cipher
+    )
+    assert stored.startswith('"\\/qenc1:')
+
+
+async def test_encrypted_messages_are_opened_and_sealed_again(
+    new_database: Any, tmp_path: Path
+) -> None:
+    src, dst = new_database("orig"), new_database("ours")
+    o = OriginalDb(src)
+    o.create_schema()
+    o.queue("secrets", encryption_enabled=True)
+    key = bytes.fromhex(KEY_HEX)
+    o.push("secrets", "Default", [{"card": "4242"}, {"card": "1881"}], key=key)
+
+    refused = await run_import(src, dst)
+    assert refused.returncode == 2
+    assert "2 messages are stored encrypted; set QUEEN_ENCRYPTION_KEY" in refused.stderr.decode()
+
+    done = await run_import(src, dst, env={"QUEEN_ENCRYPTION_KEY": KEY_HEX})
+    assert done.returncode == 0, done.stderr.decode()
+    stored = [r[0] for r in rows(dst, "SELECT unnest(payloads) FROM queen.segments")]
+    assert stored and all(s.startswith('"\\/qenc1:') for s in stored)
+    settings = Settings(
+        database_url=dst, file_buffer_dir=str(tmp_path / "spool"), encryption_key=KEY_HEX
+    )
+    async with open_broker(settings) as broker:
+        api = Api(create_app(broker).test_client())
+        got = await pop_all(api, "secrets", "Default", None)
+    assert [m["data"] for m in got] == [{"card": "4242"}, {"card": "1881"}]
