@@ -350,6 +350,13 @@ async def test_bad_sources_are_refused_in_one_line(new_database: Any) -> None:
     assert ours_as_source.returncode == 2
     assert "Queen on Trio database" in ours_as_source.stderr.decode()
 
+    theirs = new_database("theirs")
+    OriginalDb(theirs).create_schema()
+    into_original = await run_import(src, theirs)
+    assert into_original.returncode == 2
+    assert "the target database cannot be used" in into_original.stderr.decode()
+    assert rows(theirs, "SELECT to_regclass('queen.segments') IS NULL") == [(True,)]
+
     unreachable = await run_import("postgresql://nobody@127.0.0.1:1/none", dst)
     assert unreachable.returncode == 2
     assert "cannot connect to --from" in unreachable.stderr.decode()

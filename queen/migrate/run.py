@@ -106,6 +106,7 @@ class Importer:
         kill = os.environ.get(KILL_AFTER_BATCHES_ENV)
         self.kill_after = int(kill) if kill else None
         self.batches = 0
+        self.notes: list[str] = []
 
     def run(self) -> ImportReport:
         source = _connect(self.options.source_url, "--from")
@@ -201,6 +202,7 @@ class Importer:
         cursors += start_cursors(wanted, counts, targets)
         queue_of = {p.source_id: by_queue[p.source_queue] for p in parts}
         dead = [self._dead_letter(d, targets, queue_of) for d in letters]
+        report.notes.extend(self.notes)
         report.positions = write_positions(
             target, groups, cursors, [d for d in dead if d is not None]
         )
@@ -309,6 +311,9 @@ class Importer:
                 after = (batch[-1].created_at, batch[-1].id)
                 self.progress.advance(where, len(batch))
                 self._batch_committed()
+            if left > 0:
+                # Counted, but not readable in order: rows without a creation time.
+                self.notes.append(f"{where}: {left} messages without a creation time not imported")
             self.progress.partition_done(where, imported)
             base = imported - (reader.count_through(p.source_id, after) if after else 0)
             targets[p.source_id] = Target(pid, queue_ids[q.source_id], base, imported)
