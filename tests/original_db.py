@@ -180,6 +180,7 @@ class OriginalDb:
         producer_sub: str | None = None,
         traced: bool = False,
         key: bytes | None = None,
+        transaction_ids: list[str] | None = None,
     ) -> list[dict[str, Any]]:
         """One push: the items share one creation time; returns the stored messages. With
         ``key`` (a queue with encryption on) payloads are stored sealed, as the original
@@ -188,12 +189,14 @@ class OriginalDb:
         self.now += timedelta(seconds=1)
         ms = int(self.now.timestamp() * 1000)
         stored = []
-        for payload in payloads:
+        for n, payload in enumerate(payloads):
             self.seq += 1
             stored.append(
                 {
                     "id": uuid7(ms, self.seq),
-                    "transaction_id": f"tx-{uuid.uuid4().hex}",
+                    "transaction_id": transaction_ids[n]
+                    if transaction_ids
+                    else f"tx-{uuid.uuid4().hex}",
                     "trace_id": str(uuid.uuid4()) if traced else None,
                     "payload": payload,
                     "producer_sub": producer_sub,

@@ -3,6 +3,7 @@ command in a child process, then read back through this broker's HTTP API."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -183,7 +184,7 @@ async def test_import_resumes_every_group_where_it_was(new_database: Any, broker
         for m in got:
             tx, payload, sub, trace, created = source[m["id"]]
             assert m["transactionId"] == tx
-            assert m["data"] == __import__("json").loads(payload)
+            assert m["data"] == json.loads(payload)
             assert m["producerSub"] == sub
             assert m["traceId"] == trace
             assert m["createdAt"][:19] == created.strftime("%Y-%m-%dT%H:%M:%S")
@@ -420,3 +421,25 @@ async def test_encrypted_messages_are_opened_and_sealed_again(
         api = Api(create_app(broker).test_client())
         got = await pop_all(api, "secrets", "Default", None)
     assert [m["data"] for m in got] == [{"card": "4242"}, {"card": "1881"}]
+
+
+async def test_values_holding_the_column_separator_are_stored_exactly(new_database: Any) -> None:
+    src, dst = new_database("orig"), new_database("ours")
+    o = OriginalDb(src)
+    o.create_schema()
+    o.queue("odd")
+    tx = ["plain", "with\x1fseparator"]
+    o.push("odd", "Default", [{"s": "a\u001fb"}, "two"], transaction_ids=tx, producer_sub="x\x1fy")
+    done = await run_import(src, dst)
+    assert done.returncode == 0, done.stderr.decode()
+    stored = rows(
+        dst,
+        """SELECT u.tx, u.payload, u.sub FROM queen.segments s
+           CROSS JOIN LATERAL unnest(s.transaction_ids, s.payloads, s.producer_subs)
+                WITH ORDINALITY AS u (tx, payload, sub, i)
+           ORDER BY s.first_offset, u.i""",
+    )
+    assert [(r[0], json.loads(r[1]), r[2]) for r in stored] == [
+        ("plain", {"s": "a\x1fb"}, "x\x1fy"),
+        ("with\x1fseparator", "two", "x\x1fy"),
+    ]

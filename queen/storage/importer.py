@@ -584,10 +584,80 @@ def create_partition(conn: psycopg.Connection[Any], queue_id: int, p: OriginalPa
         return int(row[0])
 
 
-_SEGMENT_SQL = """INSERT INTO queen.segments (
-        partition_id, first_offset, last_offset, created_at, message_ids, transaction_ids,
-        payloads, producer_subs, trace_ids)
-    VALUES (%s, %s, %s, %s, %s::uuid[], %s::text[], %s::text[], %s::text[], %s::uuid[])"""
+SEP = "\x1f"
+
+# One statement stores a batch: the frame columns arrive whole (joined by chr(31), split by the
+# server: far cheaper than adapting Python lists element by element), the segments as
+# (start, count, time) and cut out of them as slices; the dedup sidecar rows of the frames
+# inside the window come from the same slices.
+_BATCH_SQL = """
+WITH cols AS (
+    SELECT {mids} AS mids, {txs} AS txs, {payloads} AS payloads, {subs} AS subs,
+           {traces} AS traces
+),
+seg AS (
+    SELECT * FROM unnest(%(lo)s::integer[], %(cnt)s::integer[], %(at)s::timestamptz[],
+                         %(has_sub)s::boolean[], %(has_trace)s::boolean[])
+                  AS s (lo, cnt, at, has_sub, has_trace)
+),
+stored AS (
+    INSERT INTO queen.segments (partition_id, first_offset, last_offset, created_at,
+                                message_ids, transaction_ids, payloads, producer_subs,
+                                trace_ids)
+    SELECT %(pid)s, %(base)s + s.lo, %(base)s + s.lo + s.cnt - 1, s.at,
+           c.mids[s.lo + 1 : s.lo + s.cnt], c.txs[s.lo + 1 : s.lo + s.cnt],
+           c.payloads[s.lo + 1 : s.lo + s.cnt],
+           CASE WHEN s.has_sub THEN c.subs[s.lo + 1 : s.lo + s.cnt] END,
+           CASE WHEN s.has_trace THEN c.traces[s.lo + 1 : s.lo + s.cnt] END
+    FROM seg s CROSS JOIN cols c
+)
+INSERT INTO queen.dedup (key_hash, partition_id, transaction_id, msg_offset, created_at)
+SELECT hashtextextended(t.tx, %(pid)s), %(pid)s, t.tx, %(base)s + s.lo + t.i - 1, s.at
+FROM seg s CROSS JOIN cols c
+CROSS JOIN LATERAL unnest(c.txs[s.lo + 1 : s.lo + s.cnt]) WITH ORDINALITY AS t (tx, i)
+WHERE %(win)s > 0 AND s.at > now() - make_interval(secs => %(win)s)
+"""
+_JOINED = _BATCH_SQL.format(
+    mids="string_to_array(%(mids)s, chr(31))::uuid[]",
+    txs="string_to_array(%(txs)s, chr(31))",
+    payloads="string_to_array(%(payloads)s, chr(31))",
+    subs="string_to_array(%(subs)s, chr(31), '')",
+    traces="string_to_array(%(traces)s, chr(31), '')::uuid[]",
+)
+_ARRAYS = _BATCH_SQL.format(
+    mids="%(mids)s::uuid[]",
+    txs="%(txs)s::text[]",
+    payloads="%(payloads)s::text[]",
+    subs="%(subs)s::text[]",
+    traces="%(traces)s::uuid[]",
+)
+
+
+def _columns(
+    messages: Sequence[OriginalMessage], payloads: Sequence[str]
+) -> tuple[str, dict[str, Any]]:
+    """The statement and its frame columns: joined texts, or (a value holding the separator,
+    or an empty producer identity, which the joined form reads as none) lists."""
+    mids = [m.id for m in messages]
+    txs = [m.transaction_id for m in messages]
+    subs = [m.producer_sub for m in messages]
+    traces = [m.trace_id for m in messages]
+    texts = [*txs, *payloads, *(x for x in subs if x is not None)]
+    if any(SEP in t for t in texts) or "" in subs:
+        return _ARRAYS, {
+            "mids": mids,
+            "txs": txs,
+            "payloads": list(payloads),
+            "subs": subs,
+            "traces": traces,
+        }
+    return _JOINED, {
+        "mids": SEP.join(mids),
+        "txs": SEP.join(txs),
+        "payloads": SEP.join(payloads),
+        "subs": SEP.join(x or "" for x in subs),
+        "traces": SEP.join(x or "" for x in traces),
+    }
 
 
 def write_messages(
@@ -612,6 +682,26 @@ def write_messages(
     there (its offsets would no longer follow the source's order)."""
     if not messages:
         return
+    lo: list[int] = []
+    cnt: list[int] = []
+    at: list[datetime] = []
+    has_sub: list[bool] = []
+    has_trace: list[bool] = []
+    start = 0
+    for end in range(1, len(messages) + 1):
+        if (
+            end == len(messages)
+            or messages[end].created_at != messages[start].created_at
+            or end - start >= segment_frames
+        ):
+            run = messages[start:end]
+            lo.append(start)
+            cnt.append(end - start)
+            at.append(run[0].created_at)
+            has_sub.append(any(m.producer_sub is not None for m in run))
+            has_trace.append(any(m.trace_id is not None for m in run))
+            start = end
+    sql, params = _columns(messages, payloads)
     with conn.transaction():
         row = conn.execute(
             """SELECT p.next_offset, i.messages
@@ -627,50 +717,20 @@ def write_messages(
                 if row is not None
                 else "it was deleted here"
             )
-        base = int(row[0])
-        segments: list[tuple[Any, ...]] = []
-        start = 0
-        for end in range(1, len(messages) + 1):
-            if (
-                end == len(messages)
-                or messages[end].created_at != messages[start].created_at
-                or end - start >= segment_frames
-            ):
-                run = messages[start:end]
-                subs = [m.producer_sub for m in run]
-                traces = [m.trace_id for m in run]
-                segments.append(
-                    (
-                        partition_id,
-                        base + start,
-                        base + end - 1,
-                        run[0].created_at,
-                        [m.id for m in run],
-                        [m.transaction_id for m in run],
-                        list(payloads[start:end]),
-                        subs if any(s is not None for s in subs) else None,
-                        traces if any(t is not None for t in traces) else None,
-                    )
-                )
-                start = end
-        with conn.cursor() as cur:
-            cur.executemany(_SEGMENT_SQL, segments)
-        if dedup_window_s > 0:
-            conn.execute(
-                """INSERT INTO queen.dedup (key_hash, partition_id, transaction_id, msg_offset,
-                                            created_at)
-                   SELECT hashtextextended(u.tx, %s), %s, u.tx, u.off, u.at
-                   FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[]) AS u (tx, off, at)
-                   WHERE u.at > now() - make_interval(secs => %s)""",
-                (
-                    partition_id,
-                    partition_id,
-                    [m.transaction_id for m in messages],
-                    list(range(base, base + len(messages))),
-                    [m.created_at for m in messages],
-                    dedup_window_s,
-                ),
-            )
+        conn.execute(
+            sql,
+            {
+                **params,
+                "pid": partition_id,
+                "base": int(row[0]),
+                "win": dedup_window_s,
+                "lo": lo,
+                "cnt": cnt,
+                "at": at,
+                "has_sub": has_sub,
+                "has_trace": has_trace,
+            },
+        )
         last = messages[-1]
         conn.execute(
             "UPDATE queen.partitions SET next_offset = next_offset + %s WHERE id = %s",
