@@ -111,7 +111,13 @@ async def fill(client: Queen, state: dict[str, Any]) -> None:
         leased.setdefault("__QUEUE_MODE__", {}).setdefault(key(m), []).append(m["data"]["n"])
     # analytics dead-letters messages of imp-events by nacking them past the retry limit
     # (1): the same message, delivered again, fails a second time.
-    for p in ("p1", "p2", "p3"):
+    seen = completed.get("analytics", {})
+    open_parts = [
+        f"p{i}"
+        for i in range(QUEUES["imp-events"])
+        if len(seen.get(f"imp-events/p{i}", [])) < PER_PARTITION
+    ]
+    for p in open_parts[:3]:
         for _ in range(2):
             [m] = await pop_some(
                 client.queue("imp-events").partition(p).group("analytics").batch(1).wait(False)
