@@ -3,6 +3,7 @@ command in a child process, then read back through this broker's HTTP API."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from queen import open_broker
 from queen.cipher import PayloadCipher
 from queen.http.app import create_app
 from queen.migrate.payloads import OriginalPayloadUnreadable, open_original, stored_payload
+from queen.migrate.progress import PlainProgress, RichProgress, progress_for
 from queen.migrate.run import KILL_AFTER_BATCHES_ENV
 from queen.settings import Settings
 from tests.consuming import Api
@@ -147,6 +149,9 @@ async def test_import_resumes_every_group_where_it_was(new_database: Any, broker
     assert done.returncode == 0, done.stderr.decode()
     report = done.stdout.decode()
     assert "imported 120 messages of 2 queues" in report
+    progress = done.stderr.decode().splitlines()
+    assert "queen import: importing 120 messages" in progress
+    assert "queen import: orders/p2: 34 messages (120/120)" in progress
 
     async with broker_api(dst) as api:
         order = {p: o.ordered("orders", p) for p in ("p0", "p1", "p2")}
@@ -443,3 +448,14 @@ async def test_values_holding_the_column_separator_are_stored_exactly(new_databa
         ("plain", {"s": "a\x1fb"}, "x\x1fy"),
         ("with\x1fseparator", "two", "x\x1fy"),
     ]
+
+
+def test_progress_on_a_terminal_is_a_bar() -> None:
+    stream = io.StringIO()
+    bar = RichProgress(stream)
+    bar.start(10)
+    bar.advance("orders/p0", 4)
+    bar.advance("orders/p1", 6)
+    bar.finish()
+    assert "10/10" in stream.getvalue()
+    assert isinstance(progress_for(io.StringIO()), PlainProgress)  # not a terminal
