@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from queen.storage.importer import (
+from queen.storage.import_records import (
     QUEUE_MODE,
     CursorWrite,
     GroupWrite,

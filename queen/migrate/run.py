@@ -1,4 +1,5 @@
-"""The import's phases, over the SQL of :mod:`queen.storage.importer`.
+"""The import's phases, over the SQL of :mod:`queen.storage.original` and
+:mod:`queen.storage.importer`.
 
 1. **Check.** The source is an original Queen database and not the target; the target is not
    an original's database; no queue of the source exists here unless an earlier import made
@@ -27,28 +28,32 @@ from queen.cipher import PayloadCipher, parse_key
 from queen.migrate.payloads import OriginalPayloadUnreadable, stored_payload
 from queen.migrate.plan import QueuePlan, Target, cursor_plan, named_groups, start_cursors
 from queen.migrate.progress import Progress
-from queen.storage.importer import (
+from queen.storage.import_records import (
     DeadLetterWrite,
     ImportState,
     OriginalDeadLetter,
     OriginalMessage,
     OriginalPartition,
     OriginalQueue,
-    OriginalReader,
     PartitionMoved,
     PositionsWritten,
+)
+from queen.storage.importer import (
     create_partition,
     create_queue,
     existing_queues,
-    identity,
     import_state,
-    open_snapshot,
-    original_shape_problem,
     prepare_target,
-    read_partitions,
-    read_queues,
     write_messages,
     write_positions,
+)
+from queen.storage.original import (
+    OriginalReader,
+    identity,
+    open_snapshot,
+    original_shape_problem,
+    read_partitions,
+    read_queues,
 )
 from queen.storage.postgres import ForeignSchemaError, check_foreign_schema
 
