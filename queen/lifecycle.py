@@ -211,6 +211,7 @@ def assemble(settings: Settings, stores: Stores, *, spool: bool = True) -> Parts
         database=stores.description,
         store=stores.admin,
         consume=consume,
+        push=push,
     )
     broker = Broker(
         settings,

@@ -122,12 +122,13 @@ def test_health_says_database_and_adds_the_spool_only_when_there_is_one() -> Non
             "lastError": "OSError: boom",
         }
     }
-    spool = SpoolState(Path("/var/spool/queen"), 7, 2, 1.5, 0.0, True, 1, 300)
+    spool = SpoolState(Path("/var/spool/queen"), 7, 2, 4096, 1.5, 0.0, True, 1, 300)
     with_spool = render.health(dataclasses.replace(report, spool=spool))
     assert with_spool["spool"] == {
         "directory": "/var/spool/queen",
         "pendingItems": 7,
         "files": 2,
+        "pendingBytes": 4096,
         "oldestAgeSeconds": 1.5,
         "replayRate": 0.0,
         "healthy": True,

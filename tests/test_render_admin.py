@@ -286,7 +286,7 @@ def test_namespaces_and_tasks_are_keyed_by_what_groups_them() -> None:
     same(render.groupings(Groupings("task", [])), {"tasks": []})
 
 
-SPOOL = SpoolState(Path("/var/spool/queen"), 0, 0, 0.0, 0.0, True, 0, 0)
+SPOOL = SpoolState(Path("/var/spool/queen"), 0, 0, 0, 0.0, 0.0, True, 0, 0)
 PROCESS = ProcessState(4242, 1234.6, 3, True, False, SPOOL, {"push_requests": 5, "acks": 2})
 PROCESS_WIRE = {
     "processId": 4242,
@@ -298,6 +298,7 @@ PROCESS_WIRE = {
         "directory": "/var/spool/queen",
         "pendingItems": 0,
         "files": 0,
+        "pendingBytes": 0,
         "oldestAgeSeconds": 0.0,
         "replayRate": 0.0,
         "healthy": True,

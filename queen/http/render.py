@@ -408,6 +408,7 @@ def spool_state(s: SpoolState) -> dict[str, Any]:
         "directory": str(s.directory),
         "pendingItems": s.pending_items,
         "files": s.files,
+        "pendingBytes": s.pending_bytes,
         "oldestAgeSeconds": s.oldest_age_s,
         "replayRate": s.replay_rate,
         "healthy": s.healthy,

@@ -52,6 +52,7 @@ class SpoolState:
     directory: Path
     pending_items: int  # spooled items not yet replayed, every process's files
     files: int
+    pending_bytes: int  # size of the files that still hold items to replay
     oldest_age_s: float
     replay_rate: float  # items per second of the last replay pass
     healthy: bool  # the last append could be written and synced
@@ -66,12 +67,23 @@ def spool_state(index: SpoolIndex, writer: SpoolWriter, replayer: Replayer | Non
         directory=writer.directory,
         pending_items=index.total,
         files=index.file_count,
+        pending_bytes=_bytes(writer.directory, index.files()),
         oldest_age_s=round(index.oldest_age_s(), 3),
         replay_rate=round(replayer.last_rate, 1) if replayer else 0.0,
         healthy=writer.healthy,
         quarantined_ranges=ranges,
         quarantined_bytes=size,
     )
+
+
+def _bytes(directory: Path, names: list[str]) -> int:
+    total = 0
+    for name in names:
+        try:
+            total += (directory / name).stat().st_size
+        except OSError:  # replayed and removed meanwhile
+            pass
+    return total
 
 
 _last_quarantined: dict[Path, tuple[int, int]] = {}
