@@ -135,6 +135,13 @@ async def measure(url: str, spool: str, runs: int) -> list[tuple[str, float, flo
             "/dashboard/view/overview",
             f"/dashboard/view/queue/{QUEUE}",
             f"/dashboard/view/messages?queue={QUEUE}",
+            f"/dashboard/view/queue/{QUEUE}?sort=pending",
+            f"/dashboard/view/queue/{QUEUE}?sort=oldest",
+            f"/dashboard/view/queue/{QUEUE}?sort=lease",
+            f"/dashboard/view/group/{GROUP}",
+            "/dashboard/view/groups",
+            f"/api/v1/messages?queue={QUEUE}&transactionId=tx-{pid}-77",
+            f"/api/v1/messages?queue={QUEUE}&transactionId=not-there",
         ]
         admin = client.app.config["QUEEN_ADMIN"]
         for path in paths:
