@@ -13,12 +13,15 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import trio
+
 from queen.actors.supervisor import Supervisor
 from queen.broadcast import Signal
 from queen.consume.errors import ConsumeUnavailable
 from queen.encryption import QueueEncryption
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
+from queen.metrics import PUBLISH_INTERVAL_S, Figures
 from queen.retention import RetentionLoop
 from queen.spool import Spool
 from queen.storage.retention import PassOutcome, QueueHoldings
@@ -53,6 +56,7 @@ class Operations:
         loops: Loops,
         supervisor: Supervisor,
         changed: Signal,
+        figures: Figures,
         spool: Spool | None = None,
         retention: RetentionLoop | None = None,
     ) -> None:
@@ -61,6 +65,7 @@ class Operations:
         self.encryption = encryption
         self.loops = loops
         self.supervisor = supervisor
+        self.figures = figures  # this process's counters, or the service's (--workers N)
         self.spool = spool
         self.changed = changed  # fired whenever the spool, the switches or health change
         self._retention = retention
@@ -99,10 +104,30 @@ class Operations:
             ),
         }
 
+    def prometheus_text(self) -> str:
+        """The counters and gauges of ``/metrics``: the whole service's (every worker of
+        ``--workers N``), ``# HELP`` and ``# TYPE`` included."""
+        return self.figures.exposition(self.gauges(), self.labelled_metrics())
+
+    def publish_figures(self) -> None:
+        """Make this process's figures visible to the other workers now."""
+        self.figures.publish(self.gauges(), self.labelled_metrics())
+
+    async def run_figures(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Publish this process's figures every :data:`PUBLISH_INTERVAL_S` (with
+        ``--workers N``; a lone process is read directly and needs no loop)."""
+        self.publish_figures()
+        task_status.started()
+        while True:
+            await trio.sleep(PUBLISH_INTERVAL_S)
+            self.publish_figures()
+
     def gauges(self) -> dict[str, float]:
         """Point-in-time values for /metrics, beside the counters."""
         values: dict[str, float] = {
-            # Counters are per process: the process id tells the workers behind one port apart.
+            # with --workers N, one sample per worker (labelled pid and worker)
             "process_id": float(os.getpid()),
             "database_up": float(self.db_health.up),
             "maintenance_mode": float(self.maintenance.enabled),

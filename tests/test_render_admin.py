@@ -441,7 +441,7 @@ def test_retention_postgres_refresh_and_metrics_json() -> None:
         render.refreshed(),
         {"success": True, "message": "statistics are computed when read; cache dropped"},
     )
-    figures = ProcessMetrics(1234.6, 9, 7, 9.1, 6, 50_000_000, 12.5, 4242, {"acks": 2})
+    figures = ProcessMetrics(1234.6, 9, 7, 9.1, 6, 50_000_000, 12.5, 4242, 2, {"acks": 2})
     same(
         render.metrics(figures),
         {
@@ -452,6 +452,7 @@ def test_retention_postgres_refresh_and_metrics_json() -> None:
             "memory": {"rss": 50_000_000},
             "cpu": {"seconds": 12.5},
             "processId": 4242,
+            "processes": 2,
             "counters": {"acks": 2},
         },
     )
@@ -648,6 +649,9 @@ def test_queue_gauges_are_labelled_families_with_counts_as_integers() -> None:
     text = render_labelled_gauges(
         render.queue_gauges(QueueGauges([SUMMARY, empty], [STANDING, CAUGHT_UP]))
     )
+    helps = [line for line in text.splitlines() if line.startswith("# HELP")]
+    assert helps == [f"# HELP queen_{name} {name.replace('_', ' ')}" for name in QUEUE_NAMES]
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("# HELP")) + "\n"
     assert text == (
         "# TYPE queen_queue_depth gauge\n"
         'queen_queue_depth{queue="orders"} 5\n'
@@ -666,3 +670,16 @@ def test_queue_gauges_are_labelled_families_with_counts_as_integers() -> None:
         'queen_consumer_group_lag{queue="orders",consumer_group="__QUEUE_MODE__"} 0\n'
     )
     assert render_labelled_gauges(render.queue_gauges(QueueGauges([], []))).count("# TYPE") == 5
+    described = render_labelled_gauges(
+        render.queue_gauges(QueueGauges([SUMMARY], [])), render.QUEUE_GAUGE_HELP
+    )
+    assert "# HELP queen_queue_depth Messages of the queue not yet completed" in described
+
+
+QUEUE_NAMES = (
+    "queue_depth",
+    "queue_oldest_pending_age_seconds",
+    "queue_dlq_depth",
+    "queue_partitions",
+    "consumer_group_lag",
+)

@@ -193,7 +193,8 @@ class Groupings:
 @dataclass(frozen=True, slots=True)
 class ProcessState:
     """How this broker process stands. ``spool`` is the spool's own description (None when the
-    spool is off); ``counters`` are :meth:`queen.metrics.Metrics.snapshot`."""
+    spool is off); ``counters`` are the service's :class:`queen.metrics.Metrics` totals (every
+    worker of ``--workers N`` summed)."""
 
     process_id: int
     uptime_s: float
@@ -201,7 +202,7 @@ class ProcessState:
     database_up: bool
     maintenance_mode: bool
     spool: dict[str, Any] | None
-    counters: dict[str, int]
+    counters: dict[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +247,8 @@ class ProcessSeries:
 
 @dataclass(frozen=True, slots=True)
 class ProcessMetrics:
-    """``GET /metrics`` as JSON: this process's figures."""
+    """``GET /metrics`` as JSON: the service's counters (every worker summed), this
+    process's id and uptime."""
 
     uptime_s: float
     requests: int  # pushes, pops and acks
@@ -256,7 +258,8 @@ class ProcessMetrics:
     rss_bytes: int
     cpu_s: float
     process_id: int
-    counters: dict[str, int]
+    processes: int  # broker processes live now (1, or the workers of --workers N)
+    counters: dict[str, float]
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,7 @@ from queen.admin.results import (
 )
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.service import ConsumeService
-from queen.metrics import Metrics
+from queen.metrics import Figures, LocalFigures, Metrics
 from queen.operations import Operations
 from queen.records import QUEUE_MODE, QueueOptions
 from queen.settings import Settings
@@ -100,6 +100,15 @@ def _options(row: Row) -> QueueOptions:
     return QueueOptions(**values, dedup_window_s=row["dedup_window_seconds"])
 
 
+def _whole(counters: Mapping[str, float]) -> dict[str, float]:
+    """The :class:`Metrics` counters of a reading, counts as integers."""
+    return {k: v if k in _SECONDS else int(v) for k, v in counters.items() if k in _METRIC_FIELDS}
+
+
+_METRIC_FIELDS = frozenset(Metrics().snapshot())
+_SECONDS = frozenset({"push_transaction_seconds"})
+
+
 def _time(text: str | None) -> datetime | None:
     """A time the database wrote into JSON."""
     return None if text is None else datetime.fromisoformat(text)
@@ -116,16 +125,19 @@ class AdminService:
         store: PgAdminStore | None = None,
         consume: ConsumeService | None = None,
         history: History | None = None,
+        figures: Figures | None = None,
     ) -> None:
         """``database``: what the start-up line calls it; ``store`` and ``consume`` are None
-        without PostgreSQL (the admin reads then raise :class:`ConsumeUnavailable`)."""
+        without PostgreSQL (the admin reads then raise :class:`ConsumeUnavailable`);
+        ``figures``: how the service's counters are read (by default this process's)."""
         self.settings = settings
         self.metrics = metrics
         self.ops = ops
         self.database = database
         self._store = store
         self._consume = consume
-        self.history = history or History(metrics)
+        self.figures: Figures = figures or LocalFigures(metrics)
+        self.history = history or History(self.figures)
         self._gauges: tuple[float, QueueGauges] | None = None
 
     @property
@@ -258,7 +270,7 @@ class AdminService:
             database_up=ops.db_health.up,
             maintenance_mode=ops.maintenance.enabled,
             spool=ops.spool.describe() if ops.spool is not None else None,
-            counters=self.metrics.snapshot(),
+            counters=_whole(self.figures.read().counters),
         )
 
     async def overview(self) -> Overview:
@@ -375,18 +387,19 @@ class AdminService:
         """``GET /metrics`` with ``Accept: application/json``: the original's figures for this
         process."""
         self.history.sample()
-        c = self.metrics.snapshot()
+        reading = self.figures.read()
+        c = _whole(reading.counters)
         rates = self.history.latest_rates()
-        last = self.history.points[-1] if self.history.points else None
         return ProcessMetrics(
             uptime_s=round(time.time() - self.history.started_at, 1),
-            requests=c["push_requests"] + c["pop_requests"] + c["acks"],
-            items_queued=c["push_items_queued"],
+            requests=int(c["push_requests"] + c["pop_requests"] + c["acks"]),
+            items_queued=int(c["push_items_queued"]),
             ingested_per_s=rates.ingested_per_s,
             pool_size=self.settings.db_pool_size,
-            rss_bytes=last.rss_bytes if last else 0,
-            cpu_s=round(last.cpu_s, 3) if last else 0.0,
+            rss_bytes=reading.rss_bytes,
+            cpu_s=round(reading.cpu_s, 3),
             process_id=os.getpid(),
+            processes=reading.processes,
             counters=c,
         )
 

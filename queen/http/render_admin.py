@@ -277,6 +277,15 @@ def queue_gauges(g: QueueGauges) -> dict[str, dict[Labels, float]]:
     return {**by_queue, "consumer_group_lag": lag}
 
 
+QUEUE_GAUGE_HELP = {
+    "queue_depth": "Messages of the queue not yet completed (queue mode).",
+    "queue_oldest_pending_age_seconds": "Age of the queue's oldest pending message, in seconds.",
+    "queue_dlq_depth": "Messages of the queue in the dead letter queue.",
+    "queue_partitions": "Partitions of the queue.",
+    "consumer_group_lag": "Messages a consumer group has not yet completed on a queue.",
+}
+
+
 # --- this process and the whole broker ---------------------------------------------------------
 
 
@@ -403,6 +412,7 @@ def metrics(m: ProcessMetrics) -> Json:
         "memory": {"rss": m.rss_bytes},
         "cpu": {"seconds": m.cpu_s},
         "processId": m.process_id,
+        "processes": m.processes,
         "counters": m.counters,
     }
 
