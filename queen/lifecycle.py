@@ -221,6 +221,7 @@ def assemble(
         figures=figures,
         spool=parts_spool,
         retention=retention,
+        pool_stats=stores.pool_stats,
     )
     admin = AdminService(
         settings,

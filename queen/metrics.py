@@ -27,6 +27,7 @@ import os
 import resource
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,8 +77,10 @@ class Metrics:
     pop_requests: int = 0  # pops answered (HTTP or embedded)
     pop_empty: int = 0  # of which nothing to deliver (204)
     pop_messages: int = 0  # messages delivered
+    pop_lag_seconds: float = 0.0  # summed over delivered messages: pop time less creation
     pop_undecryptable: int = 0  # messages withheld: encrypted, and the key cannot open them
     pop_rechecks_shared: int = 0  # re-checks of waiting pops answered by a like pop's look
+    ack_requests: int = 0  # ack and ack/batch calls
     acks: int = 0  # acknowledgments judged by ack and ack/batch
     acks_refused: int = 0  # of which refused (stale lease, unknown message)
     acks_dlq: int = 0  # of which moved a message to the dead letter queue
@@ -148,8 +151,13 @@ FAMILIES: dict[str, Family] = {
     "pop_requests": _c("Pops answered (HTTP or embedded)."),
     "pop_empty": _c("Pops answered with nothing to deliver."),
     "pop_messages": _c("Messages delivered by pops."),
+    "pop_lag_seconds": _c(
+        "Seconds delivered messages waited (pop time less creation), summed; "
+        "divide its rate by pop_messages' for the average lag."
+    ),
     "pop_undecryptable": _c("Messages withheld: encrypted and the key cannot open them."),
     "pop_rechecks_shared": _c("Re-checks of waiting pops answered by a like pop's look."),
+    "ack_requests": _c("Ack calls (ack and ack/batch)."),
     "acks": _c("Acknowledgments judged (ack and ack/batch)."),
     "acks_refused": _c("Acknowledgments refused (stale lease, unknown message)."),
     "acks_dlq": _c("Acknowledgments that moved a message to the dead letter queue."),
@@ -162,9 +170,13 @@ FAMILIES: dict[str, Family] = {
     "http_connections_accepted": _c("HTTP connections accepted."),
     "http_connections_shed": _c("Idle HTTP connections closed to make room for a new one."),
     "http_connections_refused": _c("New HTTP connections answered 503: every one was busy."),
-    # read from the process, not kept in Metrics
+    # read from the process, not kept in Metrics (the last five are the original's names)
     "cpu_seconds": _c("CPU seconds (user and system) of the broker processes."),
-    "resident_memory_bytes": _g("Resident memory of the broker processes, in bytes."),
+    "cpu_user_microseconds": _c("Cumulative user CPU time of the broker, in microseconds."),
+    "cpu_system_microseconds": _c("Cumulative system CPU time of the broker, in microseconds."),
+    "process_resident_memory_bytes": _g("Resident set size of the broker, in bytes."),
+    "process_virtual_memory_bytes": _g("Virtual memory size of the broker, in bytes."),
+    "uptime_seconds": _g("Seconds since the broker started (its oldest process).", "livemax"),
     # the operations room's gauges
     "process_id": _g("The broker process (with --workers: one sample per worker).", "liveall"),
     "database_up": _g("1 while the database answers (with --workers: every worker).", "livemin"),
@@ -175,6 +187,9 @@ FAMILIES: dict[str, Family] = {
     "spool_replay_rate": _g("Frames replayed per second by the last replay."),
     "spool_quarantined_ranges": _g("Damaged spool ranges set aside.", "livemax"),
     "spool_quarantined_bytes": _g("Bytes of damaged spool ranges set aside.", "livemax"),
+    "db_pool_size": _g("Connections the PostgreSQL pools may hold (every process)."),
+    "db_pool_idle": _g("Pool connections free for a call now (every process)."),
+    "db_pool_active": _g("Pool connections in use by a call now (every process)."),
     "background_errors": _c("Errors raised by each background loop.", label="loop"),
     "background_loop_failing": _g(
         "1 while a background loop keeps failing (with --workers: any worker).",
@@ -191,15 +206,37 @@ Labelled = Mapping[str, tuple[str, Mapping[str, float]]]
 """Labelled families: name -> (label, value by label value)."""
 
 
-def process_usage() -> tuple[float, int]:
-    """This process's CPU seconds (user + system) and resident memory in bytes."""
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What the system says of this process."""
+
+    user_s: float
+    system_s: float
+    rss_bytes: int
+    vms_bytes: int
+
+    def families(self, started_at: float) -> dict[str, float]:
+        return {
+            "cpu_seconds": self.user_s + self.system_s,
+            "cpu_user_microseconds": round(self.user_s * 1e6),
+            "cpu_system_microseconds": round(self.system_s * 1e6),
+            "process_resident_memory_bytes": float(self.rss_bytes),
+            "process_virtual_memory_bytes": float(self.vms_bytes),
+            "uptime_seconds": round(time.time() - started_at, 3),
+        }
+
+
+def process_usage() -> Usage:
+    """This process's CPU seconds and memory."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     try:
         with open("/proc/self/statm", "rb") as statm:
-            rss = int(statm.read().split()[1]) * resource.getpagesize()
+            fields = statm.read().split()
+        page = resource.getpagesize()
+        vms, rss = int(fields[0]) * page, int(fields[1]) * page
     except (OSError, ValueError, IndexError):
-        rss = usage.ru_maxrss * 1024
-    return usage.ru_utime + usage.ru_stime, rss
+        vms, rss = 0, usage.ru_maxrss * 1024
+    return Usage(usage.ru_utime, usage.ru_stime, rss, vms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,21 +287,20 @@ class LocalFigures:
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
+        self.started_at = time.time()
 
     def publish(self, gauges: Gauges, labelled: Labelled) -> None:
         return None
 
     def read(self) -> Reading:
-        cpu, rss = process_usage()
-        counters: dict[str, float] = {**self.metrics.snapshot(), "cpu_seconds": cpu}
-        return Reading(counters, cpu, rss, 1)
+        usage = process_usage()
+        counters: dict[str, float] = {**self.metrics.snapshot(), **usage.families(0.0)}
+        return Reading(counters, usage.user_s + usage.system_s, usage.rss_bytes, 1)
 
     def families(self, gauges: Gauges, labelled: Labelled) -> list[Metric]:
-        cpu, rss = process_usage()
         values: dict[str, float] = {
             **self.metrics.snapshot(),
-            "cpu_seconds": cpu,
-            "resident_memory_bytes": float(rss),
+            **process_usage().families(self.started_at),
             **gauges,
         }
         out: list[Metric] = []
@@ -286,7 +322,7 @@ class LocalFigures:
         return out
 
     def exposition(self, gauges: Gauges, labelled: Labelled) -> str:
-        return _text(_Families(self.families(gauges, labelled)))
+        return _text(_Families(with_original_names(self.families(gauges, labelled))))
 
 
 class SharedFigures:
@@ -305,6 +341,7 @@ class SharedFigures:
         self.metrics = metrics
         self.directory = directory
         self.worker = worker
+        self.started_at = time.time()
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
         if not getattr(values.ValueClass, "_multiprocess", False):
             values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
@@ -351,9 +388,11 @@ class SharedFigures:
             self._add(name, snapshot[name])
         for name in _GAUGES:
             self._set(name, snapshot[name])
-        cpu, rss = process_usage()
-        self._add("cpu_seconds", cpu)
-        self._set("resident_memory_bytes", rss)
+        for name, value in process_usage().families(self.started_at).items():
+            if FAMILIES[name].kind == "counter":
+                self._add(name, value)
+            else:
+                self._set(name, value)
         for name, value in gauges.items():
             self._set(name, value)
         for name, (_label, by_value) in labelled.items():
@@ -376,7 +415,7 @@ class SharedFigures:
             for sample in metric.samples:
                 if metric.type == "counter" and not sample.labels:
                     counters[short] = sample.value
-                elif short == "resident_memory_bytes":
+                elif short == "process_resident_memory_bytes":
                     rss = sample.value
                 elif short == "process_id":
                     processes += 1
@@ -386,7 +425,83 @@ class SharedFigures:
 
     def exposition(self, gauges: Gauges, labelled: Labelled) -> str:
         self.publish(gauges, labelled)
-        return _text(_Families(self._collect()))
+        return _text(_Families(with_original_names(self._collect())))
+
+
+# The original broker's gauges served from ours: name -> (help, our sample).
+_ORIGINAL_SAME: dict[str, tuple[str, str]] = {
+    "queen_file_buffer_pending": (
+        "Push events currently buffered to disk awaiting database flush.",
+        "queen_spool_pending_items",
+    ),
+    "queen_file_buffer_db_healthy": (
+        "1 if the broker believes the database is healthy, 0 otherwise.",
+        "queen_database_up",
+    ),
+    "queen_maintenance_mode_enabled": (
+        "1 when push maintenance mode is active (pushes are buffered to disk), 0 otherwise.",
+        "queen_maintenance_mode",
+    ),
+}
+
+# The original's cluster-wide totals (label scope="cluster"): name -> (help, our counter).
+_ORIGINAL_CLUSTER: dict[str, tuple[str, str]] = {
+    "queen_cluster_push_requests": ("Push requests handled.", "push_requests"),
+    "queen_cluster_pop_requests": ("Pop requests handled.", "pop_requests"),
+    "queen_cluster_ack_requests": ("Ack requests handled.", "ack_requests"),
+    "queen_cluster_transactions": ("Transaction calls handled.", "transactions"),
+    "queen_cluster_push_messages": ("Messages pushed and stored.", "push_items_queued"),
+    "queen_cluster_pop_messages": (
+        "Messages popped (may exceed push_messages: consumer-group fan-out).",
+        "pop_messages",
+    ),
+    "queen_cluster_ack_messages": ("Ack attempts (one per message).", "acks"),
+    "queen_cluster_dlq": ("Messages routed to the dead letter queue.", "acks_dlq"),
+}
+
+ORIGINAL_NAMES = (
+    *_ORIGINAL_SAME,
+    *(f"{name}_total" for name in _ORIGINAL_CLUSTER),
+    "queen_cluster_ack_total",
+    "queen_shared_state_enabled",
+)
+"""The original broker's families served beside ours (see docs/operating.md)."""
+
+
+def with_original_names(families: list[Metric]) -> list[Metric]:
+    """``families`` and, computed from them, the original broker's names for the same figures
+    (the cluster totals are this service's: every process summed)."""
+    values: dict[str, float] = {}
+    for family in families:
+        for sample in family.samples:
+            if not sample.labels:
+                values[sample.name] = sample.value
+    out = list(families)
+    for name, (help_text, ours) in _ORIGINAL_SAME.items():
+        metric = GaugeMetricFamily(name, help_text, value=values.get(ours, 0.0))
+        out.append(metric)
+    for name, (help_text, counter) in _ORIGINAL_CLUSTER.items():
+        total = CounterMetricFamily(name, f"{help_text} Every process.", labels=["scope"])
+        total.add_metric(["cluster"], values.get(f"queen_{counter}_total", 0.0))
+        out.append(total)
+    acks = values.get("queen_acks_total", 0.0)
+    refused = values.get("queen_acks_refused_total", 0.0)
+    by_result = CounterMetricFamily(
+        "queen_cluster_ack",
+        "Acks by result (failed: refused). Every process.",
+        labels=["scope", "result"],
+    )
+    by_result.add_metric(["cluster", "success"], acks - refused)
+    by_result.add_metric(["cluster", "failed"], refused)
+    out.append(by_result)
+    out.append(
+        GaugeMetricFamily(
+            "queen_shared_state_enabled",
+            "1 if cross-replica UDP shared-state sync is enabled (never here).",
+            value=0.0,
+        )
+    )
+    return out
 
 
 def _label(value: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,7 @@ class Operations:
         figures: Figures,
         spool: Spool | None = None,
         retention: RetentionLoop | None = None,
+        pool_stats: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         self.db_health = db_health
         self.maintenance = maintenance
@@ -69,6 +71,7 @@ class Operations:
         self.spool = spool
         self.changed = changed  # fired whenever the spool, the switches or health change
         self._retention = retention
+        self._pool_stats = pool_stats
         version()  # read now, while descriptors are free
 
     async def health(self) -> Health:
@@ -132,6 +135,9 @@ class Operations:
             "database_up": float(self.db_health.up),
             "maintenance_mode": float(self.maintenance.enabled),
         }
+        if self._pool_stats is not None:
+            size, active = self._pool_stats()
+            values.update(db_pool_size=size, db_pool_idle=size - active, db_pool_active=active)
         if self.spool is not None:
             state = self.spool.describe()
             values.update(

@@ -92,6 +92,18 @@ class History:
             )
         return out
 
+    def average_lag_s(self, span_s: float = 300.0) -> float:
+        """How long the messages popped over about the last ``span_s`` seconds had waited, on
+        average (pop time less creation); 0 when none was popped."""
+        points = list(self.points)
+        if len(points) < 2:
+            return 0.0
+        last = points[-1]
+        first = next((p for p in points if p.at >= last.at - span_s), points[0])
+        pops = last.counters.get("pop_messages", 0) - first.counters.get("pop_messages", 0)
+        waited = last.counters.get("pop_lag_seconds", 0) - first.counters.get("pop_lag_seconds", 0)
+        return round(waited / pops, 3) if pops > 0 else 0.0
+
     def latest_rates(self) -> Rates:
         """The rates of the newest interval (zeros before there are two points)."""
         series = self.series()

@@ -207,8 +207,9 @@ class ProcessState:
 
 @dataclass(frozen=True, slots=True)
 class Overview:
-    """Every queue together (queue mode's figures), this process's latest rates and state,
-    measured ``at``."""
+    """Every queue together (queue mode's figures), the service's latest rates and this
+    process's state, measured ``at``; ``average_lag_s``: how long the messages popped over
+    the last five minutes had waited, on average."""
 
     queues: int
     partitions: int
@@ -223,15 +224,20 @@ class Overview:
     pop_maintenance: bool
     process: ProcessState
     at: datetime
+    average_lag_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Status:
-    """``GET /api/v1/status``: this process's history over the window, and the overview."""
+    """``GET /api/v1/status``: the service's history over the window, the overview, the
+    queues holding messages, the history's step and the service's counter totals."""
 
     window: TimeRange
     throughput: list[RatePoint]
     overview: Overview
+    queues: list[QueueSummary]
+    step_s: float
+    counters: dict[str, float]
 
 
 @dataclass(frozen=True, slots=True)

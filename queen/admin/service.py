@@ -106,7 +106,7 @@ def _whole(counters: Mapping[str, float]) -> dict[str, float]:
 
 
 _METRIC_FIELDS = frozenset(Metrics().snapshot())
-_SECONDS = frozenset({"push_transaction_seconds"})
+_SECONDS = frozenset({"push_transaction_seconds", "pop_lag_seconds"})
 
 
 def _time(text: str | None) -> datetime | None:
@@ -297,6 +297,7 @@ class AdminService:
             pop_maintenance=pop_maintenance,
             process=self._process(),
             at=now,
+            average_lag_s=self.history.average_lag_s(),
         )
 
     def _throughput(self, since: datetime) -> list[RatePoint]:
@@ -304,10 +305,23 @@ class AdminService:
         return self.history.series(since.timestamp())
 
     async def status(self, args: Mapping[str, Any]) -> Status:
-        """``GET /api/v1/status``: throughput of this process over the window, and totals."""
+        """``GET /api/v1/status``: the service's throughput over the window, totals, and the
+        queues holding messages (one page; filters ``queue``, ``namespace``, ``task``)."""
         since, until = params.window(args, default=timedelta(hours=1))
         overview = await self.overview()
-        return Status(TimeRange(since, until), self._throughput(since), overview)
+        queue = params.optional_name(args, "queue")
+        listed = await self.queues({**args, "search": queue} if queue else args)
+        active = [
+            q for q in listed.queues if q.messages.total > 0 and (queue is None or q.name == queue)
+        ]
+        return Status(
+            TimeRange(since, until),
+            self._throughput(since),
+            overview,
+            active,
+            self.history.step_s,
+            self.figures.read().counters,
+        )
 
     def _series(self, args: Mapping[str, Any]) -> ProcessSeries:
         since, until = params.window(args, default=timedelta(hours=1))

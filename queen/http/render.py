@@ -399,13 +399,31 @@ def state_rows(rows: list[StateEntry]) -> dict[str, Any]:
     }
 
 
-def maintenance(enabled: bool, spool: dict[str, Any] | None) -> dict[str, Any]:
-    """``/api/v1/system/maintenance``: the push switch and the spool behind it."""
+def maintenance(
+    enabled: bool, spool: dict[str, Any] | None, *, pop_enabled: bool, database_up: bool
+) -> dict[str, Any]:
+    """``/api/v1/system/maintenance``: both switches and the spool behind the push switch, in
+    the original's shape (``bufferStats``: its keys, then the spool's own description; the
+    original's failed files are our quarantined ranges)."""
+    quarantined = spool["quarantined"] if spool else {"ranges": 0, "bytes": 0}
+    stats: dict[str, Any] = {
+        "pendingCount": spool["pendingItems"] if spool else 0,
+        "failedCount": quarantined["ranges"],
+        "dbHealthy": database_up,
+        "failedFiles": {
+            "count": quarantined["ranges"],
+            "totalBytes": quarantined["bytes"],
+            "totalMB": round(quarantined["bytes"] / (1024 * 1024), 3),
+            "failoverCount": 0,
+            "qos0Count": 0,
+        },
+    }
     return {
         "maintenanceMode": enabled,
+        "popMaintenanceMode": pop_enabled,
         "bufferedMessages": spool["pendingItems"] if spool else 0,
         "bufferHealthy": spool["healthy"] if spool else False,
-        "bufferStats": spool,
+        "bufferStats": stats | (spool or {}),
     }
 
 

@@ -274,7 +274,19 @@ def queue_gauges(g: QueueGauges) -> dict[str, dict[Labels, float]]:
     lag: dict[Labels, float] = {
         (("queue", s.queue), ("consumer_group", s.name)): s.lag for s in g.groups
     }
-    return {**by_queue, "consumer_group_lag": lag}
+    # the original broker's names for the dead letter figures
+    dlq_total: dict[Labels, float] = {
+        (("scope", "cluster"),): sum(q.messages.dead_letter for q in g.queues)
+    }
+    by_queue_dlq: dict[Labels, float] = {
+        (("queue", q.name),): q.messages.dead_letter for q in g.queues
+    }
+    return {
+        **by_queue,
+        "consumer_group_lag": lag,
+        "dlq_depth": dlq_total,
+        "dlq_depth_by_queue": by_queue_dlq,
+    }
 
 
 QUEUE_GAUGE_HELP = {
@@ -283,6 +295,8 @@ QUEUE_GAUGE_HELP = {
     "queue_dlq_depth": "Messages of the queue in the dead letter queue.",
     "queue_partitions": "Partitions of the queue.",
     "consumer_group_lag": "Messages a consumer group has not yet completed on a queue.",
+    "dlq_depth": "Messages currently sitting in the dead-letter queue.",
+    "dlq_depth_by_queue": "Messages in DLQ per queue.",
 }
 
 
@@ -312,7 +326,8 @@ def overview(o: Overview) -> Json:
         "consumerGroups": o.consumer_groups,
         "messages": _counts(o.messages),
         "lag": {
-            "time": {"max": o.oldest_pending_age_s},
+            # avg: how long messages popped lately had waited; max: the oldest pending's age
+            "time": {"avg": o.average_lag_s, "max": o.oldest_pending_age_s},
             "offset": {"total": o.messages.pending},
         },
         "oldestPendingAt": _iso(o.oldest_pending_at),
@@ -327,16 +342,52 @@ def overview(o: Overview) -> Json:
     }
 
 
+def _per(part: float, whole: float) -> float:
+    return round(part / whole, 2) if whole else 0
+
+
 def status(s: Status) -> Json:
-    """``GET /api/v1/status``."""
+    """``GET /api/v1/status``, in the original's shape: ``queues`` is the list of queues
+    holding messages; ``totals`` counts every queue and partition."""
     o = s.overview
+    c = s.counters
+    requests = {"push": c["push_requests"], "pop": c["pop_requests"], "ack": c["ack_requests"]}
     return {
         "timeRange": _window(s.window),
+        "bucketMinutes": round(s.step_s / 60, 3),
+        "pointCount": len(s.throughput),
         "throughput": [_point(p) for p in s.throughput],
-        "queues": {"total": o.queues, "partitions": o.partitions},
-        "messages": _counts(o.messages),
+        "queues": [
+            {
+                "id": str(q.id),
+                "name": q.name,
+                "namespace": q.namespace or None,
+                "task": q.task or None,
+                "partitions": q.partitions,
+                "totalConsumed": q.messages.completed,
+            }
+            for q in s.queues
+        ],
+        "totals": {"queues": o.queues, "partitions": o.partitions},
+        "messages": _counts(o.messages)
+        | {
+            "requests": requests,
+            "batchEfficiency": {
+                "push": _per(c["push_items_queued"], requests["push"]),
+                "pop": _per(c["pop_messages"], requests["pop"]),
+                "ack": _per(c["acks"], requests["ack"]),
+            },
+        },
         "leases": {"active": o.messages.processing},
-        "deadLetterQueue": {"total": o.messages.dead_letter},
+        "deadLetterQueue": {
+            "total": o.messages.dead_letter,
+            "totalMessages": o.messages.dead_letter,
+        },
+        "errors": {
+            "dbErrors": c["push_transaction_failures"],
+            "ackFailed": c["acks_refused"],
+            "dlqMessages": c["acks_dlq"],
+        },
         "workers": [process(o.process)],
     }
 
