@@ -471,16 +471,24 @@ def test_retention_postgres_refresh_and_metrics_json() -> None:
         render.refreshed(),
         {"success": True, "message": "statistics are computed when read; cache dropped"},
     )
-    figures = ProcessMetrics(1234.6, 9, 7, 9.1, 6, 50_000_000, 12.5, 4242, 2, {"acks": 2})
+    figures = ProcessMetrics(
+        1234.6, 9, 7, 9.1, 6, 5, 50_000_000, 12.5, 10_000_000, 2_500_000, 4242, 2, {"acks": 2}
+    )
     same(
         render.metrics(figures),
         {
             "uptime": 1234.6,
             "requests": {"total": 9, "rate": 0},
             "messages": {"total": 7, "rate": 9.1},
-            "database": {"poolSize": 6, "idleConnections": None, "waitingRequests": 0},
-            "memory": {"rss": 50_000_000},
-            "cpu": {"seconds": 12.5},
+            "database": {"poolSize": 6, "idleConnections": 5, "waitingRequests": 0},
+            "memory": {
+                "rss": 50_000_000,
+                "heapTotal": 0,
+                "heapUsed": 0,
+                "external": 0,
+                "arrayBuffers": 0,
+            },
+            "cpu": {"user": 10_000_000, "system": 2_500_000, "seconds": 12.5},
             "processId": 4242,
             "processes": 2,
             "counters": {"acks": 2},

@@ -261,8 +261,11 @@ class ProcessMetrics:
     items_queued: int
     ingested_per_s: float
     pool_size: int
+    pool_idle: int | None  # this process's pool (None without PostgreSQL)
     rss_bytes: int
     cpu_s: float
+    cpu_user_us: int
+    cpu_system_us: int
     process_id: int
     processes: int  # broker processes live now (1, or the workers of --workers N)
     counters: dict[str, float]
@@ -323,7 +326,9 @@ DeletionOutcome = Literal["deleted", "leased", "missing"]
 
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
-    """A stored message without its payload, with queue mode's status of it."""
+    """A stored message without its payload, with queue mode's status of it; in a list, of
+    the named groups with a cursor on its partition (``total_groups``), how many have it
+    behind their cursor (``consumed_by``)."""
 
     partition_id: int
     queue: str
@@ -338,6 +343,8 @@ class StoredMessage:
     producer_sub: str | None
     created_at: datetime
     lease_expires_at: datetime | None
+    consumed_by: int | None = None
+    total_groups: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +446,15 @@ class GroupPartition:
     time_lag_s: float
     lease_expires_at: datetime | None  # its live lease, if any
     last_consumed_at: datetime | None
+    oldest_at: datetime | None = None  # when its oldest unconsumed message was written
+
+
+@dataclass(frozen=True, slots=True)
+class LaggingPartition:
+    """A partition where a group lags: the group's standing on the queue, and the partition."""
+
+    standing: GroupStanding
+    partition: GroupPartition
 
 
 @dataclass(frozen=True, slots=True)

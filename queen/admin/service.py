@@ -32,6 +32,7 @@ from queen.admin.results import (
     GroupPartition,
     GroupStanding,
     GroupView,
+    LaggingPartition,
     MessageCounts,
     MessageDeletion,
     MessageDetail,
@@ -98,6 +99,20 @@ def _options(row: Row) -> QueueOptions:
         f.name: row[f.name] for f in dataclasses.fields(QueueOptions) if f.name != "dedup_window_s"
     }
     return QueueOptions(**values, dedup_window_s=row["dedup_window_seconds"])
+
+
+def _group_partition(p: Row, now: datetime) -> GroupPartition:
+    return GroupPartition(
+        partition=p["partition_name"],
+        partition_id=int(p["partition_id"]),
+        cursor_offset=int(p["cursor_offset"]),
+        next_offset=int(p["next_offset"]),
+        lag=int(p["lag"]),
+        time_lag_s=age_s(p["oldest_at"], now),
+        lease_expires_at=p["lease_expires_at"],
+        last_consumed_at=p["delivered_at"],
+        oldest_at=p["oldest_at"],
+    )
 
 
 def _whole(counters: Mapping[str, float]) -> dict[str, float]:
@@ -404,14 +419,18 @@ class AdminService:
         reading = self.figures.read()
         c = _whole(reading.counters)
         rates = self.history.latest_rates()
+        gauges = self.ops.gauges()
         return ProcessMetrics(
             uptime_s=round(time.time() - self.history.started_at, 1),
             requests=int(c["push_requests"] + c["pop_requests"] + c["acks"]),
             items_queued=int(c["push_items_queued"]),
             ingested_per_s=rates.ingested_per_s,
             pool_size=self.settings.db_pool_size,
+            pool_idle=int(gauges["db_pool_idle"]) if "db_pool_idle" in gauges else None,
             rss_bytes=reading.rss_bytes,
             cpu_s=round(reading.cpu_s, 3),
+            cpu_user_us=int(reading.counters.get("cpu_user_microseconds", 0)),
+            cpu_system_us=int(reading.counters.get("cpu_system_microseconds", 0)),
             process_id=os.getpid(),
             processes=reading.processes,
             counters=c,
@@ -435,6 +454,8 @@ class AdminService:
             producer_sub=r["producer_sub"],
             created_at=r["created_at"],
             lease_expires_at=lease_expires_at,
+            consumed_by=r.get("consumed_by"),
+            total_groups=r.get("total_groups"),
         )
 
     async def messages(self, args: Mapping[str, Any], *, queue: str | None = None) -> MessagePage:
@@ -551,33 +572,37 @@ class AdminService:
             parts = await self.store.group_partitions(
                 name, int(r["queue_id"]), limit=page.limit, offset=page.offset
             )
-            partitions = [
-                GroupPartition(
-                    partition=p["partition_name"],
-                    partition_id=int(p["partition_id"]),
-                    cursor_offset=int(p["cursor_offset"]),
-                    next_offset=int(p["next_offset"]),
-                    lag=int(p["lag"]),
-                    time_lag_s=age_s(p["oldest_at"], now),
-                    lease_expires_at=p["lease_expires_at"],
-                    last_consumed_at=p["delivered_at"],
-                )
-                for p in parts
-            ]
+            partitions = [_group_partition(p, now) for p in parts]
             found.append(GroupOnQueue(self._standing(r, now), partitions))
         return found
 
-    async def lagging(self, args: Mapping[str, Any]) -> list[GroupStanding]:
-        """``GET /api/v1/consumer-groups/lagging?minLagSeconds=N``: (group, queue) pairs whose
-        oldest unconsumed message is at least N seconds old, oldest first."""
+    async def lagging(self, args: Mapping[str, Any]) -> list[LaggingPartition]:
+        """``GET /api/v1/consumer-groups/lagging?minLagSeconds=N``: per (group, queue,
+        partition), as the original answers, the partitions whose oldest unconsumed message
+        is at least N seconds old, oldest first (one page)."""
         threshold = params.min_lag_seconds(args)
         page = params.page(args)
         rows = await self.store.groups(group=None, queue=None, limit=params.MAX_LIMIT, offset=0)
         now = datetime.now(UTC)
-        standings = [self._standing(r, now) for r in rows if int(r["lag"]) > 0]
-        lagging = [g for g in standings if g.max_time_lag_s >= threshold]
-        lagging.sort(key=lambda g: g.max_time_lag_s, reverse=True)
-        return lagging[page.offset : page.offset + page.limit]
+        found: list[LaggingPartition] = []
+        for r in rows:
+            standing = self._standing(r, now)
+            if int(r["lag"]) <= 0 or standing.max_time_lag_s < threshold:
+                continue
+            offset = 0
+            while True:
+                parts = await self.store.group_partitions(
+                    standing.name, int(r["queue_id"]), limit=params.MAX_LIMIT, offset=offset
+                )
+                for p in parts:
+                    partition = _group_partition(p, now)
+                    if partition.lag > 0 and partition.time_lag_s >= threshold:
+                        found.append(LaggingPartition(standing, partition))
+                if len(parts) < params.MAX_LIMIT:
+                    break
+                offset += len(parts)
+        found.sort(key=lambda x: x.partition.time_lag_s, reverse=True)
+        return found[page.offset : page.offset + page.limit]
 
     # --- gauges ------------------------------------------------------------------------------
 

@@ -31,10 +31,15 @@ async def health() -> Response:
 
 
 def _wants_json() -> bool:
-    accept = request.accept_mimetypes
-    return accept.best_match(["text/plain", "application/json"]) == "application/json" and (
-        accept["application/json"] > accept["text/plain"]
-    )
+    """JSON when the client's Accept names ``application/json`` (anywhere in the list, as the
+    original's dashboard sends it: ``application/json, text/plain, */*``) and does not rank
+    ``text/plain`` above it. Prometheus names neither and gets the text."""
+    listed: dict[str, float] = {}
+    for value, quality in request.accept_mimetypes:
+        kind = value.split(";", 1)[0].strip().lower()
+        listed[kind] = max(quality, listed.get(kind, 0.0))
+    json_q = listed.get("application/json", 0.0)
+    return json_q > 0 and json_q >= listed.get("text/plain", 0.0)
 
 
 async def _prometheus() -> Response:

@@ -23,6 +23,7 @@ from queen.admin.results import (
     GroupPartition,
     GroupStanding,
     GroupView,
+    LaggingPartition,
     MessageCounts,
     MessageDeletion,
     MessageDetail,
@@ -459,9 +460,20 @@ def metrics(m: ProcessMetrics) -> Json:
         "uptime": m.uptime_s,
         "requests": {"total": m.requests, "rate": 0},
         "messages": {"total": m.items_queued, "rate": m.ingested_per_s},
-        "database": {"poolSize": m.pool_size, "idleConnections": None, "waitingRequests": 0},
-        "memory": {"rss": m.rss_bytes},
-        "cpu": {"seconds": m.cpu_s},
+        "database": {
+            "poolSize": m.pool_size,
+            "idleConnections": m.pool_idle,
+            "waitingRequests": 0,
+        },
+        "memory": {
+            "rss": m.rss_bytes,
+            # the original's Node-era keys, which a Python process has no meaning for
+            "heapTotal": 0,
+            "heapUsed": 0,
+            "external": 0,
+            "arrayBuffers": 0,
+        },
+        "cpu": {"user": m.cpu_user_us, "system": m.cpu_system_us, "seconds": m.cpu_s},
         "processId": m.process_id,
         "processes": m.processes,
         "counters": m.counters,
@@ -488,13 +500,18 @@ def _message_head(m: StoredMessage) -> Json:
 
 
 def _stored(m: StoredMessage) -> Json:
-    return {
+    body = {
         **_message_head(m),
         "traceId": m.trace_id,
         "producerSub": m.producer_sub,
         "createdAt": _iso(m.created_at),
         "leaseExpiresAt": _iso(m.lease_expires_at),
     }
+    if m.total_groups is not None:
+        # the original's keys: queue mode's status, and how the named groups stand on it
+        body["queueStatus"] = m.status
+        body["busStatus"] = {"consumedBy": m.consumed_by or 0, "totalGroups": m.total_groups}
+    return body
 
 
 def message_page(page: MessagePage) -> Json:
@@ -591,8 +608,36 @@ def group_standing(g: GroupStanding) -> Json:
 
 
 def group_standings(groups: list[GroupStanding]) -> list[Json]:
-    """``GET /api/v1/consumer-groups`` and ``/consumer-groups/lagging``."""
+    """``GET /api/v1/consumer-groups``."""
     return [group_standing(g) for g in groups]
+
+
+def lagging(rows: list[LaggingPartition]) -> list[Json]:
+    """``GET /api/v1/consumer-groups/lagging``: one row per (group, queue, partition), the
+    original's keys first, then the group's and the partition's as the other routes name
+    them."""
+    out = []
+    for row in rows:
+        g, p = row.standing, row.partition
+        seconds = int(p.time_lag_s)
+        out.append(
+            {
+                "consumer_group": g.name,
+                "queue_name": g.queue,
+                "partition_name": p.partition,
+                "partition_id": str(p.partition_id),
+                "worker_id": None,
+                "offset_lag": p.lag,
+                "time_lag_seconds": seconds,
+                "lag_hours": round(seconds / 3600, 2),
+                "oldest_unconsumed_at": _iso(p.oldest_at),
+                "last_consumed_at": _iso(p.last_consumed_at),
+                "name": g.name,
+                "queueName": g.queue,
+                **_group_partition(p),
+            }
+        )
+    return out
 
 
 def queue_lag(page: GroupPage) -> Json:
