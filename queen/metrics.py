@@ -457,6 +457,10 @@ _ORIGINAL_CLUSTER: dict[str, tuple[str, str]] = {
     ),
     "queen_cluster_ack_messages": ("Ack attempts (one per message).", "acks"),
     "queen_cluster_dlq": ("Messages routed to the dead letter queue.", "acks_dlq"),
+    "queen_cluster_db_errors": (
+        "Database errors observed (push transactions that failed).",
+        "push_transaction_failures",
+    ),
 }
 
 ORIGINAL_NAMES = (

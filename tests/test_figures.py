@@ -11,6 +11,7 @@ from pathlib import Path
 from queen.admin.history import History
 from queen.metrics import (
     FAMILIES,
+    ORIGINAL_NAMES,
     LocalFigures,
     Metrics,
     Reading,
@@ -168,3 +169,26 @@ def test_history_rates_come_from_the_service_reading() -> None:
     now[0] += 10
     history.sample()
     assert history.latest_rates().ingested_per_s == 10.0
+
+
+def test_the_original_names_are_served_from_ours() -> None:
+    metrics = Metrics()
+    metrics.push_requests, metrics.push_items_queued, metrics.acks, metrics.acks_refused = (
+        4,
+        9,
+        5,
+        1,
+    )
+    text = LocalFigures(metrics).exposition(
+        {"spool_pending_items": 3.0, "database_up": 1.0, "maintenance_mode": 1.0}, {}
+    )
+    samples = _samples(text)
+    for name in ORIGINAL_NAMES:
+        assert f"# HELP {name} " in text and f"# TYPE {name} " in text, name
+    assert samples['queen_cluster_push_requests_total{scope="cluster"}'] == 4.0
+    assert samples['queen_cluster_push_messages_total{scope="cluster"}'] == 9.0
+    assert samples['queen_cluster_ack_total{result="success",scope="cluster"}'] == 4.0
+    assert samples['queen_cluster_ack_total{result="failed",scope="cluster"}'] == 1.0
+    assert samples["queen_file_buffer_pending"] == 3.0
+    assert samples["queen_maintenance_mode_enabled"] == 1.0
+    assert samples["queen_cpu_user_microseconds_total"] > 0

@@ -94,6 +94,10 @@ async def test_prometheus_serves_the_original_names_with_help_and_type(
         m.acks - m.acks_refused
     )
     assert samples['queen_cluster_dlq_total{scope="cluster"}'] == m.acks_dlq
+    assert samples['queen_cluster_db_errors_total{scope="cluster"}'] == (
+        m.push_transaction_failures
+    )
+    assert samples['queen_cluster_transactions_total{scope="cluster"}'] == m.transactions
     assert samples["queen_file_buffer_pending"] == 0
     assert samples["queen_file_buffer_db_healthy"] == 1
     assert samples["queen_maintenance_mode_enabled"] == 0

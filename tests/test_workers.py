@@ -152,6 +152,7 @@ def test_two_workers_answer_for_the_whole_service(pg_url: str, tmp_path: Path) -
                 readings.append(_counter(text, "queen_push_requests_total"))
                 assert readings[-1] == total
                 assert _counter(text, "queen_push_items_queued_total") == total
+                assert _counter(text, 'queen_cluster_push_requests_total{scope="cluster"}') == total
                 workers = [
                     line for line in text.splitlines() if line.startswith("queen_process_id{")
                 ]
