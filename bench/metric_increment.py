@@ -18,6 +18,7 @@ Each is the best of five rounds; the result is one JSON line.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,7 @@ def main() -> None:
         "exposition_us": round(_best("figures.exposition(gauges, {})", 100, scope) * 1e6, 1),
     }
     print(json.dumps(result))
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

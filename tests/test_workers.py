@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -43,6 +44,12 @@ def _process_ids(base: str, expected: int, deadline: float) -> set[int]:
         if len(seen) < expected:
             time.sleep(0.1)
     return seen
+
+
+def _metrics_dir(worker_pid: int) -> Path:
+    """The service's metrics directory, as the parent handed it to a worker."""
+    environ = Path(f"/proc/{worker_pid}/environ").read_bytes()
+    return Path(environ.split(b"PROMETHEUS_MULTIPROC_DIR=")[1].split(b"\0")[0].decode())
 
 
 def _counter(text: str, name: str) -> float:
@@ -102,6 +109,7 @@ def test_two_workers_share_the_port_and_stop_on_sigterm(pg_url: str, tmp_path: P
         assert proc.wait(timeout=60) == 0
 
 
+@pytest.mark.timeout(150)
 def test_two_workers_answer_for_the_whole_service(pg_url: str, tmp_path: Path) -> None:
     """Pushes spread over both workers; every scrape, whichever worker answers, sums both
     and never goes back; per-process figures carry the worker's labels."""
@@ -114,13 +122,7 @@ def test_two_workers_answer_for_the_whole_service(pg_url: str, tmp_path: Path) -
     try:
         pids = _process_ids(base, 2, time.monotonic() + 60)
         assert len(pids) == 2
-        metrics_dir = Path(
-            Path(f"/proc/{min(pids)}/environ")
-            .read_bytes()
-            .split(b"PROMETHEUS_MULTIPROC_DIR=")[1]
-            .split(b"\0")[0]
-            .decode()
-        )
+        metrics_dir = _metrics_dir(min(pids))
         assert metrics_dir.is_dir()
         queue = f"sum-{uuid.uuid4().hex[:8]}"
         pushed: dict[int, int] = dict.fromkeys(pids, 0)
@@ -251,6 +253,7 @@ def test_a_second_broker_on_a_taken_port_exits_with_port_in_use(
         assert first.wait(timeout=60) == 0
 
 
+@pytest.mark.timeout(150)
 def test_workers_outlive_the_thread_that_started_them(pg_url: str, tmp_path: Path) -> None:
     """The parent-death signal follows the thread that forked a worker: the workers must not
     be stopped when an idle pooled thread ends (Trio's end after 10 s)."""
@@ -278,6 +281,7 @@ def test_killed_parent_takes_its_workers_with_it(pg_url: str, tmp_path: Path) ->
     )
     pids = _process_ids(f"http://127.0.0.1:{port}", 2, time.monotonic() + 60)
     assert len(pids) == 2
+    metrics_dir = _metrics_dir(min(pids))
     parent.kill()
     parent.wait(timeout=10)
     deadline = time.monotonic() + 30
@@ -286,6 +290,7 @@ def test_killed_parent_takes_its_workers_with_it(pg_url: str, tmp_path: Path) ->
         alive = {pid for pid in alive if Path(f"/proc/{pid}").exists() and not _zombie(pid)}
         time.sleep(0.05)
     assert not alive, "a worker outlived its parent and keeps the port"
+    shutil.rmtree(metrics_dir)  # a parent killed outright cannot remove it
     # the port is free again for the next broker
     with socket.socket() as again:
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
