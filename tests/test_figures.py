@@ -192,3 +192,22 @@ def test_the_original_names_are_served_from_ours() -> None:
     assert samples["queen_file_buffer_pending"] == 3.0
     assert samples["queen_maintenance_mode_enabled"] == 1.0
     assert samples["queen_cpu_user_microseconds_total"] > 0
+
+
+def test_history_says_how_long_popped_messages_waited() -> None:
+    metrics = Metrics()
+    now = [1000.0]
+    history = History(metrics, step_s=10, span_s=600, clock=lambda: now[0])
+    history.sample()
+    assert history.average_lag_s() == 0.0  # one point: nothing to tell
+    metrics.pop_messages += 4
+    metrics.pop_lag_seconds += 2.0  # four messages that had waited half a second each
+    now[0] += 10
+    history.sample()
+    now[0] += 10
+    history.sample()  # an interval without pops
+    first, quiet = history.series()
+    assert (first.popped, first.average_lag_ms) == (4, 500.0)
+    assert (quiet.popped, quiet.average_lag_ms) == (0, None)
+    assert history.average_lag_s() == 0.5
+    assert history.average_lag_s(span_s=5) == 0.0  # the last five seconds popped nothing

@@ -166,6 +166,12 @@ async def test_overview_says_how_long_popped_messages_waited(client: Any, queue:
     overview = await (await client.get("/api/v1/resources/overview")).get_json()
     assert 0 < overview["lag"]["time"]["avg"] < 60
     assert "max" in overview["lag"]["time"]
+    status = await (await client.get("/api/v1/status")).get_json()
+    points = status["throughput"]
+    stamps = [p["timestamp"] for p in points]
+    assert stamps == sorted(stamps, reverse=True)  # newest first, as the original answers
+    # the newest interval, or the one before it if the history's own loop sampled between
+    assert any(p["popMessages"] >= 2 and p["avgLagMs"] > 0 for p in points[:2])
 
 
 async def test_message_rows_say_how_the_groups_stand(client: Any, queue: str) -> None:

@@ -382,7 +382,7 @@ def test_status_analytics_and_system_metrics_share_the_history_points() -> None:
             "timeRange": WINDOW_WIRE,
             "bucketMinutes": 0.167,
             "pointCount": 1,
-            "throughput": [POINT_WIRE],
+            "throughput": [POINT_WIRE | {"popMessages": 0, "avgLagMs": None}],
             "queues": [
                 {
                     "id": "12",

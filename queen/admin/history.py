@@ -34,6 +34,14 @@ class Point:
     rss_bytes: int
 
 
+def _average_ms(before: Point, after: Point) -> float | None:
+    pops = after.counters.get("pop_messages", 0) - before.counters.get("pop_messages", 0)
+    if pops <= 0:
+        return None
+    waited = after.counters.get("pop_lag_seconds", 0) - before.counters.get("pop_lag_seconds", 0)
+    return round(1000 * waited / pops, 1)
+
+
 class History:
     def __init__(
         self,
@@ -88,6 +96,8 @@ class History:
                     processed=delta("acks"),
                     cpu_percent=round(100 * (after.cpu_s - before.cpu_s) / span, 1),
                     rss_bytes=after.rss_bytes,
+                    popped=delta("pop_messages"),
+                    average_lag_ms=_average_ms(before, after),
                 )
             )
         return out

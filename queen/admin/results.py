@@ -71,7 +71,8 @@ class Rates:
 
 @dataclass(frozen=True, slots=True)
 class RatePoint:
-    """One interval of this process's history, ending ``at``."""
+    """One interval of the service's history, ending ``at``; ``average_lag_ms``: how long
+    the messages popped in it had waited (None when none was)."""
 
     at: datetime
     span_s: float
@@ -82,6 +83,8 @@ class RatePoint:
     processed: int
     cpu_percent: float
     rss_bytes: int  # at the end of the interval
+    popped: int = 0
+    average_lag_ms: float | None = None
 
 
 # --- queues ------------------------------------------------------------------------------------

@@ -108,6 +108,11 @@ def _point(p: RatePoint) -> Json:
     }
 
 
+def _lag_point(p: RatePoint) -> Json:
+    """The original's keys of a status point: messages popped and how long they had waited."""
+    return {"popMessages": p.popped, "avgLagMs": p.average_lag_ms}
+
+
 # --- queues ------------------------------------------------------------------------------------
 
 
@@ -357,7 +362,8 @@ def status(s: Status) -> Json:
         "timeRange": _window(s.window),
         "bucketMinutes": round(s.step_s / 60, 3),
         "pointCount": len(s.throughput),
-        "throughput": [_point(p) for p in s.throughput],
+        # newest first, as the original answers (and its dashboard reverses)
+        "throughput": [_point(p) | _lag_point(p) for p in reversed(s.throughput)],
         "queues": [
             {
                 "id": str(q.id),
