@@ -168,6 +168,13 @@ def test_two_workers_answer_for_the_whole_service(pg_url: str, tmp_path: Path) -
                 assert figures["processes"] == 2
         assert readings == sorted(readings), "a counter went back between scrapes"
         assert answered_by == pids, "both workers answered the scrapes"
+        # the rates: each worker's history reads the service, so its intervals add up to
+        # every push, whichever worker keeps it (its first point predates the pushes)
+        for _ in range(2):
+            with httpx.Client(base_url=base, timeout=10) as client:
+                assert client.post("/api/v1/stats/refresh").status_code == 200
+                status = client.get("/api/v1/status").json()
+                assert sum(p["ingested"] for p in status["throughput"]) == total
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
