@@ -208,6 +208,9 @@ async def test_lagging_answers_one_row_per_group_and_partition(client: Any, queu
     assert mine == [("p1", 2), ("p2", 1)]
     row = next(r for r in rows if r["consumer_group"] == group)
     assert row["queue_name"] == queue and row["name"] == group
+    # queenctl's `lag --min-seconds` columns: name, queue, lagMessages, lagSeconds
+    assert row["queue"] == queue and row["lagMessages"] == row["offset_lag"]
+    assert row["lagSeconds"] == row["time_lag_seconds"]
     assert isinstance(row["time_lag_seconds"], int) and row["lag_hours"] >= 0
     assert set(row) >= {
         "partition_id",

@@ -620,7 +620,7 @@ def group_standings(groups: list[GroupStanding]) -> list[Json]:
 
 def lagging(rows: list[LaggingPartition]) -> list[Json]:
     """``GET /api/v1/consumer-groups/lagging``: one row per (group, queue, partition), the
-    original's keys first, then the group's and the partition's as the other routes name
+    original's keys first, then queenctl's and the partition's as the other routes name
     them."""
     out = []
     for row in rows:
@@ -640,6 +640,10 @@ def lagging(rows: list[LaggingPartition]) -> list[Json]:
                 "last_consumed_at": _iso(p.last_consumed_at),
                 "name": g.name,
                 "queueName": g.queue,
+                # what queenctl's `lag --min-seconds` shows
+                "queue": g.queue,
+                "lagMessages": p.lag,
+                "lagSeconds": seconds,
                 **_group_partition(p),
             }
         )
