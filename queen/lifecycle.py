@@ -230,6 +230,7 @@ def assemble(
         database=stores.description,
         store=stores.admin,
         consume=consume,
+        push=push,
         figures=figures,
     )
     broker = Broker(

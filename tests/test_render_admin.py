@@ -9,6 +9,7 @@ fails."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -53,6 +54,7 @@ from queen.admin.results import (
 from queen.http import render_admin as render
 from queen.metrics import render_labelled_gauges
 from queen.records import QueueOptions
+from queen.spool import SpoolState
 from queen.storage.retention import QueueHoldings
 
 AT = datetime(2026, 4, 26, 10, 59, 28, 267_891, tzinfo=UTC)
@@ -284,7 +286,7 @@ def test_namespaces_and_tasks_are_keyed_by_what_groups_them() -> None:
     same(render.groupings(Groupings("task", [])), {"tasks": []})
 
 
-SPOOL = {"directory": "/var/spool/queen", "pendingItems": 0, "healthy": True}
+SPOOL = SpoolState(Path("/var/spool/queen"), 0, 0, 0, 0.0, 0.0, True, 0, 0)
 PROCESS = ProcessState(4242, 1234.6, 3, True, False, SPOOL, {"push_requests": 5, "acks": 2})
 PROCESS_WIRE = {
     "processId": 4242,
@@ -292,7 +294,16 @@ PROCESS_WIRE = {
     "activePartitions": 3,
     "databaseUp": True,
     "maintenanceMode": False,
-    "spool": SPOOL,
+    "spool": {
+        "directory": "/var/spool/queen",
+        "pendingItems": 0,
+        "files": 0,
+        "pendingBytes": 0,
+        "oldestAgeSeconds": 0.0,
+        "replayRate": 0.0,
+        "healthy": True,
+        "quarantined": {"ranges": 0, "bytes": 0},
+    },
     "counters": {"push_requests": 5, "acks": 2},
 }
 OVERVIEW = Overview(

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
-from queen.admin.params import Page
+from queen.admin.params import DeadLetterRequest, Page, RetryFilter
 from queen.admin.payloads import Shown
 from queen.records import QueueOptions
+from queen.spool import SpoolState
 from queen.storage.retention import QueueHoldings
+from queen.supervision import LoopStatus
 
 # --- shared parts ------------------------------------------------------------------------------
 
@@ -195,17 +197,32 @@ class Groupings:
 
 @dataclass(frozen=True, slots=True)
 class ProcessState:
-    """How this broker process stands. ``spool`` is the spool's own description (None when the
-    spool is off); ``counters`` are the service's :class:`queen.metrics.Metrics` totals (every
-    worker of ``--workers N`` summed)."""
+    """How this broker process stands. ``spool`` is None when the spool is off; ``counters``
+    are the service's :class:`queen.metrics.Metrics` totals (every worker of ``--workers N``
+    summed)."""
 
     process_id: int
     uptime_s: float
     active_partitions: int
     database_up: bool
     maintenance_mode: bool
-    spool: dict[str, Any] | None
+    spool: SpoolState | None
     counters: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """What this process knows without asking the database, ``at``: shown by the dashboard
+    while the database is away. ``database_down_since`` is None while it answers; ``rates``
+    are the newest interval's; ``pop_maintenance`` is the switch as last read."""
+
+    at: datetime
+    database_down_since: datetime | None
+    process: ProcessState
+    push_maintenance: bool
+    pop_maintenance: bool
+    loops: dict[str, LoopStatus]
+    rates: Rates
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +423,61 @@ class MessageDeletion:
     outcome: DeletionOutcome
 
 
+# --- actions on messages and dead letters ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetriedCopy:
+    """A dead letter delivered again: its copy at ``offset`` of its partition, for ``group``."""
+
+    partition_id: int
+    transaction_id: str
+    consumer_group: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRetry:
+    """Retrying one message's dead letters: ``copies`` is empty when none was left (retried
+    already, or never dead-lettered)."""
+
+    partition_id: int
+    transaction_id: str
+    copies: list[RetriedCopy]
+
+    @property
+    def retried(self) -> bool:
+        return bool(self.copies)
+
+
+@dataclass(frozen=True, slots=True)
+class BulkRetry:
+    scope: RetryFilter
+    retried: int
+
+
+DeadLetterOutcome = Literal["moved", "already", "consumed", "leased", "no_group", "missing"]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDeadLettered:
+    partition_id: int
+    transaction_id: str
+    request: DeadLetterRequest
+    outcome: DeadLetterOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCleared:
+    """Clearing a queue (or a partition): ``cleared`` messages removed, ``kept`` left because
+    they share a write with a message inside a live lease."""
+
+    queue: str
+    partition: str | None
+    cleared: int
+    kept: int
+
+
 # --- consumer groups ---------------------------------------------------------------------------
 
 
@@ -439,7 +511,8 @@ class GroupPage:
 
 @dataclass(frozen=True, slots=True)
 class GroupPartition:
-    """A group's cursor in one partition."""
+    """Where a group stands in one partition holding messages: ``cursor_offset`` is its
+    cursor, or, before its first pop there, the offset its subscription starts at."""
 
     partition: str
     partition_id: int

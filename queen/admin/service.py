@@ -3,9 +3,10 @@ how this process is doing, as typed values (:mod:`queen.admin.results`; HTTP ren
 the original broker's shapes).
 
 It reads through :class:`queen.storage.admin.PgAdminStore` and the broker's own state (counters,
-spool, switches); it writes nothing but single message deletions. Figures are computed when
-asked, from offsets and cursors (see ``admin.sql``), so there is nothing to keep in step and
-``POST /api/v1/stats/refresh`` only drops the cached gauges.
+spool, switches); it writes nothing but single message deletions. The operator's actions on
+dead letters and queues are :attr:`AdminService.actions` (:mod:`queen.admin.actions`).
+Figures are computed when asked, from offsets and cursors (see ``admin.sql``), so there is
+nothing to keep in step and ``POST /api/v1/stats/refresh`` only drops the cached gauges.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from queen.admin import params
+from queen.admin.actions import AdminActions
 from queen.admin.history import History
+from queen.admin.params import Page
 from queen.admin.payloads import decode_payload
 from queen.admin.results import (
     ConfiguredQueue,
@@ -52,6 +55,7 @@ from queen.admin.results import (
     QueueSummary,
     RatePoint,
     RetentionFigures,
+    Standing,
     Status,
     StoredMessage,
     TableSize,
@@ -61,11 +65,15 @@ from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.service import ConsumeService
 from queen.metrics import Figures, LocalFigures, Metrics
 from queen.operations import Operations
+from queen.push import PushService
 from queen.records import QUEUE_MODE, QueueOptions
 from queen.settings import Settings
 from queen.storage.admin import PgAdminStore, Row
 
 GAUGE_CACHE_S = 10.0
+# How a stored subscription start reads back: as the pop asked for it (and as the original
+# broker names it).
+SUBSCRIPTION_MODES = {"all": "all", "now": "new", "at": "timestamp"}
 MAX_GAUGE_QUEUES = 1000
 RETENTION_COUNTERS = (
     "retention_passes",
@@ -140,6 +148,7 @@ class AdminService:
         store: PgAdminStore | None = None,
         consume: ConsumeService | None = None,
         history: History | None = None,
+        push: PushService | None = None,
         figures: Figures | None = None,
     ) -> None:
         """``database``: what the start-up line calls it; ``store`` and ``consume`` are None
@@ -154,6 +163,7 @@ class AdminService:
         self.figures: Figures = figures or LocalFigures(metrics)
         self.history = history or History(self.figures)
         self._gauges: tuple[float, QueueGauges] | None = None
+        self.actions = AdminActions(store, push)
 
     @property
     def store(self) -> PgAdminStore:
@@ -202,8 +212,11 @@ class AdminService:
     async def _figures(self, queue: Row, args: Mapping[str, Any]) -> QueueFigures:
         """The queue of ``queue`` (its row), one page of its partitions, and its totals."""
         page = params.page(args)
+        order = params.partition_order(args)
         queue_id = int(queue["id"])
-        rows = await self.store.partitions(queue_id, limit=page.limit, offset=page.offset)
+        rows = await self.store.partitions(
+            queue_id, limit=page.limit, offset=page.offset, order=order
+        )
         dlq = await self.store.dlq_by_partition(queue_id)
         now = datetime.now(UTC)
         partitions = [
@@ -284,8 +297,28 @@ class AdminService:
             active_partitions=ops.supervisor.active_partitions,
             database_up=ops.db_health.up,
             maintenance_mode=ops.maintenance.enabled,
-            spool=ops.spool.describe() if ops.spool is not None else None,
+            spool=ops.spool_state(),
             counters=_whole(self.figures.read().counters),
+        )
+
+    async def standing(self) -> Standing:
+        """This process from its own memory (no database read): what the dashboard shows
+        while the database is away."""
+        self.history.sample()
+        ops = self.ops
+        down = ops.db_health.down_since
+        try:
+            pop_maintenance = (await self.consume.pop_maintenance()).enabled
+        except ConsumeUnavailable:
+            pop_maintenance = False
+        return Standing(
+            at=datetime.now(UTC),
+            database_down_since=None if down is None else datetime.fromtimestamp(down, UTC),
+            process=self._process(),
+            push_maintenance=ops.maintenance.enabled,
+            pop_maintenance=pop_maintenance,
+            loops=ops.loops.statuses(),
+            rates=self.history.latest_rates(),
         )
 
     async def overview(self) -> Overview:
@@ -462,8 +495,12 @@ class AdminService:
         """``GET /api/v1/messages``: stored messages, newest first, one page (no payloads)."""
         page = params.page(args, default_limit=50)
         since, until = params.window(args, default=timedelta(days=7))
+        queue = queue or params.optional_name(args, "queue")
+        transaction_id = params.transaction_id(args)
+        if transaction_id is not None:
+            return await self._find(queue, transaction_id, page, since, until)
         rows = await self.store.messages(
-            queue=queue or params.optional_name(args, "queue"),
+            queue=queue,
             partition=params.optional_name(args, "partition"),
             namespace=params.optional_name(args, "namespace"),
             task=params.optional_name(args, "task"),
@@ -478,6 +515,21 @@ class AdminService:
             page,
             TimeRange(since, until),
         )
+
+    async def _find(
+        self, queue: str | None, transaction_id: str, page: Page, since: datetime, until: datetime
+    ) -> MessagePage:
+        """The messages of ``queue`` with ``transaction_id`` (one per partition holding one),
+        whenever they were stored."""
+        if queue is None:
+            raise InvalidRequest("transactionId needs queue: the queue to look in")
+        ids = await self.store.find_partitions(queue, transaction_id, page.offset + page.limit)
+        found = []
+        for partition_id in ids[page.offset :]:
+            detail = await self.message(str(partition_id), transaction_id)
+            if detail is not None:
+                found.append(detail.message)
+        return MessagePage(found, page, TimeRange(since, until))
 
     async def message(self, partition_id: str, transaction_id: str) -> MessageDetail | None:
         """``GET /api/v1/messages/{partitionId}/{transactionId}``, with the payload."""
@@ -541,7 +593,9 @@ class AdminService:
             max_time_lag_s=age_s(r["oldest_at"], now),
             oldest_pending_at=r["oldest_at"],
             last_consumed_at=r["last_delivered_at"],
-            subscription_mode=r["subscription_mode"],
+            subscription_mode=SUBSCRIPTION_MODES.get(
+                r["subscription_mode"], r["subscription_mode"]
+            ),
             subscribed_at=r["subscribed_at"],
             subscription_created_at=r["subscription_created_at"],
         )

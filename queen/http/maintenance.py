@@ -19,10 +19,9 @@ blueprint = Blueprint("maintenance", __name__)
 
 def _state(broker: Broker) -> dict[str, Any]:
     ops = broker.ops
-    spool = ops.spool.describe() if ops.spool is not None else None
     return render.maintenance(
         ops.maintenance.enabled,
-        spool,
+        ops.spool_state(),
         pop_enabled=ops.maintenance.pop_enabled,
         database_up=ops.db_health.up,
     )

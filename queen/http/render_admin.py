@@ -15,6 +15,7 @@ from typing import Any
 
 from queen.admin.params import Page
 from queen.admin.results import (
+    BulkRetry,
     DeadLetterRecord,
     Depth,
     Groupings,
@@ -25,15 +26,18 @@ from queen.admin.results import (
     GroupView,
     LaggingPartition,
     MessageCounts,
+    MessageDeadLettered,
     MessageDeletion,
     MessageDetail,
     MessagePage,
+    MessageRetry,
     Overview,
     PartitionFigures,
     PostgresStats,
     ProcessMetrics,
     ProcessSeries,
     ProcessState,
+    QueueCleared,
     QueueFigures,
     QueueGauges,
     QueuePage,
@@ -42,11 +46,13 @@ from queen.admin.results import (
     QueueSummary,
     RatePoint,
     RetentionFigures,
+    Standing,
     Status,
     StoredMessage,
     TimeRange,
 )
 from queen.consume.policy import iso_utc
+from queen.http.render import loop_status, spool_state
 
 Json = dict[str, Any]
 
@@ -317,8 +323,24 @@ def process(p: ProcessState) -> Json:
         "activePartitions": p.active_partitions,
         "databaseUp": p.database_up,
         "maintenanceMode": p.maintenance_mode,
-        "spool": p.spool,
+        "spool": spool_state(p.spool) if p.spool is not None else None,
         "counters": p.counters,
+    }
+
+
+def standing(s: Standing) -> Json:
+    """What this process knows without the database (the dashboard's outage view)."""
+    return {
+        "timestamp": _iso(s.at),
+        "databaseDownSince": _iso(s.database_down_since),
+        "throughput": {
+            "ingestedPerSecond": s.rates.ingested_per_s,
+            "processedPerSecond": s.rates.processed_per_s,
+            "popPerSecond": s.rates.pop_per_s,
+        },
+        "maintenance": {"push": s.push_maintenance, "pop": s.pop_maintenance},
+        "loops": {name: loop_status(status) for name, status in s.loops.items()},
+        "process": process(s.process),
     }
 
 
@@ -589,6 +611,78 @@ def message_deleted(d: MessageDeletion) -> Json:
     else:
         body["error"] = "Message not found"
     return body
+
+
+def message_retried(r: MessageRetry) -> Json:
+    """``POST /api/v1/messages/{partitionId}/{transactionId}/retry`` (200)."""
+    return {
+        "retried": r.retried,
+        "partitionId": str(r.partition_id),
+        "transactionId": r.transaction_id,
+        "consumerGroups": sorted({c.consumer_group for c in r.copies}),
+        "copies": [{"consumerGroup": c.consumer_group, "offset": c.offset} for c in r.copies],
+        "message": "Delivered again" if r.retried else "No dead letter of this message left",
+    }
+
+
+def bulk_retried(b: BulkRetry) -> Json:
+    """``POST /api/v1/dlq/retry`` (200)."""
+    return {
+        "retried": b.retried,
+        "queue": b.scope.queue,
+        "consumerGroup": b.scope.consumer_group,
+        "partition": b.scope.partition,
+        "from": _iso(b.scope.since),
+        "to": _iso(b.scope.until),
+        "message": f"{b.retried} dead letter{'s' if b.retried != 1 else ''} delivered again",
+    }
+
+
+DEAD_LETTER_STATUS = {
+    "moved": 200,
+    "already": 200,
+    "consumed": 409,
+    "leased": 409,
+    "no_group": 404,
+    "missing": 404,
+}
+
+
+def message_dead_lettered(d: MessageDeadLettered) -> tuple[Json, int]:
+    """``POST /api/v1/messages/{partitionId}/{transactionId}/dlq``: the body and its status."""
+    group = d.request.consumer_group
+    body: Json = {
+        "moved": d.outcome == "moved",
+        "partitionId": str(d.partition_id),
+        "transactionId": d.transaction_id,
+        "consumerGroup": group,
+    }
+    said = {
+        "moved": ("message", f"Moved to the dead letter queue of {group}"),
+        "already": ("message", f"Already in the dead letter queue of {group}"),
+        "consumed": ("error", f"{group} has already consumed this message (or starts after it)"),
+        "leased": ("error", f"message is leased by a consumer of {group}; try again later"),
+        "no_group": ("error", f"consumer group {group} has never read this queue"),
+        "missing": ("error", "Message not found"),
+    }
+    key, text = said[d.outcome]
+    body[key] = text
+    return body, DEAD_LETTER_STATUS[d.outcome]
+
+
+def queue_cleared(c: QueueCleared) -> Json:
+    """``DELETE /api/v1/queues/{queue}/clear`` (200)."""
+    where = f"{c.queue}/{c.partition}" if c.partition else c.queue
+    text = f"{c.cleared} message{'s' if c.cleared != 1 else ''} removed from {where}"
+    if c.kept:
+        text += f"; {c.kept} kept inside live leases"
+    return {
+        "cleared": c.cleared,
+        "kept": c.kept,
+        "queue": c.queue,
+        "partition": c.partition,
+        "message": text,
+    }
 
 
 # --- consumer groups ---------------------------------------------------------------------------
