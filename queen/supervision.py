@@ -2,7 +2,8 @@
 
 Every loop started beside the routes (the embedded server's watch, the database health probe,
 the maintenance switch and encrypted-queue refreshes, retention, the spool replay, the push
-listener) runs through :meth:`Loops.run`, in the loops' own nursery (:meth:`Loops.host`).
+listener, the admin history and the group lag history) runs through :meth:`Loops.run`, in
+the loops' own nursery (:meth:`Loops.host`).
 An exception (``Exception``, never a cancellation or ``KeyboardInterrupt``) is:
 
 - **logged**: with its traceback on the first failure of a streak, in one line after that;

@@ -673,6 +673,8 @@ def test_a_group_detail_replaces_the_partition_count_with_the_page_of_partitions
                         "leaseActive": True,
                         "leaseExpiresAt": LATER_ISO,
                         "lastConsumedAt": AT_ISO,
+                        "leaseExpiredAt": None,
+                        "stuck": None,
                     },
                     {
                         "partition": "p2",
@@ -684,6 +686,8 @@ def test_a_group_detail_replaces_the_partition_count_with_the_page_of_partitions
                         "leaseActive": False,
                         "leaseExpiresAt": None,
                         "lastConsumedAt": None,
+                        "leaseExpiredAt": None,
+                        "stuck": None,
                     },
                 ],
                 "partitionCount": 2,

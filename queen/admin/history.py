@@ -130,3 +130,29 @@ class History:
                 self.sample()
             except Exception:  # a sample must never end the process
                 log.exception("metrics history sample failed")
+
+
+class LagHistory:
+    """Each consumer group's lag on each queue it reads, every ``step_s`` for ``span_s``
+    (rings per (group, queue); a pair not seen for ``span_s`` is forgotten). Fed by
+    :meth:`queen.admin.service.AdminService.sample_lag` from its loop."""
+
+    def __init__(self, *, step_s: float = 30.0, span_s: float = 3600.0) -> None:
+        self.step_s = step_s
+        self.span_s = span_s
+        self._size = max(2, int(span_s / step_s) + 1)
+        self._rings: dict[tuple[str, str], deque[tuple[float, int]]] = {}
+
+    def record(self, at: float, lags: dict[tuple[str, str], int]) -> None:
+        for key, lag in lags.items():
+            ring = self._rings.get(key)
+            if ring is None:
+                ring = self._rings[key] = deque(maxlen=self._size)
+            ring.append((at, lag))
+        for key in [k for k, ring in self._rings.items() if at - ring[-1][0] > self.span_s]:
+            del self._rings[key]
+
+    def series(self, group: str, queue: str) -> list[tuple[datetime, int]]:
+        """The lag samples of ``group`` on ``queue``, oldest first."""
+        ring = self._rings.get((group, queue), ())
+        return [(datetime.fromtimestamp(at, UTC), lag) for at, lag in ring]

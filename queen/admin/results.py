@@ -523,6 +523,8 @@ class GroupPartition:
     lease_expires_at: datetime | None  # its live lease, if any
     last_consumed_at: datetime | None
     oldest_at: datetime | None = None  # when its oldest unconsumed message was written
+    lease_expired_at: datetime | None = None  # a lease ran out here with messages in it
+    stuck: str | None = None  # why this partition looks stuck, if it does
 
 
 @dataclass(frozen=True, slots=True)

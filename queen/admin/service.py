@@ -12,15 +12,18 @@ nothing to keep in step and ``POST /api/v1/stats/refresh`` only drops the cached
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import trio
+
 from queen.admin import params
 from queen.admin.actions import AdminActions
-from queen.admin.history import History
+from queen.admin.history import History, LagHistory
 from queen.admin.params import Page
 from queen.admin.payloads import decode_payload
 from queen.admin.results import (
@@ -63,6 +66,7 @@ from queen.admin.results import (
 )
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.service import ConsumeService
+from queen.errors import StoreError
 from queen.metrics import Figures, LocalFigures, Metrics
 from queen.operations import Operations
 from queen.push import PushService
@@ -120,6 +124,15 @@ def _group_partition(p: Row, now: datetime) -> GroupPartition:
         lease_expires_at=p["lease_expires_at"],
         last_consumed_at=p["delivered_at"],
         oldest_at=p["oldest_at"],
+        lease_expired_at=p["lease_expired_at"],
+        stuck=stuck_reason(
+            int(p["lag"]),
+            lease=p["lease_expires_at"],
+            lease_expired=p["lease_expired_at"],
+            last_pop=p["delivered_at"],
+            waiting_s=age_s(p["oldest_at"], now),
+            now=now,
+        ),
     )
 
 
@@ -135,6 +148,9 @@ _SECONDS = frozenset({"push_transaction_seconds", "pop_lag_seconds"})
 def _time(text: str | None) -> datetime | None:
     """A time the database wrote into JSON."""
     return None if text is None else datetime.fromisoformat(text)
+
+
+log = logging.getLogger("queen.admin")
 
 
 class AdminService:
@@ -162,6 +178,7 @@ class AdminService:
         self._consume = consume
         self.figures: Figures = figures or LocalFigures(metrics)
         self.history = history or History(self.figures)
+        self.lag_history = LagHistory()
         self._gauges: tuple[float, QueueGauges] | None = None
         self.actions = AdminActions(store, push)
 
@@ -600,6 +617,29 @@ class AdminService:
             subscription_created_at=r["subscription_created_at"],
         )
 
+    async def sample_lag(self) -> None:
+        """Record every group's lag on every queue (the first 1,000 pairs) in
+        :attr:`lag_history`."""
+        rows = await self.store.groups(group=None, queue=None, limit=params.MAX_LIMIT, offset=0)
+        self.lag_history.record(
+            time.time(), {(r["consumer_group"], r["queue_name"]): int(r["lag"]) for r in rows}
+        )
+
+    async def run_lag_history(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Sample the groups' lag every ``lag_history.step_s`` until cancelled; a sample the
+        database cannot answer is skipped. Without PostgreSQL there is nothing to sample."""
+        task_status.started()
+        if self._store is None:
+            return
+        while True:
+            try:
+                await self.sample_lag()
+            except StoreError as exc:
+                log.debug("group lag not sampled: %s", exc)
+            await trio.sleep(self.lag_history.step_s)
+
     async def groups(self, args: Mapping[str, Any]) -> list[GroupStanding]:
         """``GET /api/v1/consumer-groups``: one entry per (group, queue), one page (without a
         ``limit``, the most a page holds: the original answers every group, and its clients
@@ -685,3 +725,42 @@ def check_name(value: str, what: str) -> str:
     if checked is None:  # pragma: no cover - required=True never returns None
         raise InvalidRequest(f"{what} is required")
     return checked
+
+
+STUCK_IDLE_S = 300.0  # a partition with messages for a group and no pop this long is stuck
+
+
+def stuck_reason(
+    lag: int,
+    *,
+    lease: datetime | None,
+    lease_expired: datetime | None,
+    last_pop: datetime | None,
+    waiting_s: float,
+    now: datetime,
+) -> str | None:
+    """Why a group's partition looks stuck, or None: it holds messages for the group, no live
+    lease covers them, and either a lease ran out there (its consumer went away holding
+    messages) or its oldest message has waited ``STUCK_IDLE_S`` (``waiting_s``) with no pop
+    there for as long (or ever)."""
+    if lag <= 0 or lease is not None:
+        return None
+    if lease_expired is not None:
+        return f"lease expired {_ago(now - lease_expired)} ago, not popped since"
+    if waiting_s < STUCK_IDLE_S:
+        return None
+    if last_pop is None:
+        return f"never popped, oldest message waiting {_ago(timedelta(seconds=waiting_s))}"
+    idle = now - last_pop
+    if idle.total_seconds() >= STUCK_IDLE_S:
+        return f"no pop for {_ago(idle)}"
+    return None
+
+
+def _ago(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"

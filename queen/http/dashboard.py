@@ -251,6 +251,32 @@ async def groups() -> Response:
     )
 
 
+@blueprint.get("/dashboard/view/group/<path:group>")
+@remembered()
+async def group(group: str) -> Response:
+    name = check_name(group, "group")
+    admin = _admin()
+    found = await admin.group(name, request.args)
+    if found is None:
+        return Response(f"consumer group {name} does not exist", status=404, content_type=HTML)
+    lag_charts = {}
+    for g in found:
+        samples = admin.lag_history.series(name, g.standing.queue)
+        lag_charts[g.standing.queue] = charts.line_chart(
+            [("lag", [float(lag) for _, lag in samples])],
+            title=f"lag of {name} on {g.standing.queue} (messages, 30 s samples)",
+            times=[at for at, _ in samples],
+        )
+    return await _page(
+        "group.html",
+        name=name,
+        detail=render_admin.group_detail(found),
+        stuck={g.standing.queue: sum(1 for p in g.partitions if p.stuck) for g in found},
+        lag_charts=lag_charts,
+        page=params.page(request.args),
+    )
+
+
 @blueprint.get("/dashboard/view/traces")
 @remembered()
 async def traces() -> Response:

@@ -760,6 +760,8 @@ def _group_partition(p: GroupPartition) -> Json:
         "leaseActive": p.lease_expires_at is not None,
         "leaseExpiresAt": _iso(p.lease_expires_at),
         "lastConsumedAt": _iso(p.last_consumed_at),
+        "leaseExpiredAt": _iso(p.lease_expired_at),
+        "stuck": p.stuck,
     }
 
 

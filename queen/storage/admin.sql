@@ -216,10 +216,11 @@ $fn$;
 -- as in queen.admin_group_positions, where it has no cursor yet). The page is chosen first, and only its
 -- partitions are looked at.
 DO $do$
-BEGIN   -- the earlier answer had no has_cursor column (and cannot be replaced in place)
+BEGIN   -- earlier answers had no has_cursor or lease_expired_at column (and cannot be
+        -- replaced in place)
     IF EXISTS (SELECT 1 FROM pg_proc
                WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_group_partitions'
-                 AND NOT ('has_cursor' = ANY (proargnames))) THEN
+                 AND NOT ('lease_expired_at' = ANY (proargnames))) THEN
         DROP FUNCTION queen.admin_group_partitions(text, bigint, integer, integer);
     END IF;
 END
@@ -228,7 +229,8 @@ CREATE OR REPLACE FUNCTION queen.admin_group_partitions(
     p_group text, p_queue_id bigint, p_limit integer, p_offset integer)
 RETURNS TABLE (partition_id bigint, partition_name text, next_offset bigint,
                cursor_offset bigint, has_cursor boolean, lag bigint, oldest_at timestamptz,
-               lease_expires_at timestamptz, delivered_at timestamptz)
+               lease_expires_at timestamptz, delivered_at timestamptz,
+               lease_expired_at timestamptz)
 LANGUAGE sql STABLE SET jit = off AS $fn$
     WITH page AS (
         SELECT p.id, p.name, p.next_offset
@@ -257,7 +259,10 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                    END) AS start,
                coalesce(cardinality(c.acked), 0) AS ahead,
                CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease,
-               c.delivered_at
+               c.delivered_at,
+               -- a lease that ran out with messages still in it, and no pop since
+               CASE WHEN c.lease_expires_at <= now() AND c.lease_end > c.next_offset
+                    THEN c.lease_expires_at END AS expired
         FROM page
         CROSS JOIN (SELECT (SELECT g.subscribed_at FROM queen.consumer_groups g
                             WHERE g.queue_id = p_queue_id AND g.consumer_group = p_group) AS at
@@ -270,7 +275,7 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                (SELECT s.created_at FROM queen.segments s
                 WHERE s.partition_id = pos.id AND s.first_offset <= pos.start
                 ORDER BY s.first_offset DESC LIMIT 1) END,
-           pos.lease, pos.delivered_at
+           pos.lease, pos.delivered_at, pos.expired
     FROM pos
     ORDER BY pos.name
 $fn$;
