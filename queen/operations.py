@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import trio
 
 from queen.actors.supervisor import Supervisor
 from queen.broadcast import Signal
@@ -18,6 +21,7 @@ from queen.consume.errors import ConsumeUnavailable
 from queen.encryption import EncryptionStatus, QueueEncryption
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
+from queen.metrics import PUBLISH_INTERVAL_S, Figures
 from queen.retention import RetentionLoop
 from queen.spool import Spool, SpoolState
 from queen.storage.retention import PassOutcome, QueueHoldings
@@ -52,17 +56,21 @@ class Operations:
         loops: Loops,
         supervisor: Supervisor,
         changed: Signal,
+        figures: Figures,
         spool: Spool | None = None,
         retention: RetentionLoop | None = None,
+        pool_stats: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         self.db_health = db_health
         self.maintenance = maintenance
         self.encryption = encryption
         self.loops = loops
         self.supervisor = supervisor
+        self.figures = figures  # this process's counters, or the service's (--workers N)
         self.spool = spool
         self.changed = changed  # fired whenever the spool, the switches or health change
         self._retention = retention
+        self._pool_stats = pool_stats
         version()  # read now, while descriptors are free
 
     async def health(self) -> Health:
@@ -98,14 +106,37 @@ class Operations:
             ),
         }
 
+    def prometheus_text(self) -> str:
+        """The counters and gauges of ``/metrics``: the whole service's (every worker of
+        ``--workers N``), ``# HELP`` and ``# TYPE`` included."""
+        return self.figures.exposition(self.gauges(), self.labelled_metrics())
+
+    def publish_figures(self) -> None:
+        """Make this process's figures visible to the other workers now."""
+        self.figures.publish(self.gauges(), self.labelled_metrics())
+
+    async def run_figures(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Publish this process's figures every :data:`PUBLISH_INTERVAL_S` (with
+        ``--workers N``; a lone process is read directly and needs no loop)."""
+        self.publish_figures()
+        task_status.started()
+        while True:
+            await trio.sleep(PUBLISH_INTERVAL_S)
+            self.publish_figures()
+
     def gauges(self) -> dict[str, float]:
         """Point-in-time values for /metrics, beside the counters."""
         values: dict[str, float] = {
-            # Counters are per process: the process id tells the workers behind one port apart.
+            # with --workers N, one sample per worker (labelled pid and worker)
             "process_id": float(os.getpid()),
             "database_up": float(self.db_health.up),
             "maintenance_mode": float(self.maintenance.enabled),
         }
+        if self._pool_stats is not None:
+            size, active = self._pool_stats()
+            values.update(db_pool_size=size, db_pool_idle=size - active, db_pool_active=active)
         state = self.spool_state()
         if state is not None:
             values.update(

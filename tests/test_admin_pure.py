@@ -75,4 +75,7 @@ def test_a_line_chart_labels_its_time_axis_with_clock_times() -> None:
 
 def test_labelled_gauges_escape_label_values() -> None:
     text = render_labelled_gauges({"queue_depth": {(("queue", 'a"b\\c'),): 3}})
-    assert text == '# TYPE queen_queue_depth gauge\nqueen_queue_depth{queue="a\\"b\\\\c"} 3\n'
+    assert text == (
+        "# HELP queen_queue_depth queue depth\n"
+        '# TYPE queen_queue_depth gauge\nqueen_queue_depth{queue="a\\"b\\\\c"} 3\n'
+    )

@@ -17,7 +17,7 @@ from queen.broadcast import Signal
 from queen.errors import StoreUnavailable
 from queen.health import DatabaseHealth
 from queen.http.app import create_app
-from queen.metrics import Metrics
+from queen.metrics import LocalFigures, Metrics
 from queen.settings import Settings
 from queen.storage.pool import ConnectionPool
 from queen.storage.retention import PassOutcome, PgRetentionStore
@@ -126,7 +126,7 @@ async def test_cancellation_is_never_caught() -> None:
 
 
 def test_metrics_render_labelled_families() -> None:
-    text = Metrics().render_prometheus(
+    text = LocalFigures(Metrics()).exposition(
         {"database_up": 1.0},
         {
             "background_errors": ("loop", {"spool-replay": 3.0}),

@@ -38,6 +38,7 @@ from queen.admin.results import (
     GroupPartition,
     GroupStanding,
     GroupView,
+    LaggingPartition,
     MessageCounts,
     MessageDeletion,
     MessageDetail,
@@ -66,7 +67,7 @@ from queen.admin.results import (
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.service import ConsumeService
 from queen.errors import StoreError
-from queen.metrics import Metrics
+from queen.metrics import Figures, LocalFigures, Metrics
 from queen.operations import Operations
 from queen.push import PushService
 from queen.records import QUEUE_MODE, QueueOptions
@@ -112,6 +113,38 @@ def _options(row: Row) -> QueueOptions:
     return QueueOptions(**values, dedup_window_s=row["dedup_window_seconds"])
 
 
+def _group_partition(p: Row, now: datetime) -> GroupPartition:
+    return GroupPartition(
+        partition=p["partition_name"],
+        partition_id=int(p["partition_id"]),
+        cursor_offset=int(p["cursor_offset"]),
+        next_offset=int(p["next_offset"]),
+        lag=int(p["lag"]),
+        time_lag_s=age_s(p["oldest_at"], now),
+        lease_expires_at=p["lease_expires_at"],
+        last_consumed_at=p["delivered_at"],
+        oldest_at=p["oldest_at"],
+        lease_expired_at=p["lease_expired_at"],
+        stuck=stuck_reason(
+            int(p["lag"]),
+            lease=p["lease_expires_at"],
+            lease_expired=p["lease_expired_at"],
+            last_pop=p["delivered_at"],
+            waiting_s=age_s(p["oldest_at"], now),
+            now=now,
+        ),
+    )
+
+
+def _whole(counters: Mapping[str, float]) -> dict[str, float]:
+    """The :class:`Metrics` counters of a reading, counts as integers."""
+    return {k: v if k in _SECONDS else int(v) for k, v in counters.items() if k in _METRIC_FIELDS}
+
+
+_METRIC_FIELDS = frozenset(Metrics().snapshot())
+_SECONDS = frozenset({"push_transaction_seconds", "pop_lag_seconds"})
+
+
 def _time(text: str | None) -> datetime | None:
     """A time the database wrote into JSON."""
     return None if text is None else datetime.fromisoformat(text)
@@ -132,16 +165,19 @@ class AdminService:
         consume: ConsumeService | None = None,
         history: History | None = None,
         push: PushService | None = None,
+        figures: Figures | None = None,
     ) -> None:
         """``database``: what the start-up line calls it; ``store`` and ``consume`` are None
-        without PostgreSQL (the admin reads then raise :class:`ConsumeUnavailable`)."""
+        without PostgreSQL (the admin reads then raise :class:`ConsumeUnavailable`);
+        ``figures``: how the service's counters are read (by default this process's)."""
         self.settings = settings
         self.metrics = metrics
         self.ops = ops
         self.database = database
         self._store = store
         self._consume = consume
-        self.history = history or History(metrics)
+        self.figures: Figures = figures or LocalFigures(metrics)
+        self.history = history or History(self.figures)
         self.lag_history = LagHistory()
         self._gauges: tuple[float, QueueGauges] | None = None
         self.actions = AdminActions(store, push)
@@ -279,7 +315,7 @@ class AdminService:
             database_up=ops.db_health.up,
             maintenance_mode=ops.maintenance.enabled,
             spool=ops.spool_state(),
-            counters=self.metrics.snapshot(),
+            counters=_whole(self.figures.read().counters),
         )
 
     async def standing(self) -> Standing:
@@ -326,6 +362,7 @@ class AdminService:
             pop_maintenance=pop_maintenance,
             process=self._process(),
             at=now,
+            average_lag_s=self.history.average_lag_s(),
         )
 
     def _throughput(self, since: datetime) -> list[RatePoint]:
@@ -333,10 +370,23 @@ class AdminService:
         return self.history.series(since.timestamp())
 
     async def status(self, args: Mapping[str, Any]) -> Status:
-        """``GET /api/v1/status``: throughput of this process over the window, and totals."""
+        """``GET /api/v1/status``: the service's throughput over the window, totals, and the
+        queues holding messages (one page; filters ``queue``, ``namespace``, ``task``)."""
         since, until = params.window(args, default=timedelta(hours=1))
         overview = await self.overview()
-        return Status(TimeRange(since, until), self._throughput(since), overview)
+        queue = params.optional_name(args, "queue")
+        listed = await self.queues({**args, "search": queue} if queue else args)
+        active = [
+            q for q in listed.queues if q.messages.total > 0 and (queue is None or q.name == queue)
+        ]
+        return Status(
+            TimeRange(since, until),
+            self._throughput(since),
+            overview,
+            active,
+            self.history.step_s,
+            self.figures.read().counters,
+        )
 
     def _series(self, args: Mapping[str, Any]) -> ProcessSeries:
         since, until = params.window(args, default=timedelta(hours=1))
@@ -416,18 +466,23 @@ class AdminService:
         """``GET /metrics`` with ``Accept: application/json``: the original's figures for this
         process."""
         self.history.sample()
-        c = self.metrics.snapshot()
+        reading = self.figures.read()
+        c = _whole(reading.counters)
         rates = self.history.latest_rates()
-        last = self.history.points[-1] if self.history.points else None
+        gauges = self.ops.gauges()
         return ProcessMetrics(
             uptime_s=round(time.time() - self.history.started_at, 1),
-            requests=c["push_requests"] + c["pop_requests"] + c["acks"],
-            items_queued=c["push_items_queued"],
+            requests=int(c["push_requests"] + c["pop_requests"] + c["acks"]),
+            items_queued=int(c["push_items_queued"]),
             ingested_per_s=rates.ingested_per_s,
             pool_size=self.settings.db_pool_size,
-            rss_bytes=last.rss_bytes if last else 0,
-            cpu_s=round(last.cpu_s, 3) if last else 0.0,
+            pool_idle=int(gauges["db_pool_idle"]) if "db_pool_idle" in gauges else None,
+            rss_bytes=reading.rss_bytes,
+            cpu_s=round(reading.cpu_s, 3),
+            cpu_user_us=int(reading.counters.get("cpu_user_microseconds", 0)),
+            cpu_system_us=int(reading.counters.get("cpu_system_microseconds", 0)),
             process_id=os.getpid(),
+            processes=reading.processes,
             counters=c,
         )
 
@@ -449,6 +504,8 @@ class AdminService:
             producer_sub=r["producer_sub"],
             created_at=r["created_at"],
             lease_expires_at=lease_expires_at,
+            consumed_by=r.get("consumed_by"),
+            total_groups=r.get("total_groups"),
         )
 
     async def messages(self, args: Mapping[str, Any], *, queue: str | None = None) -> MessagePage:
@@ -609,42 +666,37 @@ class AdminService:
             parts = await self.store.group_partitions(
                 name, int(r["queue_id"]), limit=page.limit, offset=page.offset
             )
-            partitions = [
-                GroupPartition(
-                    partition=p["partition_name"],
-                    partition_id=int(p["partition_id"]),
-                    cursor_offset=int(p["cursor_offset"]),
-                    next_offset=int(p["next_offset"]),
-                    lag=int(p["lag"]),
-                    time_lag_s=age_s(p["oldest_at"], now),
-                    lease_expires_at=p["lease_expires_at"],
-                    last_consumed_at=p["delivered_at"],
-                    lease_expired_at=p["lease_expired_at"],
-                    stuck=stuck_reason(
-                        int(p["lag"]),
-                        lease=p["lease_expires_at"],
-                        lease_expired=p["lease_expired_at"],
-                        last_pop=p["delivered_at"],
-                        waiting_s=age_s(p["oldest_at"], now),
-                        now=now,
-                    ),
-                )
-                for p in parts
-            ]
+            partitions = [_group_partition(p, now) for p in parts]
             found.append(GroupOnQueue(self._standing(r, now), partitions))
         return found
 
-    async def lagging(self, args: Mapping[str, Any]) -> list[GroupStanding]:
-        """``GET /api/v1/consumer-groups/lagging?minLagSeconds=N``: (group, queue) pairs whose
-        oldest unconsumed message is at least N seconds old, oldest first."""
+    async def lagging(self, args: Mapping[str, Any]) -> list[LaggingPartition]:
+        """``GET /api/v1/consumer-groups/lagging?minLagSeconds=N``: per (group, queue,
+        partition), as the original answers, the partitions whose oldest unconsumed message
+        is at least N seconds old, oldest first (one page)."""
         threshold = params.min_lag_seconds(args)
         page = params.page(args)
         rows = await self.store.groups(group=None, queue=None, limit=params.MAX_LIMIT, offset=0)
         now = datetime.now(UTC)
-        standings = [self._standing(r, now) for r in rows if int(r["lag"]) > 0]
-        lagging = [g for g in standings if g.max_time_lag_s >= threshold]
-        lagging.sort(key=lambda g: g.max_time_lag_s, reverse=True)
-        return lagging[page.offset : page.offset + page.limit]
+        found: list[LaggingPartition] = []
+        for r in rows:
+            standing = self._standing(r, now)
+            if int(r["lag"]) <= 0 or standing.max_time_lag_s < threshold:
+                continue
+            offset = 0
+            while True:
+                parts = await self.store.group_partitions(
+                    standing.name, int(r["queue_id"]), limit=params.MAX_LIMIT, offset=offset
+                )
+                for p in parts:
+                    partition = _group_partition(p, now)
+                    if partition.lag > 0 and partition.time_lag_s >= threshold:
+                        found.append(LaggingPartition(standing, partition))
+                if len(parts) < params.MAX_LIMIT:
+                    break
+                offset += len(parts)
+        found.sort(key=lambda x: x.partition.time_lag_s, reverse=True)
+        return found[page.offset : page.offset + page.limit]
 
     # --- gauges ------------------------------------------------------------------------------
 

@@ -211,7 +211,7 @@ async def consumer_groups() -> Response:
 
 @blueprint.get("/api/v1/consumer-groups/lagging")
 async def lagging() -> Response:
-    return json_response(render.group_standings(await admin().lagging(request.args)))
+    return json_response(render.lagging(await admin().lagging(request.args)))
 
 
 @blueprint.get("/api/v1/consumer-groups/<group_detail:group>")

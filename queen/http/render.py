@@ -442,13 +442,32 @@ def encryption_status(s: EncryptionStatus) -> dict[str, Any]:
     return body
 
 
-def maintenance(enabled: bool, spool: SpoolState | None) -> dict[str, Any]:
-    """``/api/v1/system/maintenance``: the push switch and the spool behind it."""
+def maintenance(
+    enabled: bool, spool: SpoolState | None, *, pop_enabled: bool, database_up: bool
+) -> dict[str, Any]:
+    """``/api/v1/system/maintenance``: both switches and the spool behind the push switch, in
+    the original's shape (``bufferStats``: its keys, then the spool as ``/health`` shows it;
+    the original's failed files are our quarantined ranges)."""
+    ranges = spool.quarantined_ranges if spool else 0
+    size = spool.quarantined_bytes if spool else 0
+    stats: dict[str, Any] = {
+        "pendingCount": spool.pending_items if spool else 0,
+        "failedCount": ranges,
+        "dbHealthy": database_up,
+        "failedFiles": {
+            "count": ranges,
+            "totalBytes": size,
+            "totalMB": round(size / (1024 * 1024), 3),
+            "failoverCount": 0,
+            "qos0Count": 0,
+        },
+    }
     return {
         "maintenanceMode": enabled,
+        "popMaintenanceMode": pop_enabled,
         "bufferedMessages": spool.pending_items if spool else 0,
         "bufferHealthy": spool.healthy if spool else False,
-        "bufferStats": spool_state(spool) if spool else None,
+        "bufferStats": stats | (spool_state(spool) if spool else {}),
     }
 
 

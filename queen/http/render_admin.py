@@ -24,6 +24,7 @@ from queen.admin.results import (
     GroupPartition,
     GroupStanding,
     GroupView,
+    LaggingPartition,
     MessageCounts,
     MessageDeadLettered,
     MessageDeletion,
@@ -111,6 +112,11 @@ def _point(p: RatePoint) -> Json:
         "rssBytes": p.rss_bytes,
         "timestamp": _iso(p.at),
     }
+
+
+def _lag_point(p: RatePoint) -> Json:
+    """The original's keys of a status point: messages popped and how long they had waited."""
+    return {"popMessages": p.popped, "avgLagMs": p.average_lag_ms}
 
 
 # --- queues ------------------------------------------------------------------------------------
@@ -280,7 +286,30 @@ def queue_gauges(g: QueueGauges) -> dict[str, dict[Labels, float]]:
     lag: dict[Labels, float] = {
         (("queue", s.queue), ("consumer_group", s.name)): s.lag for s in g.groups
     }
-    return {**by_queue, "consumer_group_lag": lag}
+    # the original broker's names for the dead letter figures
+    dlq_total: dict[Labels, float] = {
+        (("scope", "cluster"),): sum(q.messages.dead_letter for q in g.queues)
+    }
+    by_queue_dlq: dict[Labels, float] = {
+        (("queue", q.name),): q.messages.dead_letter for q in g.queues
+    }
+    return {
+        **by_queue,
+        "consumer_group_lag": lag,
+        "dlq_depth": dlq_total,
+        "dlq_depth_by_queue": by_queue_dlq,
+    }
+
+
+QUEUE_GAUGE_HELP = {
+    "queue_depth": "Messages of the queue not yet completed (queue mode).",
+    "queue_oldest_pending_age_seconds": "Age of the queue's oldest pending message, in seconds.",
+    "queue_dlq_depth": "Messages of the queue in the dead letter queue.",
+    "queue_partitions": "Partitions of the queue.",
+    "consumer_group_lag": "Messages a consumer group has not yet completed on a queue.",
+    "dlq_depth": "Messages currently sitting in the dead-letter queue.",
+    "dlq_depth_by_queue": "Messages in DLQ per queue.",
+}
 
 
 # --- this process and the whole broker ---------------------------------------------------------
@@ -325,7 +354,8 @@ def overview(o: Overview) -> Json:
         "consumerGroups": o.consumer_groups,
         "messages": _counts(o.messages),
         "lag": {
-            "time": {"max": o.oldest_pending_age_s},
+            # avg: how long messages popped lately had waited; max: the oldest pending's age
+            "time": {"avg": o.average_lag_s, "max": o.oldest_pending_age_s},
             "offset": {"total": o.messages.pending},
         },
         "oldestPendingAt": _iso(o.oldest_pending_at),
@@ -340,16 +370,53 @@ def overview(o: Overview) -> Json:
     }
 
 
+def _per(part: float, whole: float) -> float:
+    return round(part / whole, 2) if whole else 0
+
+
 def status(s: Status) -> Json:
-    """``GET /api/v1/status``."""
+    """``GET /api/v1/status``, in the original's shape: ``queues`` is the list of queues
+    holding messages; ``totals`` counts every queue and partition."""
     o = s.overview
+    c = s.counters
+    requests = {"push": c["push_requests"], "pop": c["pop_requests"], "ack": c["ack_requests"]}
     return {
         "timeRange": _window(s.window),
-        "throughput": [_point(p) for p in s.throughput],
-        "queues": {"total": o.queues, "partitions": o.partitions},
-        "messages": _counts(o.messages),
+        "bucketMinutes": round(s.step_s / 60, 3),
+        "pointCount": len(s.throughput),
+        # newest first, as the original answers (and its dashboard reverses)
+        "throughput": [_point(p) | _lag_point(p) for p in reversed(s.throughput)],
+        "queues": [
+            {
+                "id": str(q.id),
+                "name": q.name,
+                "namespace": q.namespace or None,
+                "task": q.task or None,
+                "partitions": q.partitions,
+                "totalConsumed": q.messages.completed,
+            }
+            for q in s.queues
+        ],
+        "totals": {"queues": o.queues, "partitions": o.partitions},
+        "messages": _counts(o.messages)
+        | {
+            "requests": requests,
+            "batchEfficiency": {
+                "push": _per(c["push_items_queued"], requests["push"]),
+                "pop": _per(c["pop_messages"], requests["pop"]),
+                "ack": _per(c["acks"], requests["ack"]),
+            },
+        },
         "leases": {"active": o.messages.processing},
-        "deadLetterQueue": {"total": o.messages.dead_letter},
+        "deadLetterQueue": {
+            "total": o.messages.dead_letter,
+            "totalMessages": o.messages.dead_letter,
+        },
+        "errors": {
+            "dbErrors": c["push_transaction_failures"],
+            "ackFailed": c["acks_refused"],
+            "dlqMessages": c["acks_dlq"],
+        },
         "workers": [process(o.process)],
     }
 
@@ -421,10 +488,22 @@ def metrics(m: ProcessMetrics) -> Json:
         "uptime": m.uptime_s,
         "requests": {"total": m.requests, "rate": 0},
         "messages": {"total": m.items_queued, "rate": m.ingested_per_s},
-        "database": {"poolSize": m.pool_size, "idleConnections": None, "waitingRequests": 0},
-        "memory": {"rss": m.rss_bytes},
-        "cpu": {"seconds": m.cpu_s},
+        "database": {
+            "poolSize": m.pool_size,
+            "idleConnections": m.pool_idle,
+            "waitingRequests": 0,
+        },
+        "memory": {
+            "rss": m.rss_bytes,
+            # the original's Node-era keys, which a Python process has no meaning for
+            "heapTotal": 0,
+            "heapUsed": 0,
+            "external": 0,
+            "arrayBuffers": 0,
+        },
+        "cpu": {"user": m.cpu_user_us, "system": m.cpu_system_us, "seconds": m.cpu_s},
         "processId": m.process_id,
+        "processes": m.processes,
         "counters": m.counters,
     }
 
@@ -449,13 +528,18 @@ def _message_head(m: StoredMessage) -> Json:
 
 
 def _stored(m: StoredMessage) -> Json:
-    return {
+    body = {
         **_message_head(m),
         "traceId": m.trace_id,
         "producerSub": m.producer_sub,
         "createdAt": _iso(m.created_at),
         "leaseExpiresAt": _iso(m.lease_expires_at),
     }
+    if m.total_groups is not None:
+        # the original's keys: queue mode's status, and how the named groups stand on it
+        body["queueStatus"] = m.status
+        body["busStatus"] = {"consumedBy": m.consumed_by or 0, "totalGroups": m.total_groups}
+    return body
 
 
 def message_page(page: MessagePage) -> Json:
@@ -624,8 +708,40 @@ def group_standing(g: GroupStanding) -> Json:
 
 
 def group_standings(groups: list[GroupStanding]) -> list[Json]:
-    """``GET /api/v1/consumer-groups`` and ``/consumer-groups/lagging``."""
+    """``GET /api/v1/consumer-groups``."""
     return [group_standing(g) for g in groups]
+
+
+def lagging(rows: list[LaggingPartition]) -> list[Json]:
+    """``GET /api/v1/consumer-groups/lagging``: one row per (group, queue, partition), the
+    original's keys first, then queenctl's and the partition's as the other routes name
+    them."""
+    out = []
+    for row in rows:
+        g, p = row.standing, row.partition
+        seconds = int(p.time_lag_s)
+        out.append(
+            {
+                "consumer_group": g.name,
+                "queue_name": g.queue,
+                "partition_name": p.partition,
+                "partition_id": str(p.partition_id),
+                "worker_id": None,
+                "offset_lag": p.lag,
+                "time_lag_seconds": seconds,
+                "lag_hours": round(seconds / 3600, 2),
+                "oldest_unconsumed_at": _iso(p.oldest_at),
+                "last_consumed_at": _iso(p.last_consumed_at),
+                "name": g.name,
+                "queueName": g.queue,
+                # what queenctl's `lag --min-seconds` shows
+                "queue": g.queue,
+                "lagMessages": p.lag,
+                "lagSeconds": seconds,
+                **_group_partition(p),
+            }
+        )
+    return out
 
 
 def queue_lag(page: GroupPage) -> Json:

@@ -287,13 +287,25 @@ $fn$;
 -- p_offset messages; only then their frames are read and judged one by one.
 -- Status is queue mode's: completed, processing (inside a live lease), pending; dead_letter
 -- when a copy of the message is in the DLQ of any group.
+-- consumed_by, total_groups: of the named groups with a cursor on the message's partition,
+-- how many have it behind their cursor.
+DO $do$
+BEGIN   -- the earlier answer had no consumed_by column (and cannot be replaced in place)
+    IF EXISTS (SELECT 1 FROM pg_proc
+               WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_messages'
+                 AND NOT ('consumed_by' = ANY (proargnames))) THEN
+        DROP FUNCTION queen.admin_messages(text, text, text, text, text, timestamptz,
+                                           timestamptz, integer, integer);
+    END IF;
+END
+$do$;
 CREATE OR REPLACE FUNCTION queen.admin_messages(
     p_queue text, p_partition text, p_namespace text, p_task text, p_status text,
     p_from timestamptz, p_to timestamptz, p_limit integer, p_offset integer)
 RETURNS TABLE (partition_id bigint, queue_name text, partition_name text, namespace text,
                task text, msg_offset bigint, message_id uuid, transaction_id text,
                producer_sub text, trace_id uuid, created_at timestamptz, status text,
-               lease_expires_at timestamptz)
+               lease_expires_at timestamptz, consumed_by integer, total_groups integer)
 LANGUAGE sql STABLE SET jit = off AS $fn$
     WITH parts AS (
         SELECT p.id, q.id AS queue_id, q.name AS queue_name, p.name AS partition_name,
@@ -402,14 +414,25 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                                    AND d.msg_offset = fr.msg_offset)
                     THEN 'dead_letter' ELSE fr.queue_status END AS status
         FROM frames fr
+    ),
+    page AS (
+        SELECT j.partition_id, j.queue_name, j.partition_name, j.namespace, j.task,
+               j.msg_offset, j.mid, j.txid, j.sub, j.trace, j.created_at, j.status,
+               CASE WHEN j.status = 'processing' THEN j.lease_expires_at END AS lease_expires_at
+        FROM judged j
+        WHERE p_status IS NULL OR j.status = p_status
+        ORDER BY j.created_at DESC, j.partition_id, j.msg_offset DESC
+        LIMIT p_limit OFFSET p_offset
     )
-    SELECT j.partition_id, j.queue_name, j.partition_name, j.namespace, j.task, j.msg_offset,
-           j.mid, j.txid, j.sub, j.trace, j.created_at, j.status,
-           CASE WHEN j.status = 'processing' THEN j.lease_expires_at END
-    FROM judged j
-    WHERE p_status IS NULL OR j.status = p_status
-    ORDER BY j.created_at DESC, j.partition_id, j.msg_offset DESC
-    LIMIT p_limit OFFSET p_offset
+    SELECT page.*, g.consumed_by, g.total_groups
+    FROM page
+    CROSS JOIN LATERAL (
+        SELECT (count(*) FILTER (WHERE page.msg_offset < c.next_offset
+                                    OR page.msg_offset = ANY (c.acked)))::integer AS consumed_by,
+               count(*)::integer AS total_groups
+        FROM queen.cursors c
+        WHERE c.partition_id = page.partition_id AND c.consumer_group <> '__QUEUE_MODE__') g
+    ORDER BY page.created_at DESC, page.partition_id, page.msg_offset DESC
 $fn$;
 
 -- The offset of a message in a partition, by transaction id: the dedup sidecar first (one
