@@ -30,7 +30,7 @@ def consume_all(base: str, queue: str) -> None:
     items = [{"queue": queue, "partition": f"p{n % 3}", "payload": {"n": n}} for n in range(6)]
     call(base, "POST", "/api/v1/push", {"items": items})
     while popped := call(
-        base, "GET", f"/api/v1/pop/queue/{queue}?batch=10&wait=false&consumerGroup=g"
+        base, "GET", f"/api/v1/pop/queue/{queue}?batch=10&wait=false&consumerGroup=g-{queue}"
     ):
         for m in popped["messages"]:
             ack = {
@@ -38,13 +38,13 @@ def consume_all(base: str, queue: str) -> None:
                 "partitionId": m["partitionId"],
                 "leaseId": m["leaseId"],
                 "status": "completed",
-                "consumerGroup": "g",
+                "consumerGroup": f"g-{queue}",
             }
             call(base, "POST", "/api/v1/ack", ack)
 
 
 def lag(base: str, queue: str) -> int:
-    detail = call(base, "GET", "/api/v1/consumer-groups/g")
+    detail = call(base, "GET", f"/api/v1/consumer-groups/g-{queue}")
     return int(detail[queue]["totalLag"])
 
 
@@ -54,8 +54,8 @@ def run_group_page(base: str, queue: str) -> dict[str, Any]:
     with browser.chromium() as driver:
         driver.get(f"{base}/#/groups?queue={queue}")
         wait_for(driver, view_loaded(f"/groups?queue={queue}"), "the groups page")
-        driver.find_element("css selector", "#main a[href='#/group/g']").click()
-        wait_for(driver, view_loaded("/group/g"), "the group's page")
+        driver.find_element("css selector", f"#main a[href='#/group/g-{queue}']").click()
+        wait_for(driver, view_loaded(f"/group/g-{queue}"), "the group's page")
         seek = "#main button[data-fields='timestamp']"
         click(driver, seek, accept=True)  # nothing typed yet
         out["empty"] = toast(driver)
@@ -67,7 +67,7 @@ def run_group_page(base: str, queue: str) -> dict[str, Any]:
         out["confirm"] = click(driver, seek, accept=True)
         out["toast"] = toast(driver)
         out["lag_after"] = lag(base, queue)
-        wait_for(driver, view_loaded("/group/g"), "the page again")
+        wait_for(driver, view_loaded(f"/group/g-{queue}"), "the page again")
         driver.save_screenshot(str(browser.SCREENSHOTS / "group.png"))
         out["errors"] = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     return out
@@ -86,7 +86,7 @@ async def test_a_group_seeks_to_a_time_typed_into_its_page(
         nursery.cancel_scope.cancel()
     assert out["empty"] == "fill in timestamp first"
     assert out["lag_before"] == 0
-    assert out["confirm"].startswith(f"Move g on {queue} to the time given (UTC)?")
+    assert out["confirm"].startswith(f"Move g-{queue} on {queue} to the time given (UTC)?")
     assert not out["toast"].startswith("4")  # not refused
     assert out["lag_after"] == 6  # back before every message: all due again
     assert out["errors"] == []

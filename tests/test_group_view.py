@@ -55,22 +55,24 @@ def test_lag_history_keeps_each_pairs_samples_and_forgets_pairs_gone_for_its_spa
 async def test_the_group_detail_marks_stuck_partitions_and_the_page_shows_them(
     api: Api, client: object, broker: Broker, db: Db, queue: str
 ) -> None:
+    group = f"g-{queue}"  # groups are shared by the session's database
     await api.push(queue, "a", 1, 2)
     await api.push(queue, "b", 3)
     await api.push(queue, "c", 4)
-    [held] = [await api.messages(queue, "a", batch=2, consumerGroup="g")]
+    [held] = [await api.messages(queue, "a", batch=2, consumerGroup=group)]
     assert len(held) == 2  # g's consumer takes a's messages ... and goes away
-    for m in await api.messages(queue, "c", batch=1, consumerGroup="g"):
-        await api.ack(m, group="g")  # c: caught up
+    for m in await api.messages(queue, "c", batch=1, consumerGroup=group):
+        await api.ack(m, group=group)  # c: caught up
     # a's lease runs out (moved into the past rather than waited for)
     await db.rows(
         """UPDATE queen.cursors SET lease_expires_at = now() - interval '3 minutes'
-           WHERE consumer_group = 'g' AND partition_id =
+           WHERE consumer_group = %s AND partition_id =
                  (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
                   WHERE q.name = %s AND p.name = 'a') RETURNING 1""",
+        group,
         queue,
     )
-    status, detail = await api.get("/api/v1/consumer-groups/g")
+    status, detail = await api.get(f"/api/v1/consumer-groups/{group}")
     assert status == 200
     parts = {p["partition"]: p for p in detail[queue]["partitions"]}
     assert parts["a"]["stuck"] is not None and parts["a"]["stuck"].startswith("lease expired")
@@ -84,17 +86,17 @@ async def test_the_group_detail_marks_stuck_partitions_and_the_page_shows_them(
                                  WHERE q.name = %s AND p.name = 'b') RETURNING 1""",
         queue,
     )
-    status, detail = await api.get("/api/v1/consumer-groups/g")
+    status, detail = await api.get(f"/api/v1/consumer-groups/{group}")
     parts = {p["partition"]: p for p in detail[queue]["partitions"]}
     assert parts["b"]["stuck"] == "never popped, oldest message waiting 60 min"
     assert parts["c"]["stuck"] is None and parts["c"]["offsetLag"] == 0
 
     await broker.admin.sample_lag()
     await broker.admin.sample_lag()
-    samples = broker.admin.lag_history.series("g", queue)
+    samples = broker.admin.lag_history.series(group, queue)
     assert [lag for _, lag in samples] == [3, 3]  # a's two and b's one
 
-    page = await client.get("/dashboard/view/group/g")  # type: ignore[attr-defined]
+    page = await client.get(f"/dashboard/view/group/{group}")  # type: ignore[attr-defined]
     html = await page.get_data(as_text=True)
     assert page.status_code == 200
     assert html.count('class="stuck"') == 2
@@ -109,6 +111,7 @@ async def test_the_group_detail_marks_stuck_partitions_and_the_page_shows_them(
 async def test_a_group_seeks_to_a_time_given_as_the_dashboard_sends_it(
     api: Api, db: Db, queue: str
 ) -> None:
+    group = f"g-{queue}"  # groups are shared by the session's database
     await api.push(queue, "a", 1, 2, 3)
     await db.rows(
         """UPDATE queen.segments SET created_at = '2026-01-01T00:00:00Z'
@@ -118,13 +121,12 @@ async def test_a_group_seeks_to_a_time_given_as_the_dashboard_sends_it(
         queue,
     )
     await api.push(queue, "a", 4)
-    for m in await api.messages(queue, "a", batch=10, consumerGroup="g"):
-        await api.ack(m, group="g")
+    for m in await api.messages(queue, "a", batch=10, consumerGroup=group):
+        await api.ack(m, group=group)
     # the page's datetime-local value, read as UTC: "2026-06-01T00:00" + ":00Z"
-    status, _ = await api.post(
-        f"/api/v1/consumer-groups/g/queues/{queue}/seek", {"timestamp": "2026-06-01T00:00:00Z"}
-    )
+    seek = f"/api/v1/consumer-groups/{group}/queues/{queue}/seek"
+    status, _ = await api.post(seek, {"timestamp": "2026-06-01T00:00:00Z"})
     assert status == 200
-    status, detail = await api.get("/api/v1/consumer-groups/g")
+    status, detail = await api.get(f"/api/v1/consumer-groups/{group}")
     [part] = detail[queue]["partitions"]
     assert part["offset"] == 3 and part["offsetLag"] == 1  # before the time: skipped
