@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from queen.ctl.client import Exit, segment
+from queen.ctl.client import CtlError, Exit, segment
 from queen.ctl.options import Ctl, broker_command
 from queen.ctl.output import emit_json, emit_pairs, emit_table, seconds
 
@@ -75,14 +75,11 @@ def lag(ctl: Ctl, *, group: str | None, queue: str | None, min_lag: int) -> int:
         names = sorted({g["name"] for g in listed if queue is None or g["queueName"] == queue})
     rows: list[dict[str, Any]] = []
     for name in names:
-        detail = ctl.client.get(f"/api/v1/consumer-groups/{segment(name)}")
-        for queue_name, entry in detail.items():
+        for queue_name, partition in _group_partitions(ctl, name):
             if queue is not None and queue_name != queue:
                 continue
-            for p in entry.get("partitions", []):
-                if p.get("offsetLag", 0) < min_lag:
-                    continue
-                rows.append({"consumerGroup": name, "queue": queue_name, **p})
+            if partition.get("offsetLag", 0) >= min_lag:
+                rows.append({"consumerGroup": name, "queue": queue_name, **partition})
     rows.sort(
         key=lambda r: (
             -r.get("offsetLag", 0),
@@ -113,6 +110,33 @@ def lag(ctl: Ctl, *, group: str | None, queue: str | None, min_lag: int) -> int:
         empty="no consumer group lag to show",
     )
     return Exit.OK
+
+
+_PAGE = 1000
+
+
+def _group_partitions(ctl: Ctl, name: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every (queue, partition figures) of group ``name``, page by page."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    offset = 0
+    while True:
+        detail = ctl.client.get(
+            f"/api/v1/consumer-groups/{segment(name)}", {"limit": _PAGE, "offset": offset}
+        )
+        if not isinstance(detail, dict):
+            raise CtlError(
+                f"consumer group {name!r} cannot be looked up: "
+                f"/api/v1/consumer-groups/{name} is another route",
+                Exit.FAILED,
+            )
+        more = False
+        for queue_name, entry in detail.items():
+            page = entry.get("partitions", [])
+            found.extend((queue_name, p) for p in page)
+            more = more or offset + len(page) < entry.get("partitionCount", 0)
+        if not more:
+            return found
+        offset += _PAGE
 
 
 @click.group()
