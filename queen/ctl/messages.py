@@ -8,8 +8,9 @@ sent: a bad line is a usage error (exit 2) and nothing is pushed or acknowledged
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import click
@@ -93,18 +94,20 @@ def push(
     if transaction_id is not None:
         items[0]["transactionId"] = transaction_id
     results: list[dict[str, Any]] = []
-    for start in range(0, len(items), batch):
-        try:
-            answer = ctl.client.post("/api/v1/push", {"items": items[start : start + batch]})
-        except CtlError as exc:
-            if not results:
-                raise
-            raise CtlError(
-                f"{exc.message} ({len(results)} items were pushed before this)", exc.code
-            ) from None
-        for item in answer:
-            item["index"] = start + int(item.get("index", 0))
-        results.extend(answer)
+    with _progress(len(items), batch) as advance:
+        for start in range(0, len(items), batch):
+            try:
+                answer = ctl.client.post("/api/v1/push", {"items": items[start : start + batch]})
+            except CtlError as exc:
+                if not results:
+                    raise
+                raise CtlError(
+                    f"{exc.message} ({len(results)} items were pushed before this)", exc.code
+                ) from None
+            for item in answer:
+                item["index"] = start + int(item.get("index", 0))
+            results.extend(answer)
+            advance(len(answer))
     failed = [r for r in results if r.get("status") == "failed"]
     if ctl.json:
         emit_json(results)
@@ -132,6 +135,16 @@ def push(
                 empty="",
             )
     return Exit.FAILED if failed else Exit.OK
+
+
+@contextlib.contextmanager
+def _progress(total: int, batch: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr for a push of several requests, when stderr is a terminal."""
+    if total <= batch or not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    with click.progressbar(length=total, label="pushing", file=sys.stderr) as bar:
+        yield bar.update
 
 
 def _item(
