@@ -26,6 +26,13 @@ import jwt
 from tests.jwt_tools import SECRET
 
 _LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def environ(**extra: str) -> dict[str, str]:
+    """This environment, with this tree's package first on the path whatever the cwd."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 def token(*roles: str, sub: str = "ops") -> str:
@@ -61,7 +68,7 @@ class LiveBroker:
         url: str | None = None,
         timeout_s: float = 60,
     ) -> Run:
-        env = {**os.environ, "QUEEN_URL": url or self.url}
+        env = environ(QUEEN_URL=url or self.url)
         env.pop("QUEEN_TOKEN", None)
         if token is not None:
             env["QUEEN_TOKEN"] = token
@@ -78,16 +85,15 @@ class LiveBroker:
 
 
 def start_broker(pg_url: str, spool: Path) -> Iterator[LiveBroker]:
-    env = {
-        **os.environ,
-        "DATABASE_URL": pg_url,
-        "FILE_BUFFER_DIR": str(spool),
-        "QUEEN_HOST": "127.0.0.1",
-        "QUEEN_PORT": "0",
-        "JWT_ENABLED": "true",
-        "JWT_SECRET": SECRET,
-        "QUEEN_SYSTEM_STATE_CACHE_MS": "100",
-    }
+    env = environ(
+        DATABASE_URL=pg_url,
+        FILE_BUFFER_DIR=str(spool),
+        QUEEN_HOST="127.0.0.1",
+        QUEEN_PORT="0",
+        JWT_ENABLED="true",
+        JWT_SECRET=SECRET,
+        QUEEN_SYSTEM_STATE_CACHE_MS="100",
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "queen", "serve"],
         env=env,

@@ -18,14 +18,11 @@ from psycopg.conninfo import make_conninfo
 from queen.storage.embedded import EmbeddedPostgres
 from queen.storage.postgres import SchemaState, migrate_sync, schema_state
 from tests.conftest import embedded_pg_dir
-from tests.ctl_env import closed_port
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.ctl_env import closed_port, environ
 
 
 def check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """``queen serve --check`` run from ``tmp_path`` (this tree's package, whatever the cwd)."""
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     base = {
         k: v
         for k, v in os.environ.items()
@@ -33,7 +30,12 @@ def check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     }
     return subprocess.run(
         [sys.executable, "-m", "queen", "serve", "--check"],
-        env={"FILE_BUFFER_DIR": str(tmp_path / "spool"), **base, "PYTHONPATH": path, **env},
+        env={
+            "FILE_BUFFER_DIR": str(tmp_path / "spool"),
+            **base,
+            "PYTHONPATH": environ()["PYTHONPATH"],
+            **env,
+        },
         cwd=tmp_path,
         capture_output=True,
         text=True,
