@@ -6,9 +6,11 @@ tables drawn by ``tabulate``. ``queen serve`` itself stays in :mod:`queen.cli`.
 """
 
 from queen.ctl.client import CtlError, Exit
+from queen.ctl.consume import ack, pop, tail
 from queen.ctl.inspect import lag, metrics, status, traces
-from queen.ctl.messages import ack, pop, push, tail
-from queen.ctl.queues import dlq, maintenance, queues, seek
+from queen.ctl.operate import dlq, maintenance
+from queen.ctl.push import push
+from queen.ctl.queues import queues, seek
 
 COMMANDS = (status, queues, push, pop, tail, ack, lag, dlq, seek, maintenance, traces, metrics)
 

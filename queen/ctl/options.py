@@ -1,16 +1,18 @@
-"""The options every operator command takes, and the :class:`Ctl` its body receives."""
+"""What every operator command shares: the connection options, the :class:`Ctl` its body
+receives, confirmations, and reading JSON values from arguments, a file or stdin."""
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import click
 
-from queen.ctl.client import DEFAULT_URL, BrokerClient, usage
+from queen.ctl.client import DEFAULT_URL, BrokerClient, CtlError, Exit, usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +92,36 @@ def json_value(text: str, what: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise usage(f"{what} is not JSON: {exc}") from None
+
+
+def confirm(yes: bool, what: str) -> None:
+    """Destructive commands need ``--yes``, or a ``y`` typed at a terminal."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise usage(f"refusing to {what} without --yes")
+    if not click.confirm(f"{what}?", default=False):
+        raise CtlError("not confirmed; nothing changed", Exit.FAILED)
+
+
+def _json_lines(stream: IO[str], source: str) -> Iterator[Any]:
+    for number, line in enumerate(stream, start=1):
+        if line.strip():
+            yield json_value(line, f"{source} line {number}")
+
+
+def read_values(values: tuple[str, ...], file: str | None) -> list[Any]:
+    """The JSON values of the arguments, else of ``file`` (``-``: stdin), else of stdin."""
+    if values and file is not None:
+        raise usage("give values as arguments or with --file, not both")
+    if values:
+        return [json_value(v, f"argument {i}") for i, v in enumerate(values, start=1)]
+    if file is None or file == "-":
+        if file is None and sys.stdin.isatty():
+            raise usage("nothing to read: give values as arguments, --file PATH, or pipe them in")
+        return list(_json_lines(sys.stdin, "stdin"))
+    try:
+        with open(file, encoding="utf-8") as stream:
+            return list(_json_lines(stream, file))
+    except OSError as exc:
+        raise usage(f"cannot read {file}: {exc.strerror or exc}") from None
