@@ -207,6 +207,8 @@ def test_dlq_list_and_delete(live: LiveBroker) -> None:
     )
     table = live.queen("dlq", "list", "--queue", queue).out
     assert message["transactionId"] in table and "boom" in table
+    before = live.queen("dlq", "list", "--queue", queue, "--to", "2000-01-01T00:00:00Z", "--json")
+    assert json.loads(before.out)["messages"] == []
 
     pid, tid = message["partitionId"], message["transactionId"]
     assert live.queen("dlq", "delete", pid, tid).code == 2  # no --yes, no terminal
@@ -237,6 +239,8 @@ def test_dlq_retry_a_queue(live: LiveBroker) -> None:
     """Needs ``POST /api/v1/dlq/retry``."""
     queue = new_queue()
     dead = dead_letter(live, queue, [1, 2])
+    too_old = live.queen("dlq", "retry", "--queue", queue, "--to", "2000-01-01T00:00:00Z")
+    assert (too_old.code, too_old.out.strip()) == (1, f"retried 0 dead letters of {queue}")
     retried = live.queen("dlq", "retry", "--queue", queue)
     assert retried.code == 0, retried.err
     assert retried.out.strip() == f"retried 2 dead letters of {queue}"

@@ -20,6 +20,8 @@ def dlq() -> None:
 @click.option("--queue", default=None)
 @click.option("--group", "group", default=None, help="consumer group (__QUEUE_MODE__ too)")
 @click.option("--partition", default=None)
+@click.option("--from", "since", default=None, metavar="ISO-8601", help="failed at or after")
+@click.option("--to", "until", default=None, metavar="ISO-8601", help="failed at or before")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
 @click.option("--offset", type=click.IntRange(min=0), default=0)
 @broker_command
@@ -29,6 +31,8 @@ def dlq_list(
     queue: str | None,
     group: str | None,
     partition: str | None,
+    since: str | None,
+    until: str | None,
     limit: int,
     offset: int,
 ) -> int:
@@ -39,6 +43,8 @@ def dlq_list(
             "queue": queue,
             "consumerGroup": group,
             "partition": partition,
+            "from": since,
+            "to": until,
             "limit": limit,
             "offset": offset,
         },
@@ -81,6 +87,12 @@ def dlq_list(
 @click.option("--queue", default=None, help="retry every dead letter of this queue")
 @click.option("--group", "group", default=None, help="with --queue: of this group only")
 @click.option("--partition", default=None, help="with --queue: of this partition only")
+@click.option(
+    "--from", "since", default=None, metavar="ISO-8601", help="with --queue: failed at or after"
+)
+@click.option(
+    "--to", "until", default=None, metavar="ISO-8601", help="with --queue: failed at or before"
+)
 @broker_command
 def dlq_retry(
     ctl: Ctl,
@@ -90,11 +102,15 @@ def dlq_retry(
     queue: str | None,
     group: str | None,
     partition: str | None,
+    since: str | None,
+    until: str | None,
 ) -> int:
     """Deliver dead letters again: one message (PARTITION_ID TRANSACTION_ID), or all of a
-    queue (--queue, narrowed by --group and --partition). Exits 1 when nothing was retried."""
+    queue (--queue, narrowed by --group, --partition, --from and --to). Exits 1 when nothing
+    was retried."""
     if queue is None:
-        if partition_id is None or transaction_id is None or group or partition:
+        filters = (group, partition, since, until)
+        if partition_id is None or transaction_id is None or any(f is not None for f in filters):
             raise usage("give PARTITION_ID TRANSACTION_ID, or --queue [--group] [--partition]")
         answer = ctl.client.post(
             f"/api/v1/messages/{segment(partition_id)}/{segment(transaction_id)}/retry"
@@ -109,6 +125,10 @@ def dlq_retry(
             body["consumerGroup"] = group
         if partition is not None:
             body["partition"] = partition
+        if since is not None:
+            body["from"] = since
+        if until is not None:
+            body["to"] = until
         answer = ctl.client.post("/api/v1/dlq/retry", body)
         count = answer.get("retried", 0)
         done = isinstance(count, int) and count > 0
