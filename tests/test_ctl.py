@@ -216,6 +216,7 @@ def test_dlq_list_and_delete(live: LiveBroker) -> None:
     assert deleted.code == 0, deleted.err
     with http(live) as client:
         assert client.get(f"/api/v1/messages/{pid}/{tid}").status_code == 404
+    assert json.loads(live.queen("dlq", "list", "--queue", queue, "--json").out)["messages"] == []
     gone = live.queen("dlq", "delete", pid, tid, "--yes")
     assert gone.code == 1 and "404" in gone.err
 
