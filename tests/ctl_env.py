@@ -113,7 +113,8 @@ def start_broker(pg_url: str, spool: Path) -> Iterator[LiveBroker]:
             lines.put(line)
         lines.put(None)
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     deadline = time.monotonic() + 60
     port = 0
     try:
@@ -132,6 +133,8 @@ def start_broker(pg_url: str, spool: Path) -> Iterator[LiveBroker]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        reader.join(timeout=10)
+        proc.stderr.close()
 
 
 def closed_port() -> int:
