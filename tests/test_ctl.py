@@ -273,7 +273,10 @@ def test_status_metrics_and_traces(live: LiveBroker) -> None:
     status = live.queen("status")
     assert status.code == 0, status.err
     assert "status            healthy" in status.out
-    assert json.loads(live.queen("--json", "status").out)["health"]["database"] == "connected"
+    both = json.loads(live.queen("--json", "status").out)
+    assert both["health"]["database"] == "connected"
+    totals = both["status"]["totals"]
+    assert f"queues            {totals['queues']} ({totals['partitions']} partitions)" in status.out
     figures = json.loads(live.queen("metrics", "--json").out)
     assert figures["counters"]["push_requests"] >= 0
     assert "queen_push_requests_total" in live.queen("metrics", "--prometheus").out

@@ -27,7 +27,7 @@ def status(ctl: Ctl) -> int:
     health = health if isinstance(health, dict) else {}
     spool = health.get("spool") or {}
     messages = figures.get("messages", {})
-    queues = figures.get("queues", {})
+    totals = figures.get("totals") or {}
     emit_pairs(
         [
             (
@@ -38,7 +38,7 @@ def status(ctl: Ctl) -> int:
             ("database", health.get("database")),
             ("push maintenance", health.get("maintenanceMode")),
             ("spool", f"{spool.get('pendingItems', 0)} items in {spool.get('files', 0)} files"),
-            ("queues", f"{queues.get('total', 0)} ({queues.get('partitions', 0)} partitions)"),
+            ("queues", f"{totals.get('queues', 0)} ({totals.get('partitions', 0)} partitions)"),
             (
                 "messages",
                 ", ".join(
