@@ -112,9 +112,10 @@ def _commands() -> Any:
     def queen(**_options: Any) -> None:
         """Queen on Trio: a partitioned, durable message broker.
 
-        `queen serve` runs the broker; the other commands operate a running one through its
-        HTTP API (QUEEN_URL, QUEEN_TOKEN). Exit statuses: 0 ok, 1 the operation failed or found
-        nothing, 2 usage error, 3 broker unreachable, 4 authentication or role refused."""
+        `queen serve` runs the broker and `queen import` copies an original Queen database;
+        the other commands operate a running one through its HTTP API (QUEEN_URL,
+        QUEEN_TOKEN). Exit statuses: 0 ok, 1 the operation failed or found nothing, 2 usage
+        error, 3 broker unreachable, 4 authentication or role refused."""
 
     @queen.command(
         "serve",
