@@ -11,12 +11,33 @@ Embedding::
     trio.run(main)
 """
 
-from queen.broker import Broker
-from queen.gctune import tune_gc
-from queen.lifecycle import open_broker
-from queen.model import InvalidPush, PartitionKey, Status
-from queen.push import BrokerClosed, PartitionsBusy, PushedItem
-from queen.settings import Settings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from queen.broker import Broker
+    from queen.gctune import tune_gc
+    from queen.lifecycle import open_broker
+    from queen.model import InvalidPush, PartitionKey, Status
+    from queen.push import BrokerClosed, PartitionsBusy, PushedItem
+    from queen.settings import Settings
+
+# Imported on first use, so that a program importing one module of the package (the ``queen``
+# command's operator subcommands, say) does not load the whole broker.
+_EXPORTS = {
+    "Broker": "queen.broker",
+    "BrokerClosed": "queen.push",
+    "InvalidPush": "queen.model",
+    "PartitionKey": "queen.model",
+    "PartitionsBusy": "queen.push",
+    "PushedItem": "queen.push",
+    "Settings": "queen.settings",
+    "Status": "queen.model",
+    "open_broker": "queen.lifecycle",
+    "tune_gc": "queen.gctune",
+}
 
 __all__ = [
     "Broker",
@@ -30,3 +51,16 @@ __all__ = [
     "open_broker",
     "tune_gc",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'queen' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -1,9 +1,12 @@
-"""Command line: ``queen serve``. Every setting is a flag, an environment variable and a
-default; ``queen serve --help`` lists them all."""
+"""Command line: ``queen serve`` (every setting is a flag, an environment variable and a
+default; ``queen serve --help`` lists them all; ``--check`` checks them and exits), ``queen
+import`` (:mod:`queen.migrate.command`), ``queen --version``, and the operator commands of
+:mod:`queen.ctl` (``queen --help`` lists them)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -33,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
             metavar=env,
             help=f"{text} [env {env}; default {shown_default(default)}]",
         )
+    serve.add_argument(
+        "--check",
+        action="store_true",
+        help="check the settings, the database, its schema and the spool directory, print "
+        "each check, then exit (0 when every check passes) instead of serving",
+    )
     from queen.migrate.command import add_parser as add_import
 
     add_import(commands)
@@ -59,13 +68,94 @@ def _flag_type(name: str) -> Callable[[str], Any]:
     return parse
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "import":
-        from queen.migrate.command import main as import_main
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
 
-        return import_main(args)
-    overrides = {k: v for k, v in vars(args).items() if k != "command"}
+    try:
+        return package_version("queen-trio")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["serve"]:
+        return serve_main(args[1:])
+    if args[:1] == ["import"]:
+        return import_main(args[1:])
+    return _commands().main(args, prog_name="queen", standalone_mode=False) or 0
+
+
+def _commands() -> Any:
+    """``queen``: ``serve`` beside the operator commands. Failures print one line and give
+    the exit statuses of :class:`queen.ctl.Exit`; a usage error is 2."""
+    import click
+
+    from queen.ctl import COMMANDS
+    from queen.ctl.options import connection_options, with_options
+
+    class Queen(click.Group):
+        def main(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().main(*args, **kwargs)
+            except click.ClickException as exc:
+                exc.show()
+                return exc.exit_code
+            except click.Abort:
+                click.echo("queen: interrupted", err=True)
+                return 130
+
+    @click.group(cls=Queen, context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(version(), "--version", prog_name="queen", message="%(prog)s %(version)s")
+    @functools.partial(with_options, options=connection_options(top=True))
+    def queen(**_options: Any) -> None:
+        """Queen on Trio: a partitioned, durable message broker.
+
+        `queen serve` runs the broker and `queen import` copies an original Queen database;
+        the other commands operate a running one through its HTTP API (QUEEN_URL,
+        QUEEN_TOKEN). Exit statuses: 0 ok, 1 the operation failed or found nothing, 2 usage
+        error, 3 broker unreachable, 4 authentication or role refused."""
+
+    @queen.command(
+        "serve",
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+    @click.argument("flags", nargs=-1, type=click.UNPROCESSED)
+    def serve(flags: tuple[str, ...]) -> int:
+        """Run the broker (queen serve --help lists its settings; --check checks them)."""
+        return serve_main(list(flags))
+
+    @queen.command(
+        "import",
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+    @click.argument("flags", nargs=-1, type=click.UNPROCESSED)
+    def import_(flags: tuple[str, ...]) -> int:
+        """Import an original Queen database (queen import --help lists its options)."""
+        return import_main(list(flags))
+
+    for command in COMMANDS:
+        queen.add_command(command)
+    return queen
+
+
+def import_main(argv: Sequence[str]) -> int:
+    from queen.migrate.command import main as run_import
+
+    return run_import(_parser().parse_args(["import", *argv]))
+
+
+def serve_main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(["serve", *argv])
+    check = bool(args.check)
+    overrides = {k: v for k, v in vars(args).items() if k not in ("command", "check")}
+    if check:
+        from queen.preflight import run_checks
+
+        return run_checks(overrides)
     try:
         settings = Settings.from_env(**overrides)
     except ValueError as exc:

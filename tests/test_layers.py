@@ -48,7 +48,19 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("admin", ("queen.admin",)),
     ("import", ("queen.migrate",)),
     ("broker", ("queen", "queen.broker", "queen.lifecycle")),
-    ("edge", ("queen.auth", "queen.http", "queen.serving", "queen.server", "queen.cli")),
+    (
+        "edge",
+        (
+            "queen.auth",
+            "queen.http",
+            "queen.serving",
+            "queen.server",
+            "queen.preflight",
+            "queen.ctl",
+            "queen.cli",
+            "queen.__main__",
+        ),
+    ),
 )
 
 
@@ -188,6 +200,40 @@ def _forbidden_imports(graph: dict[str, set[str]]) -> dict[tuple[str, str], str]
 def test_no_package_imports_one_it_must_not_know() -> None:
     found = _forbidden_imports(_graph())
     assert [f"{module} imports {dep}: {why}" for (module, dep), why in sorted(found.items())] == []
+
+
+# Packages that are clients of the broker, not parts of it: each imports only itself.
+CLIENTS: tuple[tuple[str, str], ...] = (
+    ("queen.ctl", "the operator commands speak to a broker over HTTP only"),
+)
+
+
+def _client_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} imports {dep}: {why}"
+        for client, why in CLIENTS
+        for module, deps in graph.items()
+        if _covers(client, module)
+        for dep in deps
+        if not _covers(client, dep)
+    )
+
+
+def test_client_packages_import_nothing_of_the_broker() -> None:
+    assert "queen.ctl.client" in _graph()["queen.ctl.options"]  # the reader sees queen.ctl
+    assert _client_imports(_graph()) == []
+
+
+def test_the_client_imports_finder() -> None:
+    graph = {
+        "queen.ctl.queues": {"queen.ctl.client", "queen.records"},
+        "queen.ctl.client": set(),
+        "queen.cli": {"queen.ctl", "queen.settings"},
+    }
+    assert _client_imports(graph) == [
+        "queen.ctl.queues imports queen.records: "
+        "the operator commands speak to a broker over HTTP only"
+    ]
 
 
 def test_the_forbidden_imports_finder() -> None:

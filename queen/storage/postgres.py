@@ -13,6 +13,8 @@ contains the separator (a producer identity, say) sends the batch down the slowe
 
 from __future__ import annotations
 
+import enum
+import hashlib
 import logging
 import re
 from collections.abc import Sequence
@@ -90,8 +92,17 @@ def check_foreign_schema(conn: psycopg.Connection[Any]) -> None:
         )
 
 
+def schema_digest() -> str:
+    """A short hash of the schema this build applies: what ``migrate_sync`` records."""
+    return hashlib.sha256(schema_sql().encode()).hexdigest()[:16]
+
+
+SCHEMA_STATE_KEY = "schema"  # in queen.system_state: {"digest": schema_digest()}
+
+
 def migrate_sync(conn: psycopg.Connection[Any]) -> None:
-    """Create or update the schema; safe to run from several processes at once.
+    """Create or update the schema; safe to run from several processes at once. The digest
+    of the schema applied is recorded (``SCHEMA_STATE_KEY``) for :func:`schema_state`.
 
     Raises :class:`ForeignSchemaError`, changing nothing, when the database holds the original
     broker's schema."""
@@ -99,6 +110,50 @@ def migrate_sync(conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         check_foreign_schema(conn)
         conn.execute(schema_sql().encode())
+        conn.execute(
+            """INSERT INTO queen.system_state (key, value, updated_at)
+               VALUES (%s, jsonb_build_object('digest', %s::text), now())
+               ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()
+               WHERE queen.system_state.value IS DISTINCT FROM excluded.value""",
+            (SCHEMA_STATE_KEY, schema_digest()),
+        )
+
+
+class SchemaState(enum.Enum):
+    """What a broker of this build would do with a database's schema at start."""
+
+    ABSENT = "absent"  # no schema "queen": it would create it
+    CURRENT = "current"  # this build's schema is applied: nothing to change
+    STALE = "stale"  # another build's (or an unrecorded) schema: it would update it
+    FOREIGN = "foreign"  # the original broker's tables: it refuses to start
+
+
+def schema_state(conn: psycopg.Connection[Any]) -> tuple[SchemaState, str]:
+    """Read (never change) the schema of ``conn``'s database: its state and a line for an
+    operator."""
+    row = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'queen'").fetchone()
+    if row is None:
+        return SchemaState.ABSENT, 'no schema "queen" yet: queen serve will create it'
+    try:
+        check_foreign_schema(conn)
+    except ForeignSchemaError as exc:
+        return SchemaState.FOREIGN, str(exc)
+    ours = schema_digest()
+    recorded = None
+    if conn.execute("SELECT to_regclass('queen.system_state')").fetchone() not in (None, (None,)):
+        found = conn.execute(
+            "SELECT value ->> 'digest', updated_at FROM queen.system_state WHERE key = %s",
+            (SCHEMA_STATE_KEY,),
+        ).fetchone()
+        if found is not None:
+            recorded = found
+    if recorded is not None and recorded[0] == ours:
+        return (
+            SchemaState.CURRENT,
+            f"up to date (schema {ours}, applied {recorded[1]:%Y-%m-%d %H:%M})",
+        )
+    was = f"schema {recorded[0]}" if recorded is not None else "a schema with no digest recorded"
+    return SchemaState.STALE, f"would migrate: the database has {was}, this build applies {ours}"
 
 
 class PgStore:

@@ -1,0 +1,7 @@
+"""``python -m queen``: the ``queen`` command."""
+
+import sys
+
+from queen.cli import main
+
+sys.exit(main())

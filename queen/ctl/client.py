@@ -1,0 +1,180 @@
+"""The broker's HTTP API as the ``queen`` operator commands call it.
+
+One synchronous :class:`BrokerClient` per command run (``httpx.Client``: one connection kept
+alive across the calls of a command). Every failure becomes a :class:`CtlError` carrying the
+exit status a script can rely on (:class:`Exit`), with a one-line message: the broker down,
+a token refused or lacking a role (the broker's 403 names the roles the route needs), or the
+broker's own error text.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import click
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:6632"
+
+
+class Exit(enum.IntEnum):
+    """Exit statuses of the operator commands (``docs/command.md``)."""
+
+    OK = 0
+    FAILED = 1  # the broker answered, and the operation failed or found nothing to act on
+    USAGE = 2  # bad command line or bad input; nothing was sent
+    UNREACHABLE = 3  # no answer from the broker (refused, timed out, name unknown)
+    REFUSED = 4  # authentication refused (401) or a role missing (403)
+
+
+class CtlError(click.ClickException):
+    """A failure shown as one line, ``queen: <message>``, with its exit status."""
+
+    def __init__(self, message: str, code: Exit) -> None:
+        super().__init__(message)
+        self.code = code
+        # click declares exit_code on the class; this failure carries its own
+        object.__setattr__(self, "exit_code", int(code))
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"queen: {self.message}", err=True)
+
+
+def usage(message: str) -> CtlError:
+    return CtlError(message, Exit.USAGE)
+
+
+def segment(name: str) -> str:
+    """One path segment: a queue, partition, group or transaction id, percent-encoded."""
+    return quote(name, safe="")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: Any  # decoded JSON, the text of a non-JSON answer, or None (204)
+
+
+class BrokerClient:
+    """Calls one broker. ``timeout_s`` bounds each call (a long poll adds its own wait)."""
+
+    def __init__(self, url: str, token: str | None, timeout_s: float) -> None:
+        self.url = url.rstrip("/")
+        headers = {"User-Agent": "queen-ctl"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.timeout_s = timeout_s
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> BrokerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self, path: str, params: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+        return self.call("GET", path, params=params, **kw).body
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> Any:
+        return self.call("POST", path, body=body, **kw).body
+
+    def delete(self, path: str, params: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+        return self.call("DELETE", path, params=params, **kw).body
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        wait_s: float = 0.0,
+        accept: frozenset[int] = frozenset(),
+    ) -> Answer:
+        """One request. A 2xx answer, or a status in ``accept``, is returned; anything else
+        raises :class:`CtlError`."""
+        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        timeout = httpx.Timeout(self.timeout_s + wait_s, connect=self.timeout_s)
+        try:
+            resp = self._http.request(
+                method,
+                path,
+                params=query,
+                json=body,
+                headers=dict(headers or {}),
+                timeout=timeout,
+            )
+        except httpx.TimeoutException:
+            raise CtlError(
+                f"broker at {self.url} did not answer {method} {path} within "
+                f"{self.timeout_s + wait_s:g} s",
+                Exit.UNREACHABLE,
+            ) from None
+        except httpx.TransportError as exc:
+            raise CtlError(
+                f"broker unreachable at {self.url}: {_reason(exc)}", Exit.UNREACHABLE
+            ) from None
+        answer = Answer(resp.status_code, _decode(resp))
+        if resp.is_success or resp.status_code in accept:
+            return answer
+        raise _refusal(method, path, answer)
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _decode(resp: httpx.Response) -> Any:
+    if resp.status_code == 204 or not resp.content:
+        return None
+    if resp.headers.get("content-type", "").startswith("application/json"):
+        try:
+            return resp.json()
+        except ValueError:
+            return resp.text
+    return resp.text
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    text = str(exc) or type(exc).__name__
+    if "Connection refused" in text:
+        return "connection refused (is queen serve running? set QUEEN_URL or --url)"
+    return text
+
+
+def error_text(body: Any) -> str:
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return str(body["error"])
+    if isinstance(body, str) and body.strip():
+        return body.strip().splitlines()[0][:200]
+    return "no detail"
+
+
+def _refusal(method: str, path: str, answer: Answer) -> CtlError:
+    what = f"{method} {path}"
+    if answer.status == 401:
+        return CtlError(
+            f"authentication refused for {what}: {error_text(answer.body)} "
+            "(give a token with QUEEN_TOKEN or --token)",
+            Exit.REFUSED,
+        )
+    if answer.status == 403:
+        roles = answer.body.get("required") if isinstance(answer.body, dict) else None
+        if isinstance(roles, list) and roles:
+            names = " + ".join(str(r) for r in roles)
+            held = "it" if len(roles) == 1 else "them all"
+            needs = f"the route needs the role {names}, and the token does not hold {held}"
+        else:
+            needs = error_text(answer.body)
+        return CtlError(f"permission refused for {what}: {needs}", Exit.REFUSED)
+    return CtlError(f"{what} failed ({answer.status}): {error_text(answer.body)}", Exit.FAILED)
