@@ -213,6 +213,8 @@ STANDING_WIRE = {
     "partitions": 2,
     "totalLag": 7,
     "maxTimeLag": 120.204,
+    "lagMessages": 7,
+    "lagSeconds": 120,
     "oldestPendingAt": AT_ISO,
     "state": "Lagging",
     "lastConsumedAt": LATER_ISO,

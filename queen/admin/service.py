@@ -554,15 +554,15 @@ class AdminService:
         if row is None:
             return None
         groups = [
-            GroupView(g["name"], g["consumed"], g["leased"], _time(g["leaseExpiresAt"]))
+            GroupView(g["name"], g["consumed"], g["leased"], _time(g["lease_expires_at"]))
             for g in row["groups"] or []
         ]
         dead_letters = [
             DeadLetterRecord(
-                consumer_group=d["consumerGroup"],
-                error_message=d["errorMessage"],
-                retry_count=d["retryCount"],
-                failed_at=datetime.fromisoformat(d["failedAt"]),
+                consumer_group=d["consumer_group"],
+                error_message=d["error_message"],
+                retry_count=d["retry_count"],
+                failed_at=datetime.fromisoformat(d["failed_at"]),
             )
             for d in row["dlq"] or []
         ]

@@ -698,6 +698,8 @@ def group_standing(g: GroupStanding) -> Json:
         "partitions": g.partitions,
         "totalLag": g.lag,
         "maxTimeLag": g.max_time_lag_s,
+        "lagMessages": g.lag,  # the original's queenctl reads these two
+        "lagSeconds": int(g.max_time_lag_s),
         "oldestPendingAt": _iso(g.oldest_pending_at),
         "state": "Stable" if g.lag == 0 else "Lagging",
         "lastConsumedAt": _iso(g.last_consumed_at),

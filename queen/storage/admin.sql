@@ -484,13 +484,13 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                        'consumed', o.off < c.next_offset OR o.off = ANY (c.acked),
                        'leased', c.lease_expires_at > now() AND o.off >= c.next_offset
                                  AND o.off < c.lease_end,
-                       'leaseExpiresAt', CASE WHEN c.lease_expires_at > now()
+                       'lease_expires_at', CASE WHEN c.lease_expires_at > now()
                                               THEN c.lease_expires_at END)
                    ORDER BY c.consumer_group), '[]')
             FROM queen.cursors c WHERE c.partition_id = p.id),
            (SELECT jsonb_agg(jsonb_build_object(
-                       'consumerGroup', d.consumer_group, 'errorMessage', d.error_message,
-                       'retryCount', d.retry_count, 'failedAt', d.failed_at)
+                       'consumer_group', d.consumer_group, 'error_message', d.error_message,
+                       'retry_count', d.retry_count, 'failed_at', d.failed_at)
                    ORDER BY d.failed_at DESC)
             FROM queen.dlq d
             WHERE d.queue_id = q.id AND d.partition_id = p.id AND d.msg_offset = o.off)
