@@ -6,7 +6,9 @@ rates; every view shows the outage in a banner and the page as it last was, with
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -14,8 +16,10 @@ import trio
 
 from queen.http.dashboard import PageMemory
 from queen.storage.embedded import EmbeddedPostgres
+from tests import browser
 from tests.conftest import TEST_SERVER_OPTIONS, embedded_pg_dir
 from tests.procs import BrokerProcess
+from tests.test_dashboard_browser import call, main_text, view_loaded, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -108,3 +112,58 @@ def test_the_page_memory_keeps_the_newest_pages_and_forgets_the_oldest() -> None
     kept_a, kept_c = memory.recall("/a"), memory.recall("/c")
     assert kept_a is not None and kept_a[1] == "A2"
     assert kept_c is not None and kept_c[1] == "C"
+
+
+def browse_outage(base: str, stop_database: Callable[[], None]) -> dict[str, Any]:
+    """The overview in Chromium before and during the outage (screenshot ``outage.png``)."""
+    out: dict[str, Any] = {}
+    browser.SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with browser.chromium() as driver:
+        driver.get(f"{base}/#/overview")
+        out["before"] = wait_for(driver, view_loaded("/overview"), "the overview")
+        stop_database()
+        pushed = call(base, "POST", "/api/v1/push", _push("outage-browser", 2))
+        out["pushed"] = [item["status"] for item in pushed]
+        driver.get(f"{base}/#/system")  # away and back: a fresh load of the overview
+        wait_for(driver, view_loaded("/system"), "the system page")
+        driver.get(f"{base}/#/overview")
+        out["during"] = wait_for(
+            driver,
+            lambda d: (t := view_loaded("/overview")(d)) and "unreachable" in t and t,
+            "the outage banner",
+        )
+        out["text"] = main_text(driver)
+        driver.save_screenshot(str(browser.SCREENSHOTS / "outage.png"))
+        out["errors"] = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    return out
+
+
+async def test_in_a_browser_the_overview_says_the_database_is_away_and_what_it_knows(
+    tmp_path: Path,
+) -> None:
+    problem = browser.missing()
+    if problem is not None:
+        pytest.fail(problem)
+    with embedded_pg_dir() as data:
+        server = EmbeddedPostgres(data, server_options=TEST_SERVER_OPTIONS)
+        url = await trio.to_thread.run_sync(server.start)
+        broker = BrokerProcess({"DATABASE_URL": url, "FILE_BUFFER_DIR": str(tmp_path / "spool")})
+        try:
+            async with trio.open_nursery() as nursery:
+                await broker.start(nursery)
+                with trio.fail_after(120):
+                    out = await trio.to_thread.run_sync(
+                        browse_outage, broker.base, lambda: server.stop("immediate")
+                    )
+                await broker.stop()
+                nursery.cancel_scope.cancel()
+        finally:
+            await trio.to_thread.run_sync(lambda: server.stop("immediate"))
+    assert out["before"] == "Overview"
+    assert out["pushed"] == ["buffered", "buffered"]
+    assert out["during"].startswith("PostgreSQL is unreachable since")
+    text = out["text"]
+    shouting = text.upper()  # headings are shown in capitals
+    assert "THIS PROCESS, FROM ITS OWN MEMORY" in shouting and "BACKGROUND LOOPS" in shouting
+    assert "this page as it was" in text  # the figures from before, with their age
+    assert out["errors"] == []
