@@ -29,11 +29,11 @@ per request was the largest single cost of a small request). It also adds:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from typing import cast
 
 import trio
 from hypercorn.config import Config
-from hypercorn.events import Closed, Event, Updated
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, LifespanState
@@ -41,39 +41,6 @@ from hypercorn.typing import AppWrapper, LifespanState
 from queen.serving.capacity import ConnectionCapacity
 
 LINGER_S = 2.0
-
-
-class WatchedStream:
-    """A socket stream that reports what it receives: data, or the end of the client's side."""
-
-    def __init__(
-        self, stream: trio.SocketStream, on_data: Callable[[], None], peer_done: trio.Event
-    ) -> None:
-        self._stream = stream
-        self._on_data = on_data
-        self._peer_done = peer_done
-        self.socket = stream.socket
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        try:
-            data = await self._stream.receive_some(max_bytes)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._peer_done.set()
-            raise
-        if data:
-            self._on_data()
-        else:
-            self._peer_done.set()
-        return data
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._stream.send_all(data)
-
-    async def send_eof(self) -> None:
-        await self._stream.send_eof()
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
 
 
 class Connection(TCPServer):
@@ -102,8 +69,7 @@ class Connection(TCPServer):
         self._must_close = False
         self._peer_done = trio.Event()
         self._raw = stream
-        watched = WatchedStream(stream, self._data_arrived, self._peer_done)
-        super().__init__(app, config, context, state, watched)  # type: ignore[arg-type]
+        super().__init__(app, config, context, state, stream)  # type: ignore[arg-type]
 
     async def run(self) -> None:
         if not self._capacity.admit(self, self._shed):
@@ -136,15 +102,33 @@ class Connection(TCPServer):
             self._watch.deadline = trio.current_time() + self._header_timeout_s
 
     async def _read_data(self) -> None:
-        await super()._read_data()
+        """Hypercorn's reader, noting the first byte of each request and the end of the
+        client's side. It has no per-read timeout (Hypercorn's read timeout is off: the
+        watchdog's deadlines replace it), so no cancel scope is opened per read."""
+        receive_some = self._raw.receive_some
+        handle = self.protocol.handle
+        while True:
+            try:
+                data = await receive_some(MAX_RECV)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._peer_done.set()
+                break
+            if not data:
+                self._peer_done.set()
+                await handle(RawData(b""))
+                break
+            self._data_arrived()
+            await handle(RawData(data))
+        await handle(Closed())
         # The client's side has ended (or broke): nothing more can arrive on this connection.
         self._must_close = True
         if self._idle:  # a request's headers that have begun can no longer complete either
             self._watch.deadline = -math.inf
 
     async def protocol_send(self, event: Event) -> None:
-        if isinstance(event, Updated):
-            if event.idle:
+        kind = type(event)  # (exact types: Hypercorn's events are final, and an ABC check costs)
+        if kind is Updated:
+            if cast(Updated, event).idle:
                 self._idle = True
                 self._request_started = False
                 self._capacity.turned_idle(self)
@@ -154,7 +138,7 @@ class Connection(TCPServer):
                 self._capacity.turned_busy(self)
                 self._watch.deadline = math.inf
             return
-        if isinstance(event, Closed):
+        if kind is Closed:
             self._closed = True
             self._watch.cancel()  # the watchdog has nothing left to do
         await super().protocol_send(event)
