@@ -29,7 +29,6 @@ per request was the largest single cost of a small request). It also adds:
 from __future__ import annotations
 
 import math
-from typing import cast
 
 import trio
 from hypercorn.config import Config
@@ -68,6 +67,10 @@ class Connection(TCPServer):
         self._closed = False
         self._must_close = False
         self._peer_done = trio.Event()
+        # One write per answer: a request's response head is held (`_held`) and written with
+        # what follows it, and empty writes are skipped.
+        self._awaiting_head = False
+        self._held: bytes | None = None
         self._raw = stream
         super().__init__(app, config, context, state, stream)  # type: ignore[arg-type]
 
@@ -127,21 +130,57 @@ class Connection(TCPServer):
 
     async def protocol_send(self, event: Event) -> None:
         kind = type(event)  # (exact types: Hypercorn's events are final, and an ABC check costs)
+        if kind is RawData:
+            await self._write(event.data)  # type: ignore[attr-defined]
+            return
         if kind is Updated:
-            if cast(Updated, event).idle:
+            if event.idle:  # type: ignore[attr-defined]
                 self._idle = True
                 self._request_started = False
+                self._awaiting_head = False
                 self._capacity.turned_idle(self)
                 self._watch.deadline = self._idle_deadline()
             else:
                 self._idle = False
+                self._awaiting_head = True
                 self._capacity.turned_busy(self)
                 self._watch.deadline = math.inf
             return
         if kind is Closed:
             self._closed = True
             self._watch.cancel()  # the watchdog has nothing left to do
+            if self._held is not None:
+                held, self._held = self._held, None
+                await super().protocol_send(RawData(held))
         await super().protocol_send(event)
+
+    async def _write(self, data: bytes) -> None:
+        """Write what Hypercorn's HTTP/1.1 layer produced, one write per answer where it can.
+
+        Hypercorn writes an answer in three pieces, each a lock and a send: the head (at the
+        app's ``http.response.start``), the body, and the end of the message (empty when the
+        body's length was declared). The first final head after a request began is held and
+        goes out with the next piece; informational heads (``100 Continue``, and a
+        ``101`` that ends HTTP/1.1 on the connection) go at once; empty pieces send nothing.
+        Something always follows a head (a body, the end of the message, or the connection's
+        close, which writes what is held first), so nothing waits for later traffic; a
+        streamed answer's head goes out with its first chunk.
+        """
+        if self._awaiting_head:
+            if data.startswith(b"HTTP/1.1 1"):
+                if data.startswith(b"HTTP/1.1 101"):
+                    self._awaiting_head = False
+            else:
+                self._awaiting_head = False
+                self._held = data
+                return
+        held = self._held
+        if held is not None:
+            self._held = None
+            data = held + data
+        elif not data:
+            return
+        await super().protocol_send(RawData(data))
 
     async def _idle_timeout(self) -> None:
         """The connection's watchdog (started once, by Hypercorn, as its idle timer): closes
