@@ -6,8 +6,9 @@
 The queue is written straight into the tables in the layout the push path produces (segments
 of consecutive offsets, one dedup sidecar row per message), which takes seconds instead of the
 minutes a million pushes would: queue mode has consumed half of every partition and holds a live
-lease on one partition in ten, a named group is 10 messages behind everywhere, and 1,000
-messages are in the DLQ. Every admin read is then called through the app (in process, no
+lease on one partition in ten, a named group is 10 messages behind everywhere (both have
+looked at every partition, and hold the cursor mark a pop leaves), and 1,000 messages are in
+the DLQ. Every admin read is then called through the app (in process, no
 socket) once to warm up and ``--runs`` times; the table gives the median and the slowest.
 It starts its own embedded PostgreSQL unless ``--database-url`` is given.
 """
@@ -72,6 +73,12 @@ FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id AND q.name = %(
 INSERT INTO queen.consumer_groups (queue_id, consumer_group, subscription_mode)
 SELECT q.id, %(group)s, 'all' FROM queen.queues q WHERE q.name = %(queue)s;
 
+-- (the fill is one transaction: the mark is just past it, as a later look would leave it)
+INSERT INTO queen.cursor_marks (queue_id, consumer_group, covered)
+SELECT q.id, g.name, (pg_current_xact_id()::text::bigint + 1)::text::xid8
+FROM queen.queues q CROSS JOIN (VALUES ('__QUEUE_MODE__'), (%(group)s)) g (name)
+WHERE q.name = %(queue)s;
+
 INSERT INTO queen.dlq (queue_id, partition_id, consumer_group, msg_offset, message_id,
                        transaction_id, payload, error_message, retry_count)
 SELECT p.queue_id, p.id, '__QUEUE_MODE__', 0, gen_random_uuid(), 'tx-' || p.id || '-0', '{}',
@@ -128,6 +135,13 @@ async def measure(url: str, spool: str, runs: int) -> list[tuple[str, float, flo
             "/dashboard/view/overview",
             f"/dashboard/view/queue/{QUEUE}",
             f"/dashboard/view/messages?queue={QUEUE}",
+            f"/dashboard/view/queue/{QUEUE}?sort=pending",
+            f"/dashboard/view/queue/{QUEUE}?sort=oldest",
+            f"/dashboard/view/queue/{QUEUE}?sort=lease",
+            f"/dashboard/view/group/{GROUP}",
+            "/dashboard/view/groups",
+            f"/api/v1/messages?queue={QUEUE}&transactionId=tx-{pid}-77",
+            f"/api/v1/messages?queue={QUEUE}&transactionId=not-there",
         ]
         admin = client.app.config["QUEEN_ADMIN"]
         for path in paths:

@@ -1,8 +1,8 @@
-"""The broker's /metrics counters: read them from every worker and take window deltas.
+"""The broker's /metrics counters: read them and take window deltas.
 
-Counters are per process. Behind one port with several workers, each fresh connection reaches
-one of them; ``queen_process_id`` says which, so the harness asks until every worker has
-answered, then sums.
+Counters are the whole service's: with several workers behind one port, whichever answers sums
+every worker's (``queen_process_id`` has one sample per worker, labelled ``pid`` and
+``worker``), so one reading suffices once every worker has published its figures.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-Snapshot = dict[int, dict[str, float]]  # process id -> metric -> value
+Snapshot = dict[int, dict[str, float]]  # reading -> metric -> value (one reading: key 0)
 
 PUSH_COUNTERS = (
     "queen_push_requests_total",
@@ -46,21 +46,36 @@ def parse_metrics(text: str) -> dict[str, float]:
     return values
 
 
+def process_count(text: str) -> int:
+    """How many broker processes a /metrics answer covers (samples of ``queen_process_id``)."""
+    return sum(
+        1
+        for line in text.splitlines()
+        if line.startswith("queen_process_id ") or line.startswith("queen_process_id{")
+    )
+
+
+SETTLE_S = 1.2
+"""A worker publishes its figures every second: after this long, a reading has every
+worker's counts up to the moment the reading began."""
+
+
 def fetch_metrics(base_url: str, processes: int = 1, timeout_s: float = 30.0) -> Snapshot:
-    """One reading of every process behind ``base_url`` (``processes`` of them)."""
+    """One reading of the service behind ``base_url``, once it covers ``processes`` broker
+    processes (with several, ``SETTLE_S`` after being asked)."""
     deadline = time.monotonic() + timeout_s
-    seen: Snapshot = {}
+    if processes > 1:
+        time.sleep(SETTLE_S)
     while True:
         request = urllib.request.Request(f"{base_url}/metrics", headers={"Connection": "close"})
         with urllib.request.urlopen(request, timeout=10) as answer:
-            values = parse_metrics(answer.read().decode())
-        seen[int(values.get("queen_process_id", 0))] = values
-        if len(seen) >= processes:
-            return seen
+            text = answer.read().decode()
+        covered = process_count(text)
+        if covered >= processes:
+            return {0: parse_metrics(text)}
         if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"only {len(seen)} of {processes} broker processes answered /metrics"
-            )
+            raise RuntimeError(f"/metrics covers {covered} of {processes} broker processes")
+        time.sleep(0.2)
 
 
 def delta(
@@ -68,8 +83,8 @@ def delta(
     after: Mapping[int, Mapping[str, float]],
     names: tuple[str, ...] = PUSH_COUNTERS,
 ) -> dict[str, float]:
-    """Per counter, the increase summed over processes (a process absent before counts
-    from zero)."""
+    """Per counter, the increase summed over readings (one absent before counts from
+    zero)."""
     totals = dict.fromkeys(names, 0.0)
     for pid, values in after.items():
         earlier = before.get(pid, {})

@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
             metavar=env,
             help=f"{text} [env {env}; default {shown_default(default)}]",
         )
+    from queen.migrate.command import add_parser as add_import
+
+    add_import(commands)
     return parser
 
 
@@ -58,6 +61,10 @@ def _flag_type(name: str) -> Callable[[str], Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "import":
+        from queen.migrate.command import main as import_main
+
+        return import_main(args)
     overrides = {k: v for k, v in vars(args).items() if k != "command"}
     try:
         settings = Settings.from_env(**overrides)

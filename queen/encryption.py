@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 
@@ -42,6 +43,17 @@ class SealableFrames(Protocol):
 
     message_ids: list[str]
     payloads: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class EncryptionStatus:
+    """Whether a key is set, and which queues ask for encryption without one
+    (``plaintext_queues``: None unless some do, at most 100 names)."""
+
+    key_set: bool
+    key_id: str | None
+    encrypted_queues: int
+    plaintext_queues: tuple[str, ...] | None = None
 
 
 class QueueEncryption:
@@ -140,20 +152,15 @@ class QueueEncryption:
         else:
             log.info("encryption: no QUEEN_ENCRYPTION_KEY (queues are stored in plaintext)")
 
-    def describe(self) -> dict[str, Any]:
-        """The ``encryption`` object of ``/health``."""
-        body: dict[str, Any] = {
-            "keySet": self.cipher is not None,
-            "keyId": self.cipher.key_id if self.cipher is not None else None,
-            "encryptedQueues": len(self._queues),
-        }
-        if self.cipher is None and self._queues:
-            body["warning"] = (
-                "queues ask for encryption but QUEEN_ENCRYPTION_KEY is not set: their "
-                "payloads are stored in plaintext"
-            )
-            body["plaintextQueues"] = sorted(self._queues)[:100]
-        return body
+    def status(self) -> EncryptionStatus:
+        """The ``encryption`` section of ``/health``."""
+        keyless = self.cipher is None and bool(self._queues)
+        return EncryptionStatus(
+            key_set=self.cipher is not None,
+            key_id=self.cipher.key_id if self.cipher is not None else None,
+            encrypted_queues=len(self._queues),
+            plaintext_queues=tuple(sorted(self._queues)[:100]) if keyless else None,
+        )
 
     async def run(
         self, *, task_status: trio.TaskStatus[QueueEncryption] = trio.TASK_STATUS_IGNORED

@@ -26,6 +26,7 @@ longer than that whatever the database does. Only one probe runs at a time.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -57,6 +58,8 @@ class DatabaseHealth:
         self._on_up = on_up
         self._on_hang = on_hang
         self._up = up
+        # Wall clock of the moment the database was last seen going away (None while up).
+        self.down_since: float | None = None if up else time.time()
         self._went_down = trio.Event()
         self._came_up = trio.Event()
         (self._came_up if up else self._went_down).set()
@@ -71,6 +74,7 @@ class DatabaseHealth:
         """A database call failed because the database is unreachable (or did not answer)."""
         if self._up:
             self._up = False
+            self.down_since = time.time()
             self._came_up = trio.Event()
             log.warning("database unreachable (%s); pushes go to the spool", reason)
             self._went_down.set()
@@ -79,6 +83,7 @@ class DatabaseHealth:
     def _mark_up(self) -> None:
         if not self._up:
             self._up = True
+            self.down_since = None
             self._went_down = trio.Event()
             log.warning("database reachable again; the spool will be replayed")
             self._came_up.set()

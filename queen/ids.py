@@ -97,6 +97,11 @@ def mint_id() -> str:
     return mint_ids(1)[0]
 
 
+def millis_of(message_id: str) -> int:
+    """The creation time carried by a UUIDv7, in milliseconds since the epoch."""
+    return int(message_id[:8] + message_id[9:13], 16)
+
+
 def timestamp_of(message_id: str) -> datetime:
     """The creation time carried by a UUIDv7 (millisecond precision, UTC)."""
     ms = int(message_id[:8] + message_id[9:13], 16)

@@ -12,7 +12,8 @@ Three steps, each its own function:
   registry) started in a nursery of their own, each ready when ``start`` returns; then the
   supervised background loops in the loops' own nursery (the embedded server's watch, the
   database health probe, the maintenance switch and encrypted-queue refreshes, the push
-  listener, retention, the spool replay, the admin history's sampling). On exit, shutdown in
+  listener, retention, the spool replay, the admin history's sampling, and with ``--workers N``
+  the publishing of this process's figures to the other workers). On exit, shutdown in
   two phases: new pushes are refused at once and waiting pops answer "nothing", pushes
   already accepted get ``shutdown_grace_s`` to finish, then everything left is cancelled.
 """
@@ -38,7 +39,7 @@ from queen.consume.service import ConsumeService
 from queen.encryption import QueueEncryption
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
-from queen.metrics import Metrics
+from queen.metrics import Figures, LocalFigures, Metrics, SharedFigures
 from queen.operations import Operations
 from queen.push import PushService
 from queen.retention import RetentionLoop
@@ -54,17 +55,24 @@ log = logging.getLogger("queen.broker")
 
 @asynccontextmanager
 async def open_broker(
-    settings: Settings | None = None, *, store: Store | None = None, spool: bool = True
+    settings: Settings | None = None,
+    *,
+    store: Store | None = None,
+    spool: bool = True,
+    shared_figures: tuple[Path, str] | None = None,
 ) -> AsyncIterator[Broker]:
     """Run a broker inside the caller's Trio program; see the module docstring.
 
     ``store`` replaces the database entirely (tests drive actors with an in-memory store).
     ``spool=False`` turns the spool off: a push that cannot reach the database answers
-    ``failed`` instead of ``buffered``.
+    ``failed`` instead of ``buffered``. ``shared_figures`` (a worker of ``queen serve
+    --workers N``: the parent's metrics directory and this worker's id) makes ``/metrics``
+    and the rates the whole service's (:class:`queen.metrics.SharedFigures`); without it they
+    are this process's.
     """
     settings = settings or Settings.from_env()
     async with _stores(settings, store) as stores:
-        parts = assemble(settings, stores, spool=spool)
+        parts = assemble(settings, stores, spool=spool, shared_figures=shared_figures)
         async with _running(parts, stores) as broker:
             yield broker
 
@@ -101,9 +109,18 @@ class Parts:
     broker: Broker
 
 
-def assemble(settings: Settings, stores: Stores, *, spool: bool = True) -> Parts:
+def assemble(
+    settings: Settings,
+    stores: Stores,
+    *,
+    spool: bool = True,
+    shared_figures: tuple[Path, str] | None = None,
+) -> Parts:
     """Build every component of one broker over ``stores``; start nothing."""
     metrics = Metrics()
+    figures: Figures = (
+        SharedFigures(metrics, *shared_figures) if shared_figures else LocalFigures(metrics)
+    )
     changed = Signal()
     loops = Loops(
         retry_max_s=settings.loop_retry_max_s, recover_s=min(5.0, settings.loop_retry_max_s)
@@ -201,8 +218,10 @@ def assemble(settings: Settings, stores: Stores, *, spool: bool = True) -> Parts
         loops=loops,
         supervisor=supervisor,
         changed=changed,
+        figures=figures,
         spool=parts_spool,
         retention=retention,
+        pool_stats=stores.pool_stats,
     )
     admin = AdminService(
         settings,
@@ -211,6 +230,8 @@ def assemble(settings: Settings, stores: Stores, *, spool: bool = True) -> Parts
         database=stores.description,
         store=stores.admin,
         consume=consume,
+        push=push,
+        figures=figures,
     )
     broker = Broker(
         settings,
@@ -274,6 +295,9 @@ async def _running(parts: Parts, stores: Stores) -> AsyncIterator[Broker]:
         if parts.spool is not None and parts.spool.replayer is not None:
             await loops.start("spool-replay", parts.spool.replayer.run)
         await loops.start("admin-history", parts.admin.history.run)
+        await loops.start("group-lag-history", parts.admin.run_lag_history)
+        if parts.ops.figures.shared:
+            await loops.start("metrics-publish", parts.ops.run_figures)
         try:
             yield parts.broker
         finally:
@@ -285,3 +309,5 @@ async def _running(parts: Parts, stores: Stores) -> AsyncIterator[Broker]:
             if grace.cancelled_caught:
                 log.warning("shutdown grace period over; cancelling unfinished pushes")
             nursery.cancel_scope.cancel()
+    if parts.ops.figures.shared:
+        parts.ops.publish_figures()  # the last counts of this process stay in the service's

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+import trio
 
 from queen.actors.supervisor import Supervisor
 from queen.broadcast import Signal
 from queen.consume.errors import ConsumeUnavailable
-from queen.encryption import QueueEncryption
+from queen.encryption import EncryptionStatus, QueueEncryption
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
+from queen.metrics import PUBLISH_INTERVAL_S, Figures
 from queen.retention import RetentionLoop
-from queen.spool import Spool
+from queen.spool import Spool, SpoolState
 from queen.storage.retention import PassOutcome, QueueHoldings
-from queen.supervision import Loops
+from queen.supervision import Loops, LoopStatus
 
 HEALTH_WAIT_S = 0.5  # longest /health waits for a fresh answer from the database
 
@@ -31,16 +34,16 @@ HEALTH_WAIT_S = 0.5  # longest /health waits for a fresh answer from the databas
 class Health:
     """What ``/health`` reports (rendered by :func:`queen.http.render.health`). ``status`` is
     ``healthy``, ``degraded`` (a background loop fails) or ``unhealthy`` (no database); the
-    sections ``encryption``, ``loops`` and ``spool`` are as their owners describe them."""
+    sections ``encryption``, ``loops`` and ``spool`` are their owners' typed states."""
 
     healthy: bool
     status: str
     version: str
     active_partitions: int
     maintenance_mode: bool
-    encryption: dict[str, Any]
-    loops: dict[str, dict[str, Any]]
-    spool: dict[str, Any] | None
+    encryption: EncryptionStatus
+    loops: dict[str, LoopStatus]
+    spool: SpoolState | None
 
 
 class Operations:
@@ -53,17 +56,21 @@ class Operations:
         loops: Loops,
         supervisor: Supervisor,
         changed: Signal,
+        figures: Figures,
         spool: Spool | None = None,
         retention: RetentionLoop | None = None,
+        pool_stats: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         self.db_health = db_health
         self.maintenance = maintenance
         self.encryption = encryption
         self.loops = loops
         self.supervisor = supervisor
+        self.figures = figures  # this process's counters, or the service's (--workers N)
         self.spool = spool
         self.changed = changed  # fired whenever the spool, the switches or health change
         self._retention = retention
+        self._pool_stats = pool_stats
         version()  # read now, while descriptors are free
 
     async def health(self) -> Health:
@@ -83,9 +90,9 @@ class Operations:
             version=version(),
             active_partitions=self.supervisor.active_partitions,
             maintenance_mode=self.maintenance.enabled,
-            encryption=self.encryption.describe(),
-            loops=loops.describe(),
-            spool=self.spool.describe() if self.spool is not None else None,
+            encryption=self.encryption.status(),
+            loops=loops.statuses(),
+            spool=self.spool_state(),
         )
 
     def labelled_metrics(self) -> dict[str, tuple[str, dict[str, float]]]:
@@ -99,25 +106,52 @@ class Operations:
             ),
         }
 
+    def prometheus_text(self) -> str:
+        """The counters and gauges of ``/metrics``: the whole service's (every worker of
+        ``--workers N``), ``# HELP`` and ``# TYPE`` included."""
+        return self.figures.exposition(self.gauges(), self.labelled_metrics())
+
+    def publish_figures(self) -> None:
+        """Make this process's figures visible to the other workers now."""
+        self.figures.publish(self.gauges(), self.labelled_metrics())
+
+    async def run_figures(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Publish this process's figures every :data:`PUBLISH_INTERVAL_S` (with
+        ``--workers N``; a lone process is read directly and needs no loop)."""
+        self.publish_figures()
+        task_status.started()
+        while True:
+            await trio.sleep(PUBLISH_INTERVAL_S)
+            self.publish_figures()
+
     def gauges(self) -> dict[str, float]:
         """Point-in-time values for /metrics, beside the counters."""
         values: dict[str, float] = {
-            # Counters are per process: the process id tells the workers behind one port apart.
+            # with --workers N, one sample per worker (labelled pid and worker)
             "process_id": float(os.getpid()),
             "database_up": float(self.db_health.up),
             "maintenance_mode": float(self.maintenance.enabled),
         }
-        if self.spool is not None:
-            state = self.spool.describe()
+        if self._pool_stats is not None:
+            size, active = self._pool_stats()
+            values.update(db_pool_size=size, db_pool_idle=size - active, db_pool_active=active)
+        state = self.spool_state()
+        if state is not None:
             values.update(
-                spool_pending_items=state["pendingItems"],
-                spool_files=state["files"],
-                spool_oldest_age_seconds=state["oldestAgeSeconds"],
-                spool_replay_rate=state["replayRate"],
-                spool_quarantined_ranges=state["quarantined"]["ranges"],
-                spool_quarantined_bytes=state["quarantined"]["bytes"],
+                spool_pending_items=state.pending_items,
+                spool_files=state.files,
+                spool_oldest_age_seconds=state.oldest_age_s,
+                spool_replay_rate=state.replay_rate,
+                spool_quarantined_ranges=state.quarantined_ranges,
+                spool_quarantined_bytes=state.quarantined_bytes,
             )
         return values
+
+    def spool_state(self) -> SpoolState | None:
+        """The spool now (None when the spool is off)."""
+        return self.spool.state() if self.spool is not None else None
 
     async def set_maintenance(self, enabled: bool) -> None:
         """Switch maintenance mode for every broker process sharing the database."""

@@ -16,7 +16,10 @@ named by ``QUEEN_LISTEN_FD``) and share the database through the URL. Every sett
 was given (flags included) reaches the workers through their environment. The parent forwards
 SIGINT/SIGTERM to the workers, and a worker gets SIGTERM if the parent dies; if a worker exits
 on its own, the parent stops the others and exits (with an error if that worker failed), so a
-process manager sees it.
+process manager sees it. The parent also creates the service's metrics directory
+(``PROMETHEUS_MULTIPROC_DIR`` in the workers' environment), where every worker publishes its
+figures and from which any worker answers ``/metrics`` for all of them; it is removed when the
+service stops.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -40,6 +45,7 @@ from queen.broker import Broker
 from queen.gctune import tune_gc
 from queen.http.app import create_app
 from queen.lifecycle import open_broker
+from queen.metrics import METRICS_DIR_ENV, create_shared_dir, forget_process, remove_shared_dir
 from queen.serving import capacity_for, raise_descriptor_limit, serve_app
 from queen.settings import Settings, describe
 from queen.spool import files
@@ -136,7 +142,7 @@ async def _serve_on(
     task_status: trio.TaskStatus[int],
 ) -> None:
     port = sock.getsockname()[1]
-    async with open_broker(settings) as broker:
+    async with open_broker(settings, shared_figures=_shared_figures()) as broker:
         await gate.warm_up()
         app = create_app(broker, gate=gate)
         capacity = capacity_for(settings, broker.metrics)
@@ -171,6 +177,15 @@ async def _serve_on(
         nursery.cancel_scope.cancel()
 
 
+def _shared_figures() -> tuple[Path, str] | None:
+    """In a worker of ``--workers N``: the parent's metrics directory and this worker's id."""
+    worker = os.environ.get("QUEEN_WORKER_ID")
+    directory = os.environ.get(METRICS_DIR_ENV)
+    if worker is None or not directory or not Path(directory).is_dir():
+        return None
+    return Path(directory), worker
+
+
 async def _shutdown_trigger(stop: trio.Event, broker: Broker) -> None:
     """Hypercorn's graceful shutdown starts when this returns; long polls answer at once."""
     await stop.wait()
@@ -191,9 +206,10 @@ def worker_environ(
     base: Mapping[str, str] | None = None,
     *,
     listen_fd: int | None = None,
+    metrics_dir: Path | None = None,
 ) -> dict[str, str]:
-    """The environment of worker ``worker``: ``base`` (default: ours) plus every setting, and
-    the descriptor of the listening socket it inherits."""
+    """The environment of worker ``worker``: ``base`` (default: ours) plus every setting, the
+    descriptor of the listening socket it inherits and the service's metrics directory."""
     env = dict(os.environ if base is None else base)
     for name, variable, _kind, _default, _help in describe():
         value = getattr(settings, name)
@@ -211,10 +227,50 @@ def worker_environ(
         env.pop(LISTEN_FD_ENV, None)
     else:
         env[LISTEN_FD_ENV] = str(listen_fd)
+    if metrics_dir is None:
+        env.pop(METRICS_DIR_ENV, None)
+    else:
+        env[METRICS_DIR_ENV] = str(metrics_dir)
     return env
 
 
 _PR_SET_PDEATHSIG = 1
+
+
+class WorkerProcess:
+    """A worker started from the parent's own thread.
+
+    The parent-death signal (``PR_SET_PDEATHSIG``) fires when the *thread* that forked the
+    child ends, and ``trio.lowlevel.open_process`` forks from a pooled worker thread, which
+    ends after 10 s idle: the workers would then be sent SIGTERM and the service would stop.
+    So the worker is forked here with ``subprocess.Popen`` (a few milliseconds at start-up)
+    and waited for through a pidfd.
+    """
+
+    def __init__(self, argv: list[str], **popen: Any) -> None:
+        self._popen = subprocess.Popen(argv, **popen)
+        self.pid = self._popen.pid
+        self._pidfd = os.pidfd_open(self.pid)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self._popen.returncode is None:
+            self._popen.send_signal(signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    async def wait(self) -> int:
+        if self._popen.returncode is None:
+            await trio.lowlevel.wait_readable(self._pidfd)
+            self._popen.wait()
+            os.close(self._pidfd)
+        code = self._popen.returncode
+        assert code is not None
+        return code
 
 
 def _die_with_parent() -> None:
@@ -250,24 +306,39 @@ async def serve_workers(settings: Settings) -> None:
                 database.description,
                 settings.file_buffer_dir,
             )
-            failure = await _run_workers(settings, database.conninfo, sock)
+            metrics_dir = create_shared_dir()
+            try:
+                failure = await _run_workers(settings, database.conninfo, sock, metrics_dir)
+            finally:
+                remove_shared_dir(metrics_dir)
             watching.cancel_scope.cancel()
     if failure:
         raise StartupError(failure[0])
 
 
-async def _run_workers(settings: Settings, conninfo: str, sock: socket.socket) -> list[str]:
-    """Run the workers until they have all stopped; the failures that made them stop."""
+async def _run_workers(
+    settings: Settings, conninfo: str, sock: socket.socket, metrics_dir: Path
+) -> list[str]:
+    """Run the workers until they have all stopped; the failures that made them stop.
+
+    The workers publish their figures in ``metrics_dir`` (``/metrics`` sums them); a worker
+    that exits is forgotten there (its live gauges leave the sums, its counters stay)."""
     stopping = False
     failure: list[str] = []
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        children: list[trio.Process] = []
+        children: list[WorkerProcess] = []
         try:
             for i in range(settings.workers):
                 children.append(
-                    await trio.lowlevel.open_process(
+                    WorkerProcess(
                         [sys.executable, "-m", "queen.cli", "serve", "--workers", "1"],
-                        env=worker_environ(settings, conninfo, i, listen_fd=sock.fileno()),
+                        env=worker_environ(
+                            settings,
+                            conninfo,
+                            i,
+                            listen_fd=sock.fileno(),
+                            metrics_dir=metrics_dir,
+                        ),
                         pass_fds=(sock.fileno(),),
                         preexec_fn=_die_with_parent,
                     )
@@ -281,9 +352,10 @@ async def _run_workers(settings: Settings, conninfo: str, sock: socket.socket) -
                         if child.returncode is None:
                             child.send_signal(signum)
 
-            async def watch(worker: int, child: trio.Process) -> None:
+            async def watch(worker: int, child: WorkerProcess) -> None:
                 nonlocal stopping
                 code = await child.wait()
+                forget_process(metrics_dir, child.pid)
                 if stopping:
                     return
                 stopping = True

@@ -2,7 +2,8 @@
 
 Every loop started beside the routes (the embedded server's watch, the database health probe,
 the maintenance switch and encrypted-queue refreshes, retention, the spool replay, the push
-listener) runs through :meth:`Loops.run`, in the loops' own nursery (:meth:`Loops.host`).
+listener, the admin history and the group lag history) runs through :meth:`Loops.run`, in
+the loops' own nursery (:meth:`Loops.host`).
 An exception (``Exception``, never a cancellation or ``KeyboardInterrupt``) is:
 
 - **logged**: with its traceback on the first failure of a streak, in one line after that;
@@ -53,15 +54,28 @@ class LoopState:
     def failing(self, now: float, recover_s: float) -> bool:
         return not self.done and self.streak > 0 and now - self.started_at < recover_s
 
-    def describe(self, now: float, recover_s: float) -> dict[str, Any]:
+    def status(self, now: float, recover_s: float) -> LoopStatus:
         failing = self.failing(now, recover_s)
-        state = "done" if self.done else "failing" if failing else "ok"
-        body: dict[str, Any] = {"state": state, "errors": self.errors}
-        if failing and self.failing_since is not None:
-            body["failingSince"] = datetime.fromtimestamp(self.failing_since, UTC).isoformat()
-        if self.last_error is not None:
-            body["lastError"] = self.last_error
-        return body
+        return LoopStatus(
+            state="done" if self.done else "failing" if failing else "ok",
+            errors=self.errors,
+            failing_since=(
+                datetime.fromtimestamp(self.failing_since, UTC)
+                if failing and self.failing_since is not None
+                else None
+            ),
+            last_error=self.last_error,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LoopStatus:
+    """One loop as ``/health`` shows it: ``ok``, ``failing`` (since when) or ``done``."""
+
+    state: str
+    errors: int
+    failing_since: datetime | None = None
+    last_error: str | None = None
 
 
 class _Ready:
@@ -110,9 +124,9 @@ class Loops:
             raise RuntimeError("the loops are not hosted")
         await self._nursery.start(self.run, name, loop, name=f"loop:{name}")
 
-    def describe(self) -> dict[str, dict[str, Any]]:
+    def statuses(self) -> dict[str, LoopStatus]:
         now = trio.current_time()
-        return {n: s.describe(now, self.recover_s) for n, s in self.states.items()}
+        return {n: s.status(now, self.recover_s) for n, s in self.states.items()}
 
     def failing(self) -> list[str]:
         now = trio.current_time()

@@ -39,6 +39,18 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
         exit 1
     fi
 fi
+echo "== container tools for the image test (Debian's debootstrap, buildah, podman, runc)"
+if ! command -v debootstrap >/dev/null 2>&1 || ! command -v buildah >/dev/null 2>&1 \
+    || ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get -o DPkg::Lock::Timeout=600 update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+            debootstrap buildah podman runc >/dev/null
+    else
+        echo "note: tests/test_container.py needs root and debootstrap, buildah, podman, runc;" >&2
+        echo "  it is skipped (as root: apt-get install debootstrap buildah podman runc)" >&2
+    fi
+fi
 echo "== official client (.venv-client)"
 .venv/bin/python -m tests.client_env
 echo "== ruff"

@@ -321,3 +321,56 @@ async def test_the_dashboard_shows_traces_by_name_and_on_their_message(
     viewer = await client.get(f"/dashboard/view/message/{message['partitionId']}/traced-1")
     page = await viewer.get_data(as_text=True)
     assert viewer.status_code == 200 and "shipped" in page and f"order-{queue}" in page
+
+
+async def test_a_queues_partitions_sort_by_pending_oldest_and_lease(
+    client: Any, queue: str
+) -> None:
+    await push(client, queue, "z-old", "1")  # oldest pending
+    await push(client, queue, "b-many", "2", "3", "4")  # most pending
+    await push(client, queue, "c-leased", "5")
+    await push(client, queue, "d-one", "6")
+
+    async def order(sort: str) -> list[str]:
+        resp = await client.get(f"/api/v1/resources/queues/{queue}?sort={sort}")
+        assert resp.status_code == 200, await resp.get_data(as_text=True)
+        return [p["name"] for p in (await resp.get_json())["partitions"]]
+
+    # a lease on c-leased
+    popped = await client.get(f"/api/v1/pop/queue/{queue}/partition/c-leased?batch=1&wait=false")
+    assert popped.status_code == 200
+    assert await order("name") == ["b-many", "c-leased", "d-one", "z-old"]
+    pending = await order("pending")
+    assert pending[0] == "b-many" and pending[-1] == "c-leased"  # its one message is leased
+    assert (await order("oldest"))[0] == "z-old"
+    assert (await order("lease"))[0] == "c-leased"
+    bad = await client.get(f"/api/v1/resources/queues/{queue}?sort=size")
+    assert bad.status_code == 400
+    assert "sort must be one of" in (await bad.get_json())["error"]
+    page = await client.get(f"/dashboard/view/queue/{queue}?sort=pending")
+    html = await page.get_data(as_text=True)
+    assert page.status_code == 200 and "<strong>pending</strong>" in html
+    assert html.index(">b-many<") < html.index(">z-old<")
+
+
+async def test_a_message_is_found_by_its_transaction_id_in_every_partition_holding_it(
+    client: Any, queue: str
+) -> None:
+    await push(client, queue, "p1", "a", "needle", "b")
+    await push(client, queue, "p2", "needle")
+    await push(client, queue, "p3", "c")
+    found = await client.get(f"/api/v1/messages?queue={queue}&transactionId=needle")
+    assert found.status_code == 200
+    rows = (await found.get_json())["messages"]
+    assert [(m["partition"], m["transactionId"]) for m in rows] == [
+        ("p1", "needle"),
+        ("p2", "needle"),
+    ]
+    assert rows[0]["offset"] == 1
+    none = await (await client.get(f"/api/v1/messages?queue={queue}&transactionId=zz")).get_json()
+    assert none["messages"] == []
+    lost = await client.get("/api/v1/messages?transactionId=needle")
+    assert lost.status_code == 400 and "needs queue" in (await lost.get_json())["error"]
+    page = await client.get(f"/dashboard/view/messages?queue={queue}&transactionId=needle")
+    html = await page.get_data(as_text=True)
+    assert page.status_code == 200 and html.count(">needle</a>") == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -61,6 +62,20 @@ def test_charts_escape_their_text() -> None:
     assert line.count("<polyline") == 1
 
 
+def test_a_line_chart_labels_its_time_axis_with_clock_times() -> None:
+    start = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+    times = [start + timedelta(seconds=10 * i) for i in range(361)]  # an hour of samples
+    svg = charts.line_chart([("push", [1.0] * 361)], times=times)
+    labels = re.findall(r'class="axis" text-anchor="(?:start|middle|end)">(\d\d:\d\d)</text>', svg)
+    assert labels == ["09:00", "09:15", "09:30", "09:45", "10:00"]
+    short = charts.line_chart([("pop", [1.0, 2.0])], times=times[:2])
+    assert ">09:00:00<" in short and ">09:00:10<" in short  # seconds on a short span
+    assert ">09:00<" not in charts.line_chart([("pop", [1.0, 2.0])])  # no times, no labels
+
+
 def test_labelled_gauges_escape_label_values() -> None:
     text = render_labelled_gauges({"queue_depth": {(("queue", 'a"b\\c'),): 3}})
-    assert text == '# TYPE queen_queue_depth gauge\nqueen_queue_depth{queue="a\\"b\\\\c"} 3\n'
+    assert text == (
+        "# HELP queen_queue_depth queue depth\n"
+        '# TYPE queen_queue_depth gauge\nqueen_queue_depth{queue="a\\"b\\\\c"} 3\n'
+    )

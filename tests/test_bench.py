@@ -144,6 +144,16 @@ def test_metrics_text_is_parsed() -> None:
     assert values["queen_push_requests_total"] == 120
     assert values["queen_process_id"] == 4242
     assert "queen_some_labelled" not in values
+    assert counters.process_count(METRICS_TEXT) == 1
+
+
+def test_a_workers_answer_counts_every_worker() -> None:
+    text = (
+        "# TYPE queen_process_id gauge\n"
+        'queen_process_id{pid="11",worker="0"} 11.0\n'
+        'queen_process_id{pid="12",worker="1"} 12.0\n'
+    )
+    assert counters.process_count(text) == 2
 
 
 def test_metrics_delta_sums_workers_and_counts_new_ones_from_zero() -> None:

@@ -118,7 +118,7 @@ async def test_until_the_queue_list_is_read_every_queue_is_sealed() -> None:
     keyless = QueueEncryption(None, load, refresh_s=1.0)
     await keyless.load()
     assert not keyless.seals("secret-q")
-    assert keyless.describe()["plaintextQueues"] == ["secret-q"]
+    assert keyless.status().plaintext_queues == ("secret-q",)
 
 
 # --- through HTTP ------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("streams", ("queen.streams",)),
     ("operations", ("queen.operations",)),
     ("admin", ("queen.admin",)),
+    ("import", ("queen.migrate",)),
     ("broker", ("queen", "queen.broker", "queen.lifecycle")),
     ("edge", ("queen.auth", "queen.http", "queen.serving", "queen.server", "queen.cli")),
 )

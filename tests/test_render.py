@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
+from pathlib import Path
 
 import orjson
 
@@ -19,10 +20,15 @@ from queen.consume.results import (
     TxAckResult,
     TxPushResult,
 )
+from queen.encryption import EncryptionStatus
 from queen.http import render
+from queen.spool import SpoolState
+from queen.supervision import LoopStatus
 
 ACK = AckResult(1, "t-1", True, None, "q", "p", True, False)
 PUSH = TxPushResult(2, "t-2", "m-2", False, 7, "out", "Default")
+
+FAILING_SINCE = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def test_a_failed_transaction_reports_every_would_be_success_as_rolled_back() -> None:
@@ -91,8 +97,8 @@ def test_health_says_database_and_adds_the_spool_only_when_there_is_one() -> Non
         version="1.0",
         active_partitions=2,
         maintenance_mode=False,
-        encryption={"enabled": False},
-        loops={},
+        encryption=EncryptionStatus(key_set=False, key_id=None, encrypted_queues=0),
+        loops={"replay": LoopStatus("failing", 2, FAILING_SINCE, "OSError: boom")},
         spool=None,
     )
     body = render.health(report)
@@ -107,5 +113,33 @@ def test_health_says_database_and_adds_the_spool_only_when_there_is_one() -> Non
         "loops",
     ]
     assert body["database"] == "disconnected" and body["status"] == "unhealthy"
-    with_spool = render.health(dataclasses.replace(report, spool={"pendingItems": 0}))
-    assert with_spool["spool"] == {"pendingItems": 0}
+    assert body["encryption"] == {"keySet": False, "keyId": None, "encryptedQueues": 0}
+    assert body["loops"] == {
+        "replay": {
+            "state": "failing",
+            "errors": 2,
+            "failingSince": "2026-01-02T03:04:05+00:00",
+            "lastError": "OSError: boom",
+        }
+    }
+    spool = SpoolState(Path("/var/spool/queen"), 7, 2, 4096, 1.5, 0.0, True, 1, 300)
+    with_spool = render.health(dataclasses.replace(report, spool=spool))
+    assert with_spool["spool"] == {
+        "directory": "/var/spool/queen",
+        "pendingItems": 7,
+        "files": 2,
+        "pendingBytes": 4096,
+        "oldestAgeSeconds": 1.5,
+        "replayRate": 0.0,
+        "healthy": True,
+        "quarantined": {"ranges": 1, "bytes": 300},
+    }
+    assert orjson.loads(orjson.dumps(with_spool)) == with_spool
+
+
+def test_health_names_the_queues_stored_in_plaintext_for_want_of_a_key() -> None:
+    keyless = EncryptionStatus(False, None, 2, ("a", "b"))
+    body = render.encryption_status(keyless)
+    assert body["plaintextQueues"] == ["a", "b"] and "QUEEN_ENCRYPTION_KEY" in body["warning"]
+    ok = render.loop_status(LoopStatus("ok", 3))
+    assert ok == {"state": "ok", "errors": 3}

@@ -9,6 +9,7 @@ fails."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -53,6 +54,7 @@ from queen.admin.results import (
 from queen.http import render_admin as render
 from queen.metrics import render_labelled_gauges
 from queen.records import QueueOptions
+from queen.spool import SpoolState
 from queen.storage.retention import QueueHoldings
 
 AT = datetime(2026, 4, 26, 10, 59, 28, 267_891, tzinfo=UTC)
@@ -284,7 +286,7 @@ def test_namespaces_and_tasks_are_keyed_by_what_groups_them() -> None:
     same(render.groupings(Groupings("task", [])), {"tasks": []})
 
 
-SPOOL = {"directory": "/var/spool/queen", "pendingItems": 0, "healthy": True}
+SPOOL = SpoolState(Path("/var/spool/queen"), 0, 0, 0, 0.0, 0.0, True, 0, 0)
 PROCESS = ProcessState(4242, 1234.6, 3, True, False, SPOOL, {"push_requests": 5, "acks": 2})
 PROCESS_WIRE = {
     "processId": 4242,
@@ -292,7 +294,16 @@ PROCESS_WIRE = {
     "activePartitions": 3,
     "databaseUp": True,
     "maintenanceMode": False,
-    "spool": SPOOL,
+    "spool": {
+        "directory": "/var/spool/queen",
+        "pendingItems": 0,
+        "files": 0,
+        "pendingBytes": 0,
+        "oldestAgeSeconds": 0.0,
+        "replayRate": 0.0,
+        "healthy": True,
+        "quarantined": {"ranges": 0, "bytes": 0},
+    },
     "counters": {"push_requests": 5, "acks": 2},
 }
 OVERVIEW = Overview(
@@ -346,7 +357,7 @@ def test_the_overview_puts_every_queue_together_with_this_process() -> None:
             "tasks": 1,
             "consumerGroups": 3,
             "messages": COUNTS_WIRE,
-            "lag": {"time": {"max": 120.19}, "offset": {"total": 4}},
+            "lag": {"time": {"avg": 0.0, "max": 120.19}, "offset": {"total": 4}},
             "oldestPendingAt": AT_ISO,
             "throughput": {
                 "ingestedPerSecond": 9.1,
@@ -362,16 +373,46 @@ def test_the_overview_puts_every_queue_together_with_this_process() -> None:
     assert without_spool["spool"] is None and without_spool["databaseUp"] is False
 
 
+STATUS_COUNTERS = {
+    "push_requests": 10,
+    "pop_requests": 4,
+    "ack_requests": 0,
+    "push_items_queued": 25,
+    "pop_messages": 6,
+    "acks": 0,
+    "push_transaction_failures": 1,
+    "acks_refused": 2,
+    "acks_dlq": 3,
+}
+
+
 def test_status_analytics_and_system_metrics_share_the_history_points() -> None:
     same(
-        render.status(Status(WINDOW, [POINT], OVERVIEW)),
+        render.status(Status(WINDOW, [POINT], OVERVIEW, [SUMMARY], 10.0, STATUS_COUNTERS)),
         {
             "timeRange": WINDOW_WIRE,
-            "throughput": [POINT_WIRE],
-            "queues": {"total": 5, "partitions": 7},
-            "messages": COUNTS_WIRE,
+            "bucketMinutes": 0.167,
+            "pointCount": 1,
+            "throughput": [POINT_WIRE | {"popMessages": 0, "avgLagMs": None}],
+            "queues": [
+                {
+                    "id": "12",
+                    "name": "orders",
+                    "namespace": "shop",
+                    "task": "ship",
+                    "partitions": 3,
+                    "totalConsumed": SUMMARY.messages.completed,
+                }
+            ],
+            "totals": {"queues": 5, "partitions": 7},
+            "messages": COUNTS_WIRE
+            | {
+                "requests": {"push": 10, "pop": 4, "ack": 0},
+                "batchEfficiency": {"push": 2.5, "pop": 1.5, "ack": 0},
+            },
             "leases": {"active": 1},
-            "deadLetterQueue": {"total": 1},
+            "deadLetterQueue": {"total": 1, "totalMessages": 1},
+            "errors": {"dbErrors": 1, "ackFailed": 2, "dlqMessages": 3},
             "workers": [PROCESS_WIRE],
         },
     )
@@ -441,17 +482,26 @@ def test_retention_postgres_refresh_and_metrics_json() -> None:
         render.refreshed(),
         {"success": True, "message": "statistics are computed when read; cache dropped"},
     )
-    figures = ProcessMetrics(1234.6, 9, 7, 9.1, 6, 50_000_000, 12.5, 4242, {"acks": 2})
+    figures = ProcessMetrics(
+        1234.6, 9, 7, 9.1, 6, 5, 50_000_000, 12.5, 10_000_000, 2_500_000, 4242, 2, {"acks": 2}
+    )
     same(
         render.metrics(figures),
         {
             "uptime": 1234.6,
             "requests": {"total": 9, "rate": 0},
             "messages": {"total": 7, "rate": 9.1},
-            "database": {"poolSize": 6, "idleConnections": None, "waitingRequests": 0},
-            "memory": {"rss": 50_000_000},
-            "cpu": {"seconds": 12.5},
+            "database": {"poolSize": 6, "idleConnections": 5, "waitingRequests": 0},
+            "memory": {
+                "rss": 50_000_000,
+                "heapTotal": 0,
+                "heapUsed": 0,
+                "external": 0,
+                "arrayBuffers": 0,
+            },
+            "cpu": {"user": 10_000_000, "system": 2_500_000, "seconds": 12.5},
             "processId": 4242,
+            "processes": 2,
             "counters": {"acks": 2},
         },
     )
@@ -623,6 +673,8 @@ def test_a_group_detail_replaces_the_partition_count_with_the_page_of_partitions
                         "leaseActive": True,
                         "leaseExpiresAt": LATER_ISO,
                         "lastConsumedAt": AT_ISO,
+                        "leaseExpiredAt": None,
+                        "stuck": None,
                     },
                     {
                         "partition": "p2",
@@ -634,6 +686,8 @@ def test_a_group_detail_replaces_the_partition_count_with_the_page_of_partitions
                         "leaseActive": False,
                         "leaseExpiresAt": None,
                         "lastConsumedAt": None,
+                        "leaseExpiredAt": None,
+                        "stuck": None,
                     },
                 ],
                 "partitionCount": 2,
@@ -648,6 +702,9 @@ def test_queue_gauges_are_labelled_families_with_counts_as_integers() -> None:
     text = render_labelled_gauges(
         render.queue_gauges(QueueGauges([SUMMARY, empty], [STANDING, CAUGHT_UP]))
     )
+    helps = [line for line in text.splitlines() if line.startswith("# HELP")]
+    assert helps == [f"# HELP queen_{name} {name.replace('_', ' ')}" for name in QUEUE_NAMES]
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("# HELP")) + "\n"
     assert text == (
         "# TYPE queen_queue_depth gauge\n"
         'queen_queue_depth{queue="orders"} 5\n'
@@ -664,5 +721,25 @@ def test_queue_gauges_are_labelled_families_with_counts_as_integers() -> None:
         "# TYPE queen_consumer_group_lag gauge\n"
         'queen_consumer_group_lag{queue="orders",consumer_group="g1"} 7\n'
         'queen_consumer_group_lag{queue="orders",consumer_group="__QUEUE_MODE__"} 0\n'
+        "# TYPE queen_dlq_depth gauge\n"
+        'queen_dlq_depth{scope="cluster"} 1\n'
+        "# TYPE queen_dlq_depth_by_queue gauge\n"
+        'queen_dlq_depth_by_queue{queue="orders"} 1\n'
+        'queen_dlq_depth_by_queue{queue="a\\"b"} 0\n'
     )
-    assert render_labelled_gauges(render.queue_gauges(QueueGauges([], []))).count("# TYPE") == 5
+    assert render_labelled_gauges(render.queue_gauges(QueueGauges([], []))).count("# TYPE") == 7
+    described = render_labelled_gauges(
+        render.queue_gauges(QueueGauges([SUMMARY], [])), render.QUEUE_GAUGE_HELP
+    )
+    assert "# HELP queen_queue_depth Messages of the queue not yet completed" in described
+
+
+QUEUE_NAMES = (
+    "queue_depth",
+    "queue_oldest_pending_age_seconds",
+    "queue_dlq_depth",
+    "queue_partitions",
+    "consumer_group_lag",
+    "dlq_depth",
+    "dlq_depth_by_queue",
+)

@@ -288,7 +288,7 @@ async def test_unwritable_spool_answers_failed_not_buffered(
     assert [r.status for r in results] == ["failed", "failed"]
     assert broker.metrics.spool_write_failures >= 1
     assert broker.spool is not None and broker.spool.index.total == 0
-    assert broker.spool.describe()["healthy"] is False
+    assert broker.spool.state().healthy is False
     again = await broker.push([item("p", "c")])  # a new file on a good disk
     assert again[0].status == "buffered"
     await broker.set_maintenance(False)
@@ -309,7 +309,7 @@ async def test_spool_reports_healthy_again_once_the_disk_takes_writes_without_a_
         patch.setattr(SpoolWriter, "_open", open_full_disk)
         results = await broker.push([item("p", "a")])
         assert [r.status for r in results] == ["failed"]
-        assert broker.spool.describe()["healthy"] is False
+        assert broker.spool.state().healthy is False
 
         probes: list[Path] = []
 
@@ -319,10 +319,10 @@ async def test_spool_reports_healthy_again_once_the_disk_takes_writes_without_a_
 
         patch.setattr(files, "probe_writable", refuse)
         await until(lambda: len(probes) >= 2, broker)  # two probes, both refused
-        assert broker.spool.describe()["healthy"] is False
+        assert broker.spool.state().healthy is False
     spooled_before = broker.metrics.spool_appended_items
     await until(lambda: broker.spool is not None and broker.spool.writer.healthy, broker)
-    assert broker.spool.describe()["healthy"] is True
+    assert broker.spool.state().healthy is True
     assert broker.metrics.spool_appended_items == spooled_before  # no push was needed
 
 

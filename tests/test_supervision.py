@@ -17,11 +17,11 @@ from queen.broadcast import Signal
 from queen.errors import StoreUnavailable
 from queen.health import DatabaseHealth
 from queen.http.app import create_app
-from queen.metrics import Metrics
+from queen.metrics import LocalFigures, Metrics
 from queen.settings import Settings
 from queen.storage.pool import ConnectionPool
 from queen.storage.retention import PassOutcome, PgRetentionStore
-from queen.supervision import Loops
+from queen.supervision import Loops, LoopStatus
 
 
 class FlakyLoop:
@@ -54,13 +54,13 @@ async def test_a_failing_loop_is_restarted_with_back_off_and_reported(
         await loop.running.wait()
         pauses = [round(b - a, 3) for a, b in zip(loop.starts, loop.starts[1:], strict=False)]
         assert pauses == [0.1, 0.2, 0.4, 0.4, 0.4]  # doubling, capped
-        state = loops.describe()["replay"]
-        assert state["state"] == "failing" and state["errors"] == 5
-        assert state["lastError"] == "OSError: [Errno 24] Too many open files"
-        assert "failingSince" in state
+        state = loops.statuses()["replay"]
+        assert state.state == "failing" and state.errors == 5
+        assert state.last_error == "OSError: [Errno 24] Too many open files"
+        assert state.failing_since is not None
         assert loops.failing() == ["replay"] and loops.errors() == {"replay": 5.0}
         await trio.sleep(5)
-        assert loops.describe()["replay"]["state"] == "ok"
+        assert loops.statuses()["replay"].state == "ok"
         assert loops.failing() == []
         nursery.cancel_scope.cancel()
     with_traceback = [r for r in caplog.records if r.exc_info]
@@ -103,7 +103,7 @@ async def test_a_loop_that_returns_is_done_not_restarted() -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(loops.run, "encryption-refresh", nothing_to_do)
     assert runs == 1
-    assert loops.describe()["encryption-refresh"] == {"state": "done", "errors": 0}
+    assert loops.statuses()["encryption-refresh"] == LoopStatus("done", 0)
     assert loops.failing() == []
 
 
@@ -126,7 +126,7 @@ async def test_cancellation_is_never_caught() -> None:
 
 
 def test_metrics_render_labelled_families() -> None:
-    text = Metrics().render_prometheus(
+    text = LocalFigures(Metrics()).exposition(
         {"database_up": 1.0},
         {
             "background_errors": ("loop", {"spool-replay": 3.0}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,7 +29,8 @@ def _free_port() -> int:
 
 
 def _process_ids(base: str, expected: int, deadline: float) -> set[int]:
-    """Ask /metrics over fresh connections until ``expected`` processes have answered."""
+    """Ask /metrics over fresh connections until ``expected`` processes have answered (a
+    worker's answer lists every worker: ``queen_process_id{pid=...,worker=...}``)."""
     seen: set[int] = set()
     while len(seen) < expected and time.monotonic() < deadline:
         try:
@@ -37,9 +39,24 @@ def _process_ids(base: str, expected: int, deadline: float) -> set[int]:
             time.sleep(0.1)
             continue
         for line in text.splitlines():
-            if line.startswith("queen_process_id "):
-                seen.add(int(float(line.split()[1])))
+            if line.startswith(("queen_process_id ", "queen_process_id{")):
+                seen.add(int(float(line.split()[-1])))
+        if len(seen) < expected:
+            time.sleep(0.1)
     return seen
+
+
+def _metrics_dir(worker_pid: int) -> Path:
+    """The service's metrics directory, as the parent handed it to a worker."""
+    environ = Path(f"/proc/{worker_pid}/environ").read_bytes()
+    return Path(environ.split(b"PROMETHEUS_MULTIPROC_DIR=")[1].split(b"\0")[0].decode())
+
+
+def _counter(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} missing from /metrics")
 
 
 def test_worker_environment_carries_every_setting() -> None:
@@ -90,6 +107,78 @@ def test_two_workers_share_the_port_and_stop_on_sigterm(pg_url: str, tmp_path: P
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
+
+
+@pytest.mark.timeout(150)
+def test_two_workers_answer_for_the_whole_service(pg_url: str, tmp_path: Path) -> None:
+    """Pushes spread over both workers; every scrape, whichever worker answers, sums both
+    and never goes back; per-process figures carry the worker's labels."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        _serve_argv(port, tmp_path / "spool", "--workers", "2"), env=_external_env(pg_url)
+    )
+    base = f"http://127.0.0.1:{port}"
+    json_accept = {"Accept": "application/json"}
+    try:
+        pids = _process_ids(base, 2, time.monotonic() + 60)
+        assert len(pids) == 2
+        metrics_dir = _metrics_dir(min(pids))
+        assert metrics_dir.is_dir()
+        queue = f"sum-{uuid.uuid4().hex[:8]}"
+        pushed: dict[int, int] = dict.fromkeys(pids, 0)
+        sessions = 0
+        # one keep-alive connection is one worker: ask it who it is, then push on it
+        while min(pushed.values()) < 3 and sessions < 200:
+            sessions += 1
+            with httpx.Client(base_url=base, timeout=10) as client:
+                who = client.get("/metrics", headers=json_accept).json()["processId"]
+                for i in range(3):
+                    item = {"queue": queue, "payload": i, "transactionId": f"{sessions}-{i}"}
+                    answer = client.post("/api/v1/push", json={"items": [item]})
+                    assert answer.status_code == 201
+                assert client.get("/metrics", headers=json_accept).json()["processId"] == who
+            pushed[who] += 3
+        assert min(pushed.values()) >= 3, f"pushes never reached both workers: {pushed}"
+        total = sum(pushed.values())
+        readings: list[float] = []
+        answered_by: set[int] = set()
+        deadline = time.monotonic() + 30
+        # every worker publishes at least once a second: poll until the sum is complete
+        while not readings or readings[-1] < total:
+            assert time.monotonic() < deadline, f"{readings[-5:]} never reached {total}"
+            text = httpx.get(f"{base}/metrics", headers={"Connection": "close"}).text
+            readings.append(_counter(text, "queen_push_requests_total"))
+        for _ in range(40):  # scrape many times: always both workers' sum
+            with httpx.Client(base_url=base, timeout=10) as client:
+                text = client.get("/metrics/prometheus").text
+                readings.append(_counter(text, "queen_push_requests_total"))
+                assert readings[-1] == total
+                assert _counter(text, "queen_push_items_queued_total") == total
+                assert _counter(text, 'queen_cluster_push_requests_total{scope="cluster"}') == total
+                workers = [
+                    line for line in text.splitlines() if line.startswith("queen_process_id{")
+                ]
+                assert len(workers) == 2
+                assert {'worker="0"' in line or 'worker="1"' in line for line in workers} == {True}
+                assert "# HELP queen_push_requests_total " in text
+                figures = client.get("/metrics", headers=json_accept).json()
+                answered_by.add(figures["processId"])
+                assert figures["counters"]["push_requests"] == total
+                assert figures["messages"]["total"] == total
+                assert figures["processes"] == 2
+        assert readings == sorted(readings), "a counter went back between scrapes"
+        assert answered_by == pids, "both workers answered the scrapes"
+        # the rates: each worker's history reads the service, so its intervals add up to
+        # every push, whichever worker keeps it (its first point predates the pushes)
+        for _ in range(2):
+            with httpx.Client(base_url=base, timeout=10) as client:
+                assert client.post("/api/v1/stats/refresh").status_code == 200
+                status = client.get("/api/v1/status").json()
+                assert sum(p["ingested"] for p in status["throughput"]) == total
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    assert not metrics_dir.exists(), "the parent removes the metrics directory when it stops"
 
 
 def _serve_argv(port: int, spool: Path, *extra: str) -> list[str]:
@@ -171,6 +260,27 @@ def test_a_second_broker_on_a_taken_port_exits_with_port_in_use(
         assert first.wait(timeout=60) == 0
 
 
+@pytest.mark.timeout(150)
+def test_workers_outlive_the_thread_that_started_them(pg_url: str, tmp_path: Path) -> None:
+    """The parent-death signal follows the thread that forked a worker: the workers must not
+    be stopped when an idle pooled thread ends (Trio's end after 10 s)."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        _serve_argv(port, tmp_path / "spool", "--workers", "2"), env=_external_env(pg_url)
+    )
+    try:
+        pids = _process_ids(f"http://127.0.0.1:{port}", 2, time.monotonic() + 60)
+        assert len(pids) == 2
+        watch_until = time.monotonic() + 13  # past the 10 s a pooled thread idles
+        while time.monotonic() < watch_until:
+            assert proc.poll() is None, "the service stopped on its own"
+            assert all(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in pids)
+            time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
 def test_killed_parent_takes_its_workers_with_it(pg_url: str, tmp_path: Path) -> None:
     port = _free_port()
     parent = subprocess.Popen(
@@ -178,6 +288,7 @@ def test_killed_parent_takes_its_workers_with_it(pg_url: str, tmp_path: Path) ->
     )
     pids = _process_ids(f"http://127.0.0.1:{port}", 2, time.monotonic() + 60)
     assert len(pids) == 2
+    metrics_dir = _metrics_dir(min(pids))
     parent.kill()
     parent.wait(timeout=10)
     deadline = time.monotonic() + 30
@@ -186,6 +297,7 @@ def test_killed_parent_takes_its_workers_with_it(pg_url: str, tmp_path: Path) ->
         alive = {pid for pid in alive if Path(f"/proc/{pid}").exists() and not _zombie(pid)}
         time.sleep(0.05)
     assert not alive, "a worker outlived its parent and keeps the port"
+    shutil.rmtree(metrics_dir)  # a parent killed outright cannot remove it
     # the port is free again for the next broker
     with socket.socket() as again:
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

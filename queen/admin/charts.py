@@ -7,6 +7,7 @@ that goes into the markup is escaped here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from html import escape
 
 PALETTE = ("#2f81f7", "#3fb950", "#d29922", "#f85149", "#a371f7")
@@ -40,8 +41,13 @@ def line_chart(
     height: int = 160,
     unit: str = "",
     title: str = "",
+    times: Sequence[datetime] = (),
 ) -> str:
-    """Lines over a shared x axis (one point per sample, oldest left), with a legend."""
+    """Lines over a shared x axis (one point per sample, oldest left), with a legend.
+
+    ``times``: the moment of each sample (as many as the longest series); the x axis is then
+    labelled with clock times (UTC, ``HH:MM``, ``HH:MM:SS`` when the span is under 5 minutes).
+    """
     left, right, top, bottom = 44, 8, 22, 18
     plot_w, plot_h = width - left - right, height - top - bottom
     count = max((len(values) for _, values in series), default=0)
@@ -61,6 +67,8 @@ def line_chart(
             f'<text x="{left - 4}" y="{y + 3:.1f}" class="axis" text-anchor="end">'
             f"{escape(label)}{escape(unit)}</text>"
         )
+    if count >= 2 and len(times) == count:
+        parts.extend(_time_axis(times, left, plot_w, top + plot_h))
     if count < 2:
         parts.append(
             f'<text x="{left + plot_w / 2:.0f}" y="{top + plot_h / 2:.0f}" '
@@ -88,6 +96,24 @@ def line_chart(
         legend_x -= 14
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _time_axis(times: Sequence[datetime], left: int, plot_w: float, base: float) -> list[str]:
+    """Up to five clock-time labels under the plot, at evenly spaced samples."""
+    span = (times[-1] - times[0]).total_seconds()
+    fmt = "%H:%M:%S" if span < 300 else "%H:%M"
+    last = len(times) - 1
+    marks = sorted({round(last * i / 4) for i in range(5)})
+    parts = []
+    for index in marks:
+        x = left + plot_w * index / last
+        anchor = "start" if index == 0 else "end" if index == last else "middle"
+        parts.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{base:.1f}" y2="{base + 3:.1f}" class="grid"/>'
+            f'<text x="{x:.1f}" y="{base + 13:.1f}" class="axis" text-anchor="{anchor}">'
+            f"{escape(times[index].strftime(fmt))}</text>"
+        )
+    return parts
 
 
 def bar_chart(

@@ -1,17 +1,17 @@
-"""Recent counter history of this broker process, for rates and charts.
+"""Recent counter history of the broker, for rates and charts.
 
-:class:`History` keeps a snapshot of :class:`queen.metrics.Metrics` every ``step_s`` seconds
-for ``span_s`` seconds (a ring; the oldest point falls off). Rates are differences between
-points, so they are per process, like the counters. Sampling is synchronous and cheap (a dict
-copy): :meth:`sample` is called by the admin reads and by :meth:`run`, the loop that keeps it
-going while the broker serves.
+:class:`History` keeps a reading of the service's counters (:meth:`queen.metrics.Figures.read`:
+this process alone, or every worker of ``queen serve --workers N`` summed) every ``step_s``
+seconds for ``span_s`` seconds (a ring; the oldest point falls off). Rates are differences
+between points, so every worker answers the same rates. Sampling is synchronous and cheap (a
+dict copy, or reading the workers' few small files): :meth:`sample` is called by the admin
+reads and by :meth:`run`, the loop that keeps it going while the broker serves.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import resource
 import time
 from collections import deque
 from collections.abc import Callable
@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 import trio
 
 from queen.admin.results import RatePoint, Rates
-from queen.metrics import Metrics
+from queen.metrics import Figures, LocalFigures, Metrics
 
 log = logging.getLogger("queen.admin")
 
@@ -29,32 +29,29 @@ log = logging.getLogger("queen.admin")
 @dataclass(frozen=True, slots=True)
 class Point:
     at: float  # time.time()
-    counters: dict[str, int]
-    cpu_s: float  # user + system CPU seconds of this process
+    counters: dict[str, float]
+    cpu_s: float  # user + system CPU seconds of the broker processes
     rss_bytes: int
 
 
-def _cpu_and_rss() -> tuple[float, int]:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    rss = 0
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            rss = int(statm.read().split()[1]) * resource.getpagesize()
-    except (OSError, ValueError, IndexError):
-        rss = usage.ru_maxrss * 1024
-    return usage.ru_utime + usage.ru_stime, rss
+def _average_ms(before: Point, after: Point) -> float | None:
+    pops = after.counters.get("pop_messages", 0) - before.counters.get("pop_messages", 0)
+    if pops <= 0:
+        return None
+    waited = after.counters.get("pop_lag_seconds", 0) - before.counters.get("pop_lag_seconds", 0)
+    return round(1000 * waited / pops, 1)
 
 
 class History:
     def __init__(
         self,
-        metrics: Metrics,
+        figures: Figures | Metrics,
         *,
         step_s: float = 10.0,
         span_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.metrics = metrics
+        self.figures = LocalFigures(figures) if isinstance(figures, Metrics) else figures
         self.step_s = step_s
         self.clock = clock
         self.points: deque[Point] = deque(maxlen=max(2, int(span_s / step_s) + 1))
@@ -65,8 +62,8 @@ class History:
         now = self.clock()
         if not force and self.points and now - self.points[-1].at < self.step_s:
             return
-        cpu, rss = _cpu_and_rss()
-        self.points.append(Point(now, self.metrics.snapshot(), cpu, rss))
+        reading = self.figures.read()
+        self.points.append(Point(now, reading.counters, reading.cpu_s, reading.rss_bytes))
 
     def series(self, since: float | None = None) -> list[RatePoint]:
         """One entry per interval between consecutive points (those ending at ``since`` or
@@ -79,7 +76,7 @@ class History:
             span = max(after.at - before.at, 1e-9)
 
             def delta(name: str, b: Point = before, a: Point = after) -> int:
-                return a.counters.get(name, 0) - b.counters.get(name, 0)
+                return int(a.counters.get(name, 0) - b.counters.get(name, 0))
 
             def rate(name: str, s: float = span) -> float:
                 return round(delta(name) / s, 2)
@@ -99,9 +96,23 @@ class History:
                     processed=delta("acks"),
                     cpu_percent=round(100 * (after.cpu_s - before.cpu_s) / span, 1),
                     rss_bytes=after.rss_bytes,
+                    popped=delta("pop_messages"),
+                    average_lag_ms=_average_ms(before, after),
                 )
             )
         return out
+
+    def average_lag_s(self, span_s: float = 300.0) -> float:
+        """How long the messages popped over about the last ``span_s`` seconds had waited, on
+        average (pop time less creation); 0 when none was popped."""
+        points = list(self.points)
+        if len(points) < 2:
+            return 0.0
+        last = points[-1]
+        first = next((p for p in points if p.at >= last.at - span_s), points[0])
+        pops = last.counters.get("pop_messages", 0) - first.counters.get("pop_messages", 0)
+        waited = last.counters.get("pop_lag_seconds", 0) - first.counters.get("pop_lag_seconds", 0)
+        return round(waited / pops, 3) if pops > 0 else 0.0
 
     def latest_rates(self) -> Rates:
         """The rates of the newest interval (zeros before there are two points)."""
@@ -119,3 +130,29 @@ class History:
                 self.sample()
             except Exception:  # a sample must never end the process
                 log.exception("metrics history sample failed")
+
+
+class LagHistory:
+    """Each consumer group's lag on each queue it reads, every ``step_s`` for ``span_s``
+    (rings per (group, queue); a pair not seen for ``span_s`` is forgotten). Fed by
+    :meth:`queen.admin.service.AdminService.sample_lag` from its loop."""
+
+    def __init__(self, *, step_s: float = 30.0, span_s: float = 3600.0) -> None:
+        self.step_s = step_s
+        self.span_s = span_s
+        self._size = max(2, int(span_s / step_s) + 1)
+        self._rings: dict[tuple[str, str], deque[tuple[float, int]]] = {}
+
+    def record(self, at: float, lags: dict[tuple[str, str], int]) -> None:
+        for key, lag in lags.items():
+            ring = self._rings.get(key)
+            if ring is None:
+                ring = self._rings[key] = deque(maxlen=self._size)
+            ring.append((at, lag))
+        for key in [k for k, ring in self._rings.items() if at - ring[-1][0] > self.span_s]:
+            del self._rings[key]
+
+    def series(self, group: str, queue: str) -> list[tuple[datetime, int]]:
+        """The lag samples of ``group`` on ``queue``, oldest first."""
+        ring = self._rings.get((group, queue), ())
+        return [(datetime.fromtimestamp(at, UTC), lag) for at, lag in ring]

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
-from queen.admin.params import Page
+from queen.admin.params import DeadLetterRequest, Page, RetryFilter
 from queen.admin.payloads import Shown
 from queen.records import QueueOptions
+from queen.spool import SpoolState
 from queen.storage.retention import QueueHoldings
+from queen.supervision import LoopStatus
 
 # --- shared parts ------------------------------------------------------------------------------
 
@@ -71,7 +73,8 @@ class Rates:
 
 @dataclass(frozen=True, slots=True)
 class RatePoint:
-    """One interval of this process's history, ending ``at``."""
+    """One interval of the service's history, ending ``at``; ``average_lag_ms``: how long
+    the messages popped in it had waited (None when none was)."""
 
     at: datetime
     span_s: float
@@ -82,6 +85,8 @@ class RatePoint:
     processed: int
     cpu_percent: float
     rss_bytes: int  # at the end of the interval
+    popped: int = 0
+    average_lag_ms: float | None = None
 
 
 # --- queues ------------------------------------------------------------------------------------
@@ -192,22 +197,39 @@ class Groupings:
 
 @dataclass(frozen=True, slots=True)
 class ProcessState:
-    """How this broker process stands. ``spool`` is the spool's own description (None when the
-    spool is off); ``counters`` are :meth:`queen.metrics.Metrics.snapshot`."""
+    """How this broker process stands. ``spool`` is None when the spool is off; ``counters``
+    are the service's :class:`queen.metrics.Metrics` totals (every worker of ``--workers N``
+    summed)."""
 
     process_id: int
     uptime_s: float
     active_partitions: int
     database_up: bool
     maintenance_mode: bool
-    spool: dict[str, Any] | None
-    counters: dict[str, int]
+    spool: SpoolState | None
+    counters: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """What this process knows without asking the database, ``at``: shown by the dashboard
+    while the database is away. ``database_down_since`` is None while it answers; ``rates``
+    are the newest interval's; ``pop_maintenance`` is the switch as last read."""
+
+    at: datetime
+    database_down_since: datetime | None
+    process: ProcessState
+    push_maintenance: bool
+    pop_maintenance: bool
+    loops: dict[str, LoopStatus]
+    rates: Rates
 
 
 @dataclass(frozen=True, slots=True)
 class Overview:
-    """Every queue together (queue mode's figures), this process's latest rates and state,
-    measured ``at``."""
+    """Every queue together (queue mode's figures), the service's latest rates and this
+    process's state, measured ``at``; ``average_lag_s``: how long the messages popped over
+    the last five minutes had waited, on average."""
 
     queues: int
     partitions: int
@@ -222,15 +244,20 @@ class Overview:
     pop_maintenance: bool
     process: ProcessState
     at: datetime
+    average_lag_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Status:
-    """``GET /api/v1/status``: this process's history over the window, and the overview."""
+    """``GET /api/v1/status``: the service's history over the window, the overview, the
+    queues holding messages, the history's step and the service's counter totals."""
 
     window: TimeRange
     throughput: list[RatePoint]
     overview: Overview
+    queues: list[QueueSummary]
+    step_s: float
+    counters: dict[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,17 +273,22 @@ class ProcessSeries:
 
 @dataclass(frozen=True, slots=True)
 class ProcessMetrics:
-    """``GET /metrics`` as JSON: this process's figures."""
+    """``GET /metrics`` as JSON: the service's counters (every worker summed), this
+    process's id and uptime."""
 
     uptime_s: float
     requests: int  # pushes, pops and acks
     items_queued: int
     ingested_per_s: float
     pool_size: int
+    pool_idle: int | None  # this process's pool (None without PostgreSQL)
     rss_bytes: int
     cpu_s: float
+    cpu_user_us: int
+    cpu_system_us: int
     process_id: int
-    counters: dict[str, int]
+    processes: int  # broker processes live now (1, or the workers of --workers N)
+    counters: dict[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +346,9 @@ DeletionOutcome = Literal["deleted", "leased", "missing"]
 
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
-    """A stored message without its payload, with queue mode's status of it."""
+    """A stored message without its payload, with queue mode's status of it; in a list, of
+    the named groups with a cursor on its partition (``total_groups``), how many have it
+    behind their cursor (``consumed_by``)."""
 
     partition_id: int
     queue: str
@@ -329,6 +363,8 @@ class StoredMessage:
     producer_sub: str | None
     created_at: datetime
     lease_expires_at: datetime | None
+    consumed_by: int | None = None
+    total_groups: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +423,61 @@ class MessageDeletion:
     outcome: DeletionOutcome
 
 
+# --- actions on messages and dead letters ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetriedCopy:
+    """A dead letter delivered again: its copy at ``offset`` of its partition, for ``group``."""
+
+    partition_id: int
+    transaction_id: str
+    consumer_group: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRetry:
+    """Retrying one message's dead letters: ``copies`` is empty when none was left (retried
+    already, or never dead-lettered)."""
+
+    partition_id: int
+    transaction_id: str
+    copies: list[RetriedCopy]
+
+    @property
+    def retried(self) -> bool:
+        return bool(self.copies)
+
+
+@dataclass(frozen=True, slots=True)
+class BulkRetry:
+    scope: RetryFilter
+    retried: int
+
+
+DeadLetterOutcome = Literal["moved", "already", "consumed", "leased", "no_group", "missing"]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDeadLettered:
+    partition_id: int
+    transaction_id: str
+    request: DeadLetterRequest
+    outcome: DeadLetterOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCleared:
+    """Clearing a queue (or a partition): ``cleared`` messages removed, ``kept`` left because
+    they share a write with a message inside a live lease."""
+
+    queue: str
+    partition: str | None
+    cleared: int
+    kept: int
+
+
 # --- consumer groups ---------------------------------------------------------------------------
 
 
@@ -420,7 +511,8 @@ class GroupPage:
 
 @dataclass(frozen=True, slots=True)
 class GroupPartition:
-    """A group's cursor in one partition."""
+    """Where a group stands in one partition holding messages: ``cursor_offset`` is its
+    cursor, or, before its first pop there, the offset its subscription starts at."""
 
     partition: str
     partition_id: int
@@ -430,6 +522,17 @@ class GroupPartition:
     time_lag_s: float
     lease_expires_at: datetime | None  # its live lease, if any
     last_consumed_at: datetime | None
+    oldest_at: datetime | None = None  # when its oldest unconsumed message was written
+    lease_expired_at: datetime | None = None  # a lease ran out here with messages in it
+    stuck: str | None = None  # why this partition looks stuck, if it does
+
+
+@dataclass(frozen=True, slots=True)
+class LaggingPartition:
+    """A partition where a group lags: the group's standing on the queue, and the partition."""
+
+    standing: GroupStanding
+    partition: GroupPartition
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,22 +3,28 @@ how this process is doing, as typed values (:mod:`queen.admin.results`; HTTP ren
 the original broker's shapes).
 
 It reads through :class:`queen.storage.admin.PgAdminStore` and the broker's own state (counters,
-spool, switches); it writes nothing but single message deletions. Figures are computed when
-asked, from offsets and cursors (see ``admin.sql``), so there is nothing to keep in step and
-``POST /api/v1/stats/refresh`` only drops the cached gauges.
+spool, switches); it writes nothing but single message deletions. The operator's actions on
+dead letters and queues are :attr:`AdminService.actions` (:mod:`queen.admin.actions`).
+Figures are computed when asked, from offsets and cursors (see ``admin.sql``), so there is
+nothing to keep in step and ``POST /api/v1/stats/refresh`` only drops the cached gauges.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import trio
+
 from queen.admin import params
-from queen.admin.history import History
+from queen.admin.actions import AdminActions
+from queen.admin.history import History, LagHistory
+from queen.admin.params import Page
 from queen.admin.payloads import decode_payload
 from queen.admin.results import (
     ConfiguredQueue,
@@ -32,6 +38,7 @@ from queen.admin.results import (
     GroupPartition,
     GroupStanding,
     GroupView,
+    LaggingPartition,
     MessageCounts,
     MessageDeletion,
     MessageDetail,
@@ -51,6 +58,7 @@ from queen.admin.results import (
     QueueSummary,
     RatePoint,
     RetentionFigures,
+    Standing,
     Status,
     StoredMessage,
     TableSize,
@@ -58,13 +66,18 @@ from queen.admin.results import (
 )
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.service import ConsumeService
-from queen.metrics import Metrics
+from queen.errors import StoreError
+from queen.metrics import Figures, LocalFigures, Metrics
 from queen.operations import Operations
+from queen.push import PushService
 from queen.records import QUEUE_MODE, QueueOptions
 from queen.settings import Settings
 from queen.storage.admin import PgAdminStore, Row
 
 GAUGE_CACHE_S = 10.0
+# How a stored subscription start reads back: as the pop asked for it (and as the original
+# broker names it).
+SUBSCRIPTION_MODES = {"all": "all", "now": "new", "at": "timestamp"}
 MAX_GAUGE_QUEUES = 1000
 RETENTION_COUNTERS = (
     "retention_passes",
@@ -100,9 +113,44 @@ def _options(row: Row) -> QueueOptions:
     return QueueOptions(**values, dedup_window_s=row["dedup_window_seconds"])
 
 
+def _group_partition(p: Row, now: datetime) -> GroupPartition:
+    return GroupPartition(
+        partition=p["partition_name"],
+        partition_id=int(p["partition_id"]),
+        cursor_offset=int(p["cursor_offset"]),
+        next_offset=int(p["next_offset"]),
+        lag=int(p["lag"]),
+        time_lag_s=age_s(p["oldest_at"], now),
+        lease_expires_at=p["lease_expires_at"],
+        last_consumed_at=p["delivered_at"],
+        oldest_at=p["oldest_at"],
+        lease_expired_at=p["lease_expired_at"],
+        stuck=stuck_reason(
+            int(p["lag"]),
+            lease=p["lease_expires_at"],
+            lease_expired=p["lease_expired_at"],
+            last_pop=p["delivered_at"],
+            waiting_s=age_s(p["oldest_at"], now),
+            now=now,
+        ),
+    )
+
+
+def _whole(counters: Mapping[str, float]) -> dict[str, float]:
+    """The :class:`Metrics` counters of a reading, counts as integers."""
+    return {k: v if k in _SECONDS else int(v) for k, v in counters.items() if k in _METRIC_FIELDS}
+
+
+_METRIC_FIELDS = frozenset(Metrics().snapshot())
+_SECONDS = frozenset({"push_transaction_seconds", "pop_lag_seconds"})
+
+
 def _time(text: str | None) -> datetime | None:
     """A time the database wrote into JSON."""
     return None if text is None else datetime.fromisoformat(text)
+
+
+log = logging.getLogger("queen.admin")
 
 
 class AdminService:
@@ -116,17 +164,23 @@ class AdminService:
         store: PgAdminStore | None = None,
         consume: ConsumeService | None = None,
         history: History | None = None,
+        push: PushService | None = None,
+        figures: Figures | None = None,
     ) -> None:
         """``database``: what the start-up line calls it; ``store`` and ``consume`` are None
-        without PostgreSQL (the admin reads then raise :class:`ConsumeUnavailable`)."""
+        without PostgreSQL (the admin reads then raise :class:`ConsumeUnavailable`);
+        ``figures``: how the service's counters are read (by default this process's)."""
         self.settings = settings
         self.metrics = metrics
         self.ops = ops
         self.database = database
         self._store = store
         self._consume = consume
-        self.history = history or History(metrics)
+        self.figures: Figures = figures or LocalFigures(metrics)
+        self.history = history or History(self.figures)
+        self.lag_history = LagHistory()
         self._gauges: tuple[float, QueueGauges] | None = None
+        self.actions = AdminActions(store, push)
 
     @property
     def store(self) -> PgAdminStore:
@@ -175,8 +229,11 @@ class AdminService:
     async def _figures(self, queue: Row, args: Mapping[str, Any]) -> QueueFigures:
         """The queue of ``queue`` (its row), one page of its partitions, and its totals."""
         page = params.page(args)
+        order = params.partition_order(args)
         queue_id = int(queue["id"])
-        rows = await self.store.partitions(queue_id, limit=page.limit, offset=page.offset)
+        rows = await self.store.partitions(
+            queue_id, limit=page.limit, offset=page.offset, order=order
+        )
         dlq = await self.store.dlq_by_partition(queue_id)
         now = datetime.now(UTC)
         partitions = [
@@ -257,8 +314,28 @@ class AdminService:
             active_partitions=ops.supervisor.active_partitions,
             database_up=ops.db_health.up,
             maintenance_mode=ops.maintenance.enabled,
-            spool=ops.spool.describe() if ops.spool is not None else None,
-            counters=self.metrics.snapshot(),
+            spool=ops.spool_state(),
+            counters=_whole(self.figures.read().counters),
+        )
+
+    async def standing(self) -> Standing:
+        """This process from its own memory (no database read): what the dashboard shows
+        while the database is away."""
+        self.history.sample()
+        ops = self.ops
+        down = ops.db_health.down_since
+        try:
+            pop_maintenance = (await self.consume.pop_maintenance()).enabled
+        except ConsumeUnavailable:
+            pop_maintenance = False
+        return Standing(
+            at=datetime.now(UTC),
+            database_down_since=None if down is None else datetime.fromtimestamp(down, UTC),
+            process=self._process(),
+            push_maintenance=ops.maintenance.enabled,
+            pop_maintenance=pop_maintenance,
+            loops=ops.loops.statuses(),
+            rates=self.history.latest_rates(),
         )
 
     async def overview(self) -> Overview:
@@ -285,6 +362,7 @@ class AdminService:
             pop_maintenance=pop_maintenance,
             process=self._process(),
             at=now,
+            average_lag_s=self.history.average_lag_s(),
         )
 
     def _throughput(self, since: datetime) -> list[RatePoint]:
@@ -292,10 +370,23 @@ class AdminService:
         return self.history.series(since.timestamp())
 
     async def status(self, args: Mapping[str, Any]) -> Status:
-        """``GET /api/v1/status``: throughput of this process over the window, and totals."""
+        """``GET /api/v1/status``: the service's throughput over the window, totals, and the
+        queues holding messages (one page; filters ``queue``, ``namespace``, ``task``)."""
         since, until = params.window(args, default=timedelta(hours=1))
         overview = await self.overview()
-        return Status(TimeRange(since, until), self._throughput(since), overview)
+        queue = params.optional_name(args, "queue")
+        listed = await self.queues({**args, "search": queue} if queue else args)
+        active = [
+            q for q in listed.queues if q.messages.total > 0 and (queue is None or q.name == queue)
+        ]
+        return Status(
+            TimeRange(since, until),
+            self._throughput(since),
+            overview,
+            active,
+            self.history.step_s,
+            self.figures.read().counters,
+        )
 
     def _series(self, args: Mapping[str, Any]) -> ProcessSeries:
         since, until = params.window(args, default=timedelta(hours=1))
@@ -375,18 +466,23 @@ class AdminService:
         """``GET /metrics`` with ``Accept: application/json``: the original's figures for this
         process."""
         self.history.sample()
-        c = self.metrics.snapshot()
+        reading = self.figures.read()
+        c = _whole(reading.counters)
         rates = self.history.latest_rates()
-        last = self.history.points[-1] if self.history.points else None
+        gauges = self.ops.gauges()
         return ProcessMetrics(
             uptime_s=round(time.time() - self.history.started_at, 1),
-            requests=c["push_requests"] + c["pop_requests"] + c["acks"],
-            items_queued=c["push_items_queued"],
+            requests=int(c["push_requests"] + c["pop_requests"] + c["acks"]),
+            items_queued=int(c["push_items_queued"]),
             ingested_per_s=rates.ingested_per_s,
             pool_size=self.settings.db_pool_size,
-            rss_bytes=last.rss_bytes if last else 0,
-            cpu_s=round(last.cpu_s, 3) if last else 0.0,
+            pool_idle=int(gauges["db_pool_idle"]) if "db_pool_idle" in gauges else None,
+            rss_bytes=reading.rss_bytes,
+            cpu_s=round(reading.cpu_s, 3),
+            cpu_user_us=int(reading.counters.get("cpu_user_microseconds", 0)),
+            cpu_system_us=int(reading.counters.get("cpu_system_microseconds", 0)),
             process_id=os.getpid(),
+            processes=reading.processes,
             counters=c,
         )
 
@@ -408,14 +504,20 @@ class AdminService:
             producer_sub=r["producer_sub"],
             created_at=r["created_at"],
             lease_expires_at=lease_expires_at,
+            consumed_by=r.get("consumed_by"),
+            total_groups=r.get("total_groups"),
         )
 
     async def messages(self, args: Mapping[str, Any], *, queue: str | None = None) -> MessagePage:
         """``GET /api/v1/messages``: stored messages, newest first, one page (no payloads)."""
         page = params.page(args, default_limit=50)
         since, until = params.window(args, default=timedelta(days=7))
+        queue = queue or params.optional_name(args, "queue")
+        transaction_id = params.transaction_id(args)
+        if transaction_id is not None:
+            return await self._find(queue, transaction_id, page, since, until)
         rows = await self.store.messages(
-            queue=queue or params.optional_name(args, "queue"),
+            queue=queue,
             partition=params.optional_name(args, "partition"),
             namespace=params.optional_name(args, "namespace"),
             task=params.optional_name(args, "task"),
@@ -430,6 +532,21 @@ class AdminService:
             page,
             TimeRange(since, until),
         )
+
+    async def _find(
+        self, queue: str | None, transaction_id: str, page: Page, since: datetime, until: datetime
+    ) -> MessagePage:
+        """The messages of ``queue`` with ``transaction_id`` (one per partition holding one),
+        whenever they were stored."""
+        if queue is None:
+            raise InvalidRequest("transactionId needs queue: the queue to look in")
+        ids = await self.store.find_partitions(queue, transaction_id, page.offset + page.limit)
+        found = []
+        for partition_id in ids[page.offset :]:
+            detail = await self.message(str(partition_id), transaction_id)
+            if detail is not None:
+                found.append(detail.message)
+        return MessagePage(found, page, TimeRange(since, until))
 
     async def message(self, partition_id: str, transaction_id: str) -> MessageDetail | None:
         """``GET /api/v1/messages/{partitionId}/{transactionId}``, with the payload."""
@@ -493,10 +610,35 @@ class AdminService:
             max_time_lag_s=age_s(r["oldest_at"], now),
             oldest_pending_at=r["oldest_at"],
             last_consumed_at=r["last_delivered_at"],
-            subscription_mode=r["subscription_mode"],
+            subscription_mode=SUBSCRIPTION_MODES.get(
+                r["subscription_mode"], r["subscription_mode"]
+            ),
             subscribed_at=r["subscribed_at"],
             subscription_created_at=r["subscription_created_at"],
         )
+
+    async def sample_lag(self) -> None:
+        """Record every group's lag on every queue (the first 1,000 pairs) in
+        :attr:`lag_history`."""
+        rows = await self.store.groups(group=None, queue=None, limit=params.MAX_LIMIT, offset=0)
+        self.lag_history.record(
+            time.time(), {(r["consumer_group"], r["queue_name"]): int(r["lag"]) for r in rows}
+        )
+
+    async def run_lag_history(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Sample the groups' lag every ``lag_history.step_s`` until cancelled; a sample the
+        database cannot answer is skipped. Without PostgreSQL there is nothing to sample."""
+        task_status.started()
+        if self._store is None:
+            return
+        while True:
+            try:
+                await self.sample_lag()
+            except StoreError as exc:
+                log.debug("group lag not sampled: %s", exc)
+            await trio.sleep(self.lag_history.step_s)
 
     async def groups(self, args: Mapping[str, Any]) -> list[GroupStanding]:
         """``GET /api/v1/consumer-groups``: one entry per (group, queue), one page (without a
@@ -524,33 +666,37 @@ class AdminService:
             parts = await self.store.group_partitions(
                 name, int(r["queue_id"]), limit=page.limit, offset=page.offset
             )
-            partitions = [
-                GroupPartition(
-                    partition=p["partition_name"],
-                    partition_id=int(p["partition_id"]),
-                    cursor_offset=int(p["cursor_offset"]),
-                    next_offset=int(p["next_offset"]),
-                    lag=int(p["lag"]),
-                    time_lag_s=age_s(p["oldest_at"], now),
-                    lease_expires_at=p["lease_expires_at"],
-                    last_consumed_at=p["delivered_at"],
-                )
-                for p in parts
-            ]
+            partitions = [_group_partition(p, now) for p in parts]
             found.append(GroupOnQueue(self._standing(r, now), partitions))
         return found
 
-    async def lagging(self, args: Mapping[str, Any]) -> list[GroupStanding]:
-        """``GET /api/v1/consumer-groups/lagging?minLagSeconds=N``: (group, queue) pairs whose
-        oldest unconsumed message is at least N seconds old, oldest first."""
+    async def lagging(self, args: Mapping[str, Any]) -> list[LaggingPartition]:
+        """``GET /api/v1/consumer-groups/lagging?minLagSeconds=N``: per (group, queue,
+        partition), as the original answers, the partitions whose oldest unconsumed message
+        is at least N seconds old, oldest first (one page)."""
         threshold = params.min_lag_seconds(args)
         page = params.page(args)
         rows = await self.store.groups(group=None, queue=None, limit=params.MAX_LIMIT, offset=0)
         now = datetime.now(UTC)
-        standings = [self._standing(r, now) for r in rows if int(r["lag"]) > 0]
-        lagging = [g for g in standings if g.max_time_lag_s >= threshold]
-        lagging.sort(key=lambda g: g.max_time_lag_s, reverse=True)
-        return lagging[page.offset : page.offset + page.limit]
+        found: list[LaggingPartition] = []
+        for r in rows:
+            standing = self._standing(r, now)
+            if int(r["lag"]) <= 0 or standing.max_time_lag_s < threshold:
+                continue
+            offset = 0
+            while True:
+                parts = await self.store.group_partitions(
+                    standing.name, int(r["queue_id"]), limit=params.MAX_LIMIT, offset=offset
+                )
+                for p in parts:
+                    partition = _group_partition(p, now)
+                    if partition.lag > 0 and partition.time_lag_s >= threshold:
+                        found.append(LaggingPartition(standing, partition))
+                if len(parts) < params.MAX_LIMIT:
+                    break
+                offset += len(parts)
+        found.sort(key=lambda x: x.partition.time_lag_s, reverse=True)
+        return found[page.offset : page.offset + page.limit]
 
     # --- gauges ------------------------------------------------------------------------------
 
@@ -579,3 +725,42 @@ def check_name(value: str, what: str) -> str:
     if checked is None:  # pragma: no cover - required=True never returns None
         raise InvalidRequest(f"{what} is required")
     return checked
+
+
+STUCK_IDLE_S = 300.0  # a partition with messages for a group and no pop this long is stuck
+
+
+def stuck_reason(
+    lag: int,
+    *,
+    lease: datetime | None,
+    lease_expired: datetime | None,
+    last_pop: datetime | None,
+    waiting_s: float,
+    now: datetime,
+) -> str | None:
+    """Why a group's partition looks stuck, or None: it holds messages for the group, no live
+    lease covers them, and either a lease ran out there (its consumer went away holding
+    messages) or its oldest message has waited ``STUCK_IDLE_S`` (``waiting_s``) with no pop
+    there for as long (or ever)."""
+    if lag <= 0 or lease is not None:
+        return None
+    if lease_expired is not None:
+        return f"lease expired {_ago(now - lease_expired)} ago, not popped since"
+    if waiting_s < STUCK_IDLE_S:
+        return None
+    if last_pop is None:
+        return f"never popped, oldest message waiting {_ago(timedelta(seconds=waiting_s))}"
+    idle = now - last_pop
+    if idle.total_seconds() >= STUCK_IDLE_S:
+        return f"no pop for {_ago(idle)}"
+    return None
+
+
+def _ago(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"

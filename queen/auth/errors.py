@@ -8,12 +8,14 @@ from typing import Any
 class AuthFailure(Exception):
     """A request is refused: 401 (no or bad credentials), 403 (not allowed), or 503 (the
     signing keys cannot be fetched right now). ``message`` is short and safe to send back;
-    ``extra`` holds more JSON fields for the answer."""
+    ``extra`` holds more JSON fields for the answer; ``sub`` is the refused caller's, when
+    its token was valid (a 403), for the logs."""
 
-    def __init__(self, status: int, message: str, **extra: Any) -> None:
+    def __init__(self, status: int, message: str, *, sub: str | None = None, **extra: Any) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.sub = sub
         self.extra = extra
 
 

@@ -75,7 +75,9 @@ class AccessGate:
             log.warning("refused %s %s: the route is not in the access table", method, rule)
             raise AuthFailure(403, INSUFFICIENT_PERMISSIONS, reason="route has no access rule")
         if not satisfies(identity.roles, needed):
-            raise AuthFailure(403, INSUFFICIENT_PERMISSIONS, required=describe_roles(needed))
+            raise AuthFailure(
+                403, INSUFFICIENT_PERMISSIONS, sub=identity.sub, required=describe_roles(needed)
+            )
         return identity
 
     async def warm_up(self) -> None:

@@ -8,6 +8,9 @@ new route cannot be left open by accident; ``tests/test_auth_http.py`` walks the
 map and fails when a route is missing here.
 
 The table may list routes the app does not serve yet; they cost nothing.
+
+An entry marked ``audited`` is an operator's action (it deletes, clears, retries, moves a
+cursor or switches maintenance): the app logs every call of it with the caller's ``sub``.
 """
 
 from __future__ import annotations
@@ -34,10 +37,13 @@ class RouteAccess:
     rule: str
     roles: RoleSet
     what: str
+    audited: bool = False
 
 
-def _route(method: str, rule: str, roles: RoleSet, what: str) -> RouteAccess:
-    return RouteAccess(method, rule, roles, what)
+def _route(
+    method: str, rule: str, roles: RoleSet, what: str, *, audited: bool = False
+) -> RouteAccess:
+    return RouteAccess(method, rule, roles, what, audited)
 
 
 ROUTE_TABLE: Final[tuple[RouteAccess, ...]] = (
@@ -62,18 +68,21 @@ ROUTE_TABLE: Final[tuple[RouteAccess, ...]] = (
         "/api/v1/consumer-groups/<group>/subscription",
         CONSUME,
         "move a consumer group's subscription time",
+        audited=True,
     ),
     _route(
         "POST",
         "/api/v1/consumer-groups/<group>/queues/<queue>/seek",
         CONSUME,
-        "move a consumer group's cursor on a queue",
+        "move a consumer group's cursor on a queue (a consumer's operation, as in the clients)",
+        audited=True,
     ),
     _route(
         "POST",
         "/api/v1/consumer-groups/<group>/queues/<queue>/partitions/<partition>/seek",
         CONSUME,
         "move a consumer group's cursor on one partition to its end",
+        audited=True,
     ),
     _route("POST", "/api/v1/traces", CONSUME, "record a processing trace"),
     # Streams SDK: read and write.
@@ -93,21 +102,54 @@ ROUTE_TABLE: Final[tuple[RouteAccess, ...]] = (
     _route("GET", "/metrics/prometheus", READ, "Prometheus metrics (public by default)"),
     _route("GET", "/", READ, "the dashboard's page (public by default; holds no data)"),
     _route("GET", "/dashboard/**", READ, "the dashboard's views"),
-    # System: admin.
+    # System and operator actions: admin.
     _route("GET", "/api/v1/system/maintenance", ADMIN, "push maintenance mode"),
-    _route("POST", "/api/v1/system/maintenance", ADMIN, "switch push maintenance mode"),
+    _route(
+        "POST", "/api/v1/system/maintenance", ADMIN, "switch push maintenance mode", audited=True
+    ),
     _route("GET", "/api/v1/system/maintenance/pop", ADMIN, "pop maintenance mode"),
-    _route("POST", "/api/v1/system/maintenance/pop", ADMIN, "switch pop maintenance mode"),
-    _route("DELETE", "/api/v1/resources/queues/<queue>", ADMIN, "delete a queue"),
-    _route("DELETE", "/api/v1/consumer-groups/<group>", ADMIN, "delete a consumer group"),
+    _route(
+        "POST",
+        "/api/v1/system/maintenance/pop",
+        ADMIN,
+        "switch pop maintenance mode",
+        audited=True,
+    ),
+    _route("DELETE", "/api/v1/resources/queues/<queue>", ADMIN, "delete a queue", audited=True),
+    _route("DELETE", "/api/v1/queues/<queue>/clear", ADMIN, "clear a queue", audited=True),
+    _route(
+        "DELETE", "/api/v1/consumer-groups/<group>", ADMIN, "delete a consumer group", audited=True
+    ),
     _route(
         "DELETE",
         "/api/v1/consumer-groups/<group>/queues/<queue>",
         ADMIN,
         "delete a consumer group's state on one queue",
+        audited=True,
     ),
     _route("POST", "/api/v1/stats/refresh", ADMIN, "recompute statistics"),
-    _route("DELETE", "/api/v1/messages/<partition_id>/<transaction_id>", ADMIN, "delete a message"),
+    _route(
+        "DELETE",
+        "/api/v1/messages/<partition_id>/<transaction_id>",
+        ADMIN,
+        "delete a message",
+        audited=True,
+    ),
+    _route(
+        "POST",
+        "/api/v1/messages/<partition_id>/<transaction_id>/retry",
+        ADMIN,
+        "deliver a dead-lettered message again",
+        audited=True,
+    ),
+    _route(
+        "POST",
+        "/api/v1/messages/<partition_id>/<transaction_id>/dlq",
+        ADMIN,
+        "move a message to a dead letter queue",
+        audited=True,
+    ),
+    _route("POST", "/api/v1/dlq/retry", ADMIN, "deliver dead letters again", audited=True),
 )
 
 _PLACEHOLDER = re.compile(r"<[^<>]*>")
@@ -130,6 +172,9 @@ class RouteTable:
         self.entries = tuple(entries)
         self._exact: dict[tuple[str, str], RoleSet] = {}
         self._families: list[tuple[str, str, RoleSet]] = []
+        self._audited = frozenset(
+            (e.method, normalize_rule(e.rule)) for e in self.entries if e.audited
+        )
         for entry in self.entries:
             if entry.method not in METHODS:
                 raise ValueError(f"unknown method in the access table: {entry.method}")
@@ -150,6 +195,10 @@ class RouteTable:
 
     def __iter__(self) -> Iterator[RouteAccess]:
         return iter(self.entries)
+
+    def audited(self, method: str, rule: str) -> bool:
+        """Whether calls of (method, rule) are logged as an operator's action."""
+        return (method.upper(), normalize_rule(rule)) in self._audited
 
     def required_roles(self, method: str, rule: str) -> RoleSet | None:
         key = (method, rule)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -65,7 +66,7 @@ from queen.consume.tracing import Traces
 from queen.consume.wakeups import Wakeups
 from queen.encryption import QueueEncryption
 from queen.errors import StoreError
-from queen.ids import mint_id
+from queen.ids import millis_of, mint_id
 from queen.intake import decode_json
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
@@ -199,6 +200,7 @@ class ConsumeService:
                 if delivered:
                     delivered = await self._opened(request, delivered, lease_id)
                     self.metrics.pop_messages += len(delivered)
+                    self.metrics.pop_lag_seconds += _lag_s(delivered)
                     result.delivered = delivered
                     result.lease_id = lease_id
                     result.lease_expires_at = expires_at
@@ -301,6 +303,7 @@ class ConsumeService:
 
     async def ack(self, items: Sequence[AckItem]) -> list[AckResult]:
         """One result per item, in order; a refused item has success false."""
+        self.metrics.ack_requests += 1
         outcomes = await self.store.ack(items)
         self.metrics.acks += len(outcomes)
         self.metrics.acks_refused += sum(not o.success for o in outcomes)
@@ -427,6 +430,13 @@ class ConsumeService:
         if enabled:
             self.wakeups.fire_all()  # waiting pops answer now
         return PopMaintenance(enabled)
+
+
+def _lag_s(delivered: list[Delivered]) -> float:
+    """How long the delivered messages waited, summed: pop time less each message's creation
+    time (carried by its id); a message created "later" (another host's clock) counts 0."""
+    now_ms = time.time() * 1000
+    return sum(max(0.0, now_ms - millis_of(d.message_id)) for d in delivered) / 1000
 
 
 def _name(value: Any, what: str) -> str:

@@ -3,6 +3,11 @@
 The hook asks :class:`queen.auth.AccessGate` about every request before its route runs (so a
 refused push is answered before its body is read) and turns a refusal into a JSON error. Routes
 never look at tokens; the push route asks :func:`producer_sub` for the identity to stamp.
+
+Every call of a route the access table marks ``audited`` (an operator's action: deletions,
+clears, retries, seeks, maintenance switches) is logged once answered, on ``queen.audit`` at
+INFO: who (the token's ``sub``, or ``anonymous``), the method, the path with its query, and
+the status.
 """
 
 from __future__ import annotations
@@ -12,12 +17,14 @@ import logging
 from quart import Response, g, request
 from quart_trio import QuartTrio
 
-from queen.auth import ANONYMOUS, AccessGate, AuthFailure, Identity
+from queen.auth import ANONYMOUS, ROUTES, AccessGate, AuthFailure, Identity
 from queen.http.responses import error_response
 
 log = logging.getLogger("queen.auth")
+audit = logging.getLogger("queen.audit")
 
 _IDENTITY = "queen_identity"
+_REFUSED_SUB = "queen_refused_sub"
 
 
 def install(app: QuartTrio, gate: AccessGate) -> None:
@@ -39,12 +46,31 @@ def install(app: QuartTrio, gate: AccessGate) -> None:
             )
         except AuthFailure as refusal:
             log.debug("%s %s refused: %d %s", request.method, request.path, refusal.status, refusal)
+            setattr(g, _REFUSED_SUB, refusal.sub)
             response = error_response(refusal.status, refusal.message, **refusal.extra)
             if refusal.status == 401:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="queen"'
             return response
         setattr(g, _IDENTITY, identity)
         return None
+
+    @app.after_request
+    async def log_action(response: Response) -> Response:
+        rule = request.url_rule
+        if rule is not None and ROUTES.audited(request.method, rule.rule):
+            identity = getattr(g, _IDENTITY, None)
+            sub = identity.sub if isinstance(identity, Identity) else getattr(g, _REFUSED_SUB, None)
+            who = sub or "anonymous"
+            query = request.query_string.decode("latin-1")
+            audit.info(
+                "%s %s %s%s -> %d",
+                who,
+                request.method,
+                request.path,
+                f"?{query}" if query else "",
+                response.status_code,
+            )
+        return response
 
 
 def current_identity() -> Identity:

@@ -12,10 +12,12 @@ from typing import Any, TypeVar
 
 from quart import Blueprint, Response, current_app, request
 
+from queen.admin import params
 from queen.admin.service import AdminService, check_name
 from queen.http import render_admin as render
+from queen.http.access import current_identity
 from queen.http.groups import GroupName
-from queen.http.responses import error_response, json_response
+from queen.http.responses import error_response, json_body, json_response
 
 blueprint = Blueprint("admin_api", __name__)
 
@@ -97,6 +99,46 @@ async def delete_message(partition_id: str, transaction_id: str) -> Response:
     return json_response(render.message_deleted(deletion), DELETION_STATUS[deletion.outcome])
 
 
+# --- actions on dead letters and queues (admin role) -------------------------------------------
+
+
+@blueprint.post("/api/v1/messages/<partition_id>/<path:transaction_id>/retry")
+async def retry_message(partition_id: str, transaction_id: str) -> Response:
+    checked = params.partition_id(partition_id)
+    await json_body(allow_empty=True)  # no body is expected; a broken one is still a 400
+    retried = await admin().actions.retry_message(
+        checked, transaction_id, by=current_identity().sub
+    )
+    return json_response(render.message_retried(retried))
+
+
+@blueprint.post("/api/v1/messages/<partition_id>/<path:transaction_id>/dlq")
+async def dead_letter_message(partition_id: str, transaction_id: str) -> Response:
+    checked = params.partition_id(partition_id)
+    wanted = params.dead_letter_request(await json_body(allow_empty=True))
+    done = await admin().actions.dead_letter(
+        checked, transaction_id, wanted, by=current_identity().sub
+    )
+    body, status = render.message_dead_lettered(done)
+    return json_response(body, status)
+
+
+@blueprint.post("/api/v1/dlq/retry")
+async def retry_dead_letters() -> Response:
+    scope = params.retry_filter(await json_body())
+    return json_response(
+        render.bulk_retried(await admin().actions.retry_many(scope, by=current_identity().sub))
+    )
+
+
+@blueprint.delete("/api/v1/queues/<queue>/clear")
+async def clear_queue(queue: str) -> Response:
+    name = check_name(queue, "queue")
+    partition = params.optional_name(request.args, "partition")
+    cleared = await admin().actions.clear(name, partition, by=current_identity().sub)
+    return json_response(render.queue_cleared(cleared))
+
+
 # --- status and analytics --------------------------------------------------------------------
 
 
@@ -169,7 +211,7 @@ async def consumer_groups() -> Response:
 
 @blueprint.get("/api/v1/consumer-groups/lagging")
 async def lagging() -> Response:
-    return json_response(render.group_standings(await admin().lagging(request.args)))
+    return json_response(render.lagging(await admin().lagging(request.args)))
 
 
 @blueprint.get("/api/v1/consumer-groups/<group_detail:group>")

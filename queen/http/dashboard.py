@@ -12,6 +12,10 @@ confirmation, so the API's access table decides who may.
 
 from __future__ import annotations
 
+import functools
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -24,12 +28,99 @@ from queen.admin.service import AdminService, check_name
 from queen.broker import Broker
 from queen.consume import requests
 from queen.consume.errors import ConsumeUnavailable
+from queen.errors import StoreUnavailable
 from queen.http import render, render_admin
 
 blueprint = Blueprint("dashboard", __name__, template_folder="templates")
 
 REFRESH_MS = 5000
 HTML = "text/html; charset=utf-8"
+REMEMBERED_PAGES = 64
+
+
+class PageMemory:
+    """The last page each view showed (by path and query), kept in this process so that a view
+    the database cannot answer shows it again, marked with its age; the oldest go first."""
+
+    def __init__(self, size: int = REMEMBERED_PAGES) -> None:
+        self._size = size
+        self._pages: OrderedDict[str, tuple[float, str]] = OrderedDict()
+
+    def keep(self, key: str, html: str) -> None:
+        self._pages[key] = (time.time(), html)
+        self._pages.move_to_end(key)
+        while len(self._pages) > self._size:
+            self._pages.popitem(last=False)
+
+    def recall(self, key: str) -> tuple[float, str] | None:
+        return self._pages.get(key)
+
+
+View = Callable[..., Awaitable[Response]]
+
+
+def remembered(*, standing: bool = False) -> Callable[[View], View]:
+    """Keep what the view shows; while the database is away, show the outage banner, this
+    process's own state (``standing``: the overview and system views) and the page as it was
+    last seen."""
+
+    def wrap(view: View) -> View:
+        @functools.wraps(view)
+        async def run(**kwargs: Any) -> Response:
+            key = request.full_path
+            if _broker().ops.db_health.up:
+                try:
+                    response = await view(**kwargs)
+                except StoreUnavailable:
+                    return await _outage(key, standing)
+                if response.status_code == 200:
+                    _memory().keep(key, await response.get_data(as_text=True))
+                return response
+            return await _outage(key, standing)
+
+        return run
+
+    return wrap
+
+
+def _memory() -> PageMemory:
+    memory = current_app.config.get("QUEEN_DASHBOARD_PAGES")
+    if memory is None:
+        memory = current_app.config["QUEEN_DASHBOARD_PAGES"] = PageMemory()
+    return memory
+
+
+async def _outage(key: str, with_standing: bool) -> Response:
+    standing = await _admin().standing()
+    kept = _memory().recall(key)
+    down = standing.database_down_since
+    now = time.time()
+    series = _admin().history.series()[-90:]
+    return await _page(
+        "outage.html",
+        st=render_admin.standing(standing),
+        down_for=now - down.timestamp() if down is not None else None,
+        with_standing=with_standing,
+        kept=kept[1] if kept else None,
+        kept_age=now - kept[0] if kept else None,
+        kept_at=datetime.fromtimestamp(kept[0], UTC).isoformat(timespec="seconds")
+        if kept
+        else None,
+        rates_chart=_rates_chart(series) if with_standing else "",
+    )
+
+
+def _rates_chart(series: list[Any]) -> str:
+    return charts.line_chart(
+        [
+            ("push", [p.rates.ingested_per_s for p in series]),
+            ("pop", [p.rates.pop_per_s for p in series]),
+            ("ack", [p.rates.processed_per_s for p in series]),
+        ],
+        unit="/s",
+        title="messages per second, this process (10 s samples)",
+        times=[p.at for p in series],
+    )
 
 
 def _admin() -> AdminService:
@@ -59,20 +150,12 @@ async def shell() -> Response:
 
 
 @blueprint.get("/dashboard/view/overview")
+@remembered(standing=True)
 async def overview() -> Response:
     admin = _admin()
     overview = await admin.overview()
     queues = await admin.queues(request.args)
-    series = admin.history.series()[-90:]
-    rates = charts.line_chart(
-        [
-            ("push", [p.rates.ingested_per_s for p in series]),
-            ("pop", [p.rates.pop_per_s for p in series]),
-            ("ack", [p.rates.processed_per_s for p in series]),
-        ],
-        unit="/s",
-        title="messages per second, this process (10 s samples)",
-    )
+    rates = _rates_chart(admin.history.series()[-90:])
     top = sorted(queues.queues, key=lambda q: q.messages.depth, reverse=True)[:8]
     depth = charts.bar_chart(
         [(q.name, q.messages.depth) for q in top],
@@ -88,6 +171,7 @@ async def overview() -> Response:
 
 
 @blueprint.get("/dashboard/view/queue/<path:queue>")
+@remembered()
 async def queue(queue: str) -> Response:
     name = check_name(queue, "queue")
     admin = _admin()
@@ -95,22 +179,29 @@ async def queue(queue: str) -> Response:
     if status is None:
         return Response(f"queue {name} does not exist", status=404, content_type=HTML)
     return await _page(
-        "queue.html", s=render_admin.queue_status(status), page=params.page(request.args)
+        "queue.html",
+        s=render_admin.queue_status(status),
+        page=params.page(request.args),
+        sort=params.partition_order(request.args),
+        sorts=params.PARTITION_ORDERS,
+        extra=_extra("sort"),
     )
 
 
 @blueprint.get("/dashboard/view/messages")
+@remembered()
 async def messages() -> Response:
     found = await _admin().messages(request.args)
     return await _page(
         "messages.html",
         m=render_admin.message_page(found),
         page=params.page(request.args, default_limit=50),
-        extra=_extra("queue", "partition", "status", "from", "to"),
+        extra=_extra("queue", "partition", "transactionId", "status", "from", "to"),
     )
 
 
 @blueprint.get("/dashboard/view/message/<partition_id>/<path:transaction_id>")
+@remembered()
 async def message(partition_id: str, transaction_id: str) -> Response:
     found = await _admin().message(partition_id, transaction_id)
     if found is None:
@@ -126,6 +217,7 @@ async def message(partition_id: str, transaction_id: str) -> Response:
 
 
 @blueprint.get("/dashboard/view/dlq")
+@remembered()
 async def dlq() -> Response:
     query = requests.dlq_query(request.args)
     found = await _broker().consume.dlq(query)
@@ -138,6 +230,7 @@ async def dlq() -> Response:
 
 
 @blueprint.get("/dashboard/view/groups")
+@remembered()
 async def groups() -> Response:
     admin = _admin()
     group = params.optional_name(request.args, "group")
@@ -158,7 +251,34 @@ async def groups() -> Response:
     )
 
 
+@blueprint.get("/dashboard/view/group/<path:group>")
+@remembered()
+async def group(group: str) -> Response:
+    name = check_name(group, "group")
+    admin = _admin()
+    found = await admin.group(name, request.args)
+    if found is None:
+        return Response(f"consumer group {name} does not exist", status=404, content_type=HTML)
+    lag_charts = {}
+    for g in found:
+        samples = admin.lag_history.series(name, g.standing.queue)
+        lag_charts[g.standing.queue] = charts.line_chart(
+            [("lag", [float(lag) for _, lag in samples])],
+            title=f"lag of {name} on {g.standing.queue} (messages, 30 s samples)",
+            times=[at for at, _ in samples],
+        )
+    return await _page(
+        "group.html",
+        name=name,
+        detail=render_admin.group_detail(found),
+        stuck={g.standing.queue: sum(1 for p in g.partitions if p.stuck) for g in found},
+        lag_charts=lag_charts,
+        page=params.page(request.args),
+    )
+
+
 @blueprint.get("/dashboard/view/traces")
+@remembered()
 async def traces() -> Response:
     tracing = _broker().consume.traces
     name = request.args.get("name") or None
@@ -174,6 +294,7 @@ async def traces() -> Response:
 
 
 @blueprint.get("/dashboard/view/system")
+@remembered(standing=True)
 async def system() -> Response:
     admin = _admin()
     broker = _broker()
@@ -186,6 +307,7 @@ async def system() -> Response:
         [("cpu %", [p.cpu_percent for p in series])],
         unit="%",
         title="CPU of this process",
+        times=[p.at for p in series],
         width=460,
     )
     overview = await admin.overview()

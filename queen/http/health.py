@@ -1,8 +1,9 @@
 """``GET /health``, ``GET /metrics`` and ``GET /metrics/prometheus``: public unless removed
 from ``JWT_SKIP_PATHS``.
 
-``/metrics`` is the Prometheus text (this process's counters and gauges, and per-queue gauges)
-unless the client asks for ``application/json``: then the original broker's JSON figures.
+``/metrics`` is the Prometheus text (the service's counters and gauges, every worker of
+``--workers N`` together, and per-queue gauges) unless the client asks for
+``application/json``: then the original broker's JSON figures.
 """
 
 from __future__ import annotations
@@ -30,16 +31,21 @@ async def health() -> Response:
 
 
 def _wants_json() -> bool:
-    accept = request.accept_mimetypes
-    return accept.best_match(["text/plain", "application/json"]) == "application/json" and (
-        accept["application/json"] > accept["text/plain"]
-    )
+    """JSON when the client's Accept names ``application/json`` (anywhere in the list, as the
+    original's dashboard sends it: ``application/json, text/plain, */*``) and does not rank
+    ``text/plain`` above it. Prometheus names neither and gets the text."""
+    listed: dict[str, float] = {}
+    for value, quality in request.accept_mimetypes:
+        kind = value.split(";", 1)[0].strip().lower()
+        listed[kind] = max(quality, listed.get(kind, 0.0))
+    json_q = listed.get("application/json", 0.0)
+    return json_q > 0 and json_q >= listed.get("text/plain", 0.0)
 
 
 async def _prometheus() -> Response:
     broker: Broker = current_app.config["QUEEN_BROKER"]
     admin: AdminService = current_app.config["QUEEN_ADMIN"]
-    text = broker.metrics.render_prometheus(broker.ops.gauges(), broker.ops.labelled_metrics())
+    text = broker.ops.prometheus_text()
     gauges = None  # with the database away, the process figures still answer at once
     if broker.ops.db_health.up:
         try:
@@ -47,7 +53,9 @@ async def _prometheus() -> Response:
         except (StoreError, ConsumeUnavailable):
             gauges = None
     if gauges is not None:
-        text += render_labelled_gauges(render_admin.queue_gauges(gauges))
+        text += render_labelled_gauges(
+            render_admin.queue_gauges(gauges), render_admin.QUEUE_GAUGE_HELP
+        )
     return Response(text, status=200, content_type=PROMETHEUS)
 
 

@@ -1,4 +1,5 @@
-"""``GET/POST /api/v1/system/maintenance``: the push maintenance switch."""
+"""``GET/POST /api/v1/system/maintenance``: the push maintenance switch (the answer also says
+how the pop switch stands)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ blueprint = Blueprint("maintenance", __name__)
 
 def _state(broker: Broker) -> dict[str, Any]:
     ops = broker.ops
-    spool = ops.spool.describe() if ops.spool is not None else None
-    return render.maintenance(ops.maintenance.enabled, spool)
+    return render.maintenance(
+        ops.maintenance.enabled,
+        ops.spool_state(),
+        pop_enabled=ops.maintenance.pop_enabled,
+        database_up=ops.db_health.up,
+    )
 
 
 @blueprint.get("/api/v1/system/maintenance")

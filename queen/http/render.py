@@ -34,12 +34,15 @@ from queen.consume.results import (
     TxAckResult,
     TxPushResult,
 )
+from queen.encryption import EncryptionStatus
 from queen.intake import decode_json
 from queen.operations import Health
 from queen.push import PushAnswer
 from queen.records import Delivered, StateEntry, StoredTrace, options_to_wire
+from queen.spool import SpoolState
 from queen.streams.results import CycleResult, QueryRegistered
 from queen.streams.service import QueryConflict
+from queen.supervision import LoopStatus
 
 
 def push_answer(answer: PushAnswer) -> list[dict[str, Any]]:
@@ -399,13 +402,72 @@ def state_rows(rows: list[StateEntry]) -> dict[str, Any]:
     }
 
 
-def maintenance(enabled: bool, spool: dict[str, Any] | None) -> dict[str, Any]:
-    """``/api/v1/system/maintenance``: the push switch and the spool behind it."""
+def spool_state(s: SpoolState) -> dict[str, Any]:
+    """The spool, as ``/health``, the maintenance routes and the overview show it."""
+    return {
+        "directory": str(s.directory),
+        "pendingItems": s.pending_items,
+        "files": s.files,
+        "pendingBytes": s.pending_bytes,
+        "oldestAgeSeconds": s.oldest_age_s,
+        "replayRate": s.replay_rate,
+        "healthy": s.healthy,
+        "quarantined": {"ranges": s.quarantined_ranges, "bytes": s.quarantined_bytes},
+    }
+
+
+def loop_status(s: LoopStatus) -> dict[str, Any]:
+    """One background loop in ``/health``."""
+    body: dict[str, Any] = {"state": s.state, "errors": s.errors}
+    if s.failing_since is not None:
+        body["failingSince"] = s.failing_since.isoformat()
+    if s.last_error is not None:
+        body["lastError"] = s.last_error
+    return body
+
+
+def encryption_status(s: EncryptionStatus) -> dict[str, Any]:
+    """The ``encryption`` object of ``/health``."""
+    body: dict[str, Any] = {
+        "keySet": s.key_set,
+        "keyId": s.key_id,
+        "encryptedQueues": s.encrypted_queues,
+    }
+    if s.plaintext_queues is not None:
+        body["warning"] = (
+            "queues ask for encryption but QUEEN_ENCRYPTION_KEY is not set: their "
+            "payloads are stored in plaintext"
+        )
+        body["plaintextQueues"] = list(s.plaintext_queues)
+    return body
+
+
+def maintenance(
+    enabled: bool, spool: SpoolState | None, *, pop_enabled: bool, database_up: bool
+) -> dict[str, Any]:
+    """``/api/v1/system/maintenance``: both switches and the spool behind the push switch, in
+    the original's shape (``bufferStats``: its keys, then the spool as ``/health`` shows it;
+    the original's failed files are our quarantined ranges)."""
+    ranges = spool.quarantined_ranges if spool else 0
+    size = spool.quarantined_bytes if spool else 0
+    stats: dict[str, Any] = {
+        "pendingCount": spool.pending_items if spool else 0,
+        "failedCount": ranges,
+        "dbHealthy": database_up,
+        "failedFiles": {
+            "count": ranges,
+            "totalBytes": size,
+            "totalMB": round(size / (1024 * 1024), 3),
+            "failoverCount": 0,
+            "qos0Count": 0,
+        },
+    }
     return {
         "maintenanceMode": enabled,
-        "bufferedMessages": spool["pendingItems"] if spool else 0,
-        "bufferHealthy": spool["healthy"] if spool else False,
-        "bufferStats": spool,
+        "popMaintenanceMode": pop_enabled,
+        "bufferedMessages": spool.pending_items if spool else 0,
+        "bufferHealthy": spool.healthy if spool else False,
+        "bufferStats": stats | (spool_state(spool) if spool else {}),
     }
 
 
@@ -427,9 +489,9 @@ def health(h: Health) -> dict[str, Any]:
         "version": h.version,
         "activePartitions": h.active_partitions,
         "maintenanceMode": h.maintenance_mode,
-        "encryption": h.encryption,
-        "loops": h.loops,
+        "encryption": encryption_status(h.encryption),
+        "loops": {name: loop_status(s) for name, s in h.loops.items()},
     }
     if h.spool is not None:
-        body["spool"] = h.spool
+        body["spool"] = spool_state(h.spool)
     return body

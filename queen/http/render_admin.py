@@ -15,6 +15,7 @@ from typing import Any
 
 from queen.admin.params import Page
 from queen.admin.results import (
+    BulkRetry,
     DeadLetterRecord,
     Depth,
     Groupings,
@@ -23,16 +24,20 @@ from queen.admin.results import (
     GroupPartition,
     GroupStanding,
     GroupView,
+    LaggingPartition,
     MessageCounts,
+    MessageDeadLettered,
     MessageDeletion,
     MessageDetail,
     MessagePage,
+    MessageRetry,
     Overview,
     PartitionFigures,
     PostgresStats,
     ProcessMetrics,
     ProcessSeries,
     ProcessState,
+    QueueCleared,
     QueueFigures,
     QueueGauges,
     QueuePage,
@@ -41,11 +46,13 @@ from queen.admin.results import (
     QueueSummary,
     RatePoint,
     RetentionFigures,
+    Standing,
     Status,
     StoredMessage,
     TimeRange,
 )
 from queen.consume.policy import iso_utc
+from queen.http.render import loop_status, spool_state
 
 Json = dict[str, Any]
 
@@ -105,6 +112,11 @@ def _point(p: RatePoint) -> Json:
         "rssBytes": p.rss_bytes,
         "timestamp": _iso(p.at),
     }
+
+
+def _lag_point(p: RatePoint) -> Json:
+    """The original's keys of a status point: messages popped and how long they had waited."""
+    return {"popMessages": p.popped, "avgLagMs": p.average_lag_ms}
 
 
 # --- queues ------------------------------------------------------------------------------------
@@ -274,7 +286,30 @@ def queue_gauges(g: QueueGauges) -> dict[str, dict[Labels, float]]:
     lag: dict[Labels, float] = {
         (("queue", s.queue), ("consumer_group", s.name)): s.lag for s in g.groups
     }
-    return {**by_queue, "consumer_group_lag": lag}
+    # the original broker's names for the dead letter figures
+    dlq_total: dict[Labels, float] = {
+        (("scope", "cluster"),): sum(q.messages.dead_letter for q in g.queues)
+    }
+    by_queue_dlq: dict[Labels, float] = {
+        (("queue", q.name),): q.messages.dead_letter for q in g.queues
+    }
+    return {
+        **by_queue,
+        "consumer_group_lag": lag,
+        "dlq_depth": dlq_total,
+        "dlq_depth_by_queue": by_queue_dlq,
+    }
+
+
+QUEUE_GAUGE_HELP = {
+    "queue_depth": "Messages of the queue not yet completed (queue mode).",
+    "queue_oldest_pending_age_seconds": "Age of the queue's oldest pending message, in seconds.",
+    "queue_dlq_depth": "Messages of the queue in the dead letter queue.",
+    "queue_partitions": "Partitions of the queue.",
+    "consumer_group_lag": "Messages a consumer group has not yet completed on a queue.",
+    "dlq_depth": "Messages currently sitting in the dead-letter queue.",
+    "dlq_depth_by_queue": "Messages in DLQ per queue.",
+}
 
 
 # --- this process and the whole broker ---------------------------------------------------------
@@ -288,8 +323,24 @@ def process(p: ProcessState) -> Json:
         "activePartitions": p.active_partitions,
         "databaseUp": p.database_up,
         "maintenanceMode": p.maintenance_mode,
-        "spool": p.spool,
+        "spool": spool_state(p.spool) if p.spool is not None else None,
         "counters": p.counters,
+    }
+
+
+def standing(s: Standing) -> Json:
+    """What this process knows without the database (the dashboard's outage view)."""
+    return {
+        "timestamp": _iso(s.at),
+        "databaseDownSince": _iso(s.database_down_since),
+        "throughput": {
+            "ingestedPerSecond": s.rates.ingested_per_s,
+            "processedPerSecond": s.rates.processed_per_s,
+            "popPerSecond": s.rates.pop_per_s,
+        },
+        "maintenance": {"push": s.push_maintenance, "pop": s.pop_maintenance},
+        "loops": {name: loop_status(status) for name, status in s.loops.items()},
+        "process": process(s.process),
     }
 
 
@@ -303,7 +354,8 @@ def overview(o: Overview) -> Json:
         "consumerGroups": o.consumer_groups,
         "messages": _counts(o.messages),
         "lag": {
-            "time": {"max": o.oldest_pending_age_s},
+            # avg: how long messages popped lately had waited; max: the oldest pending's age
+            "time": {"avg": o.average_lag_s, "max": o.oldest_pending_age_s},
             "offset": {"total": o.messages.pending},
         },
         "oldestPendingAt": _iso(o.oldest_pending_at),
@@ -318,16 +370,53 @@ def overview(o: Overview) -> Json:
     }
 
 
+def _per(part: float, whole: float) -> float:
+    return round(part / whole, 2) if whole else 0
+
+
 def status(s: Status) -> Json:
-    """``GET /api/v1/status``."""
+    """``GET /api/v1/status``, in the original's shape: ``queues`` is the list of queues
+    holding messages; ``totals`` counts every queue and partition."""
     o = s.overview
+    c = s.counters
+    requests = {"push": c["push_requests"], "pop": c["pop_requests"], "ack": c["ack_requests"]}
     return {
         "timeRange": _window(s.window),
-        "throughput": [_point(p) for p in s.throughput],
-        "queues": {"total": o.queues, "partitions": o.partitions},
-        "messages": _counts(o.messages),
+        "bucketMinutes": round(s.step_s / 60, 3),
+        "pointCount": len(s.throughput),
+        # newest first, as the original answers (and its dashboard reverses)
+        "throughput": [_point(p) | _lag_point(p) for p in reversed(s.throughput)],
+        "queues": [
+            {
+                "id": str(q.id),
+                "name": q.name,
+                "namespace": q.namespace or None,
+                "task": q.task or None,
+                "partitions": q.partitions,
+                "totalConsumed": q.messages.completed,
+            }
+            for q in s.queues
+        ],
+        "totals": {"queues": o.queues, "partitions": o.partitions},
+        "messages": _counts(o.messages)
+        | {
+            "requests": requests,
+            "batchEfficiency": {
+                "push": _per(c["push_items_queued"], requests["push"]),
+                "pop": _per(c["pop_messages"], requests["pop"]),
+                "ack": _per(c["acks"], requests["ack"]),
+            },
+        },
         "leases": {"active": o.messages.processing},
-        "deadLetterQueue": {"total": o.messages.dead_letter},
+        "deadLetterQueue": {
+            "total": o.messages.dead_letter,
+            "totalMessages": o.messages.dead_letter,
+        },
+        "errors": {
+            "dbErrors": c["push_transaction_failures"],
+            "ackFailed": c["acks_refused"],
+            "dlqMessages": c["acks_dlq"],
+        },
         "workers": [process(o.process)],
     }
 
@@ -399,10 +488,22 @@ def metrics(m: ProcessMetrics) -> Json:
         "uptime": m.uptime_s,
         "requests": {"total": m.requests, "rate": 0},
         "messages": {"total": m.items_queued, "rate": m.ingested_per_s},
-        "database": {"poolSize": m.pool_size, "idleConnections": None, "waitingRequests": 0},
-        "memory": {"rss": m.rss_bytes},
-        "cpu": {"seconds": m.cpu_s},
+        "database": {
+            "poolSize": m.pool_size,
+            "idleConnections": m.pool_idle,
+            "waitingRequests": 0,
+        },
+        "memory": {
+            "rss": m.rss_bytes,
+            # the original's Node-era keys, which a Python process has no meaning for
+            "heapTotal": 0,
+            "heapUsed": 0,
+            "external": 0,
+            "arrayBuffers": 0,
+        },
+        "cpu": {"user": m.cpu_user_us, "system": m.cpu_system_us, "seconds": m.cpu_s},
         "processId": m.process_id,
+        "processes": m.processes,
         "counters": m.counters,
     }
 
@@ -427,13 +528,18 @@ def _message_head(m: StoredMessage) -> Json:
 
 
 def _stored(m: StoredMessage) -> Json:
-    return {
+    body = {
         **_message_head(m),
         "traceId": m.trace_id,
         "producerSub": m.producer_sub,
         "createdAt": _iso(m.created_at),
         "leaseExpiresAt": _iso(m.lease_expires_at),
     }
+    if m.total_groups is not None:
+        # the original's keys: queue mode's status, and how the named groups stand on it
+        body["queueStatus"] = m.status
+        body["busStatus"] = {"consumedBy": m.consumed_by or 0, "totalGroups": m.total_groups}
+    return body
 
 
 def message_page(page: MessagePage) -> Json:
@@ -507,6 +613,78 @@ def message_deleted(d: MessageDeletion) -> Json:
     return body
 
 
+def message_retried(r: MessageRetry) -> Json:
+    """``POST /api/v1/messages/{partitionId}/{transactionId}/retry`` (200)."""
+    return {
+        "retried": r.retried,
+        "partitionId": str(r.partition_id),
+        "transactionId": r.transaction_id,
+        "consumerGroups": sorted({c.consumer_group for c in r.copies}),
+        "copies": [{"consumerGroup": c.consumer_group, "offset": c.offset} for c in r.copies],
+        "message": "Delivered again" if r.retried else "No dead letter of this message left",
+    }
+
+
+def bulk_retried(b: BulkRetry) -> Json:
+    """``POST /api/v1/dlq/retry`` (200)."""
+    return {
+        "retried": b.retried,
+        "queue": b.scope.queue,
+        "consumerGroup": b.scope.consumer_group,
+        "partition": b.scope.partition,
+        "from": _iso(b.scope.since),
+        "to": _iso(b.scope.until),
+        "message": f"{b.retried} dead letter{'s' if b.retried != 1 else ''} delivered again",
+    }
+
+
+DEAD_LETTER_STATUS = {
+    "moved": 200,
+    "already": 200,
+    "consumed": 409,
+    "leased": 409,
+    "no_group": 404,
+    "missing": 404,
+}
+
+
+def message_dead_lettered(d: MessageDeadLettered) -> tuple[Json, int]:
+    """``POST /api/v1/messages/{partitionId}/{transactionId}/dlq``: the body and its status."""
+    group = d.request.consumer_group
+    body: Json = {
+        "moved": d.outcome == "moved",
+        "partitionId": str(d.partition_id),
+        "transactionId": d.transaction_id,
+        "consumerGroup": group,
+    }
+    said = {
+        "moved": ("message", f"Moved to the dead letter queue of {group}"),
+        "already": ("message", f"Already in the dead letter queue of {group}"),
+        "consumed": ("error", f"{group} has already consumed this message (or starts after it)"),
+        "leased": ("error", f"message is leased by a consumer of {group}; try again later"),
+        "no_group": ("error", f"consumer group {group} has never read this queue"),
+        "missing": ("error", "Message not found"),
+    }
+    key, text = said[d.outcome]
+    body[key] = text
+    return body, DEAD_LETTER_STATUS[d.outcome]
+
+
+def queue_cleared(c: QueueCleared) -> Json:
+    """``DELETE /api/v1/queues/{queue}/clear`` (200)."""
+    where = f"{c.queue}/{c.partition}" if c.partition else c.queue
+    text = f"{c.cleared} message{'s' if c.cleared != 1 else ''} removed from {where}"
+    if c.kept:
+        text += f"; {c.kept} kept inside live leases"
+    return {
+        "cleared": c.cleared,
+        "kept": c.kept,
+        "queue": c.queue,
+        "partition": c.partition,
+        "message": text,
+    }
+
+
 # --- consumer groups ---------------------------------------------------------------------------
 
 
@@ -530,8 +708,40 @@ def group_standing(g: GroupStanding) -> Json:
 
 
 def group_standings(groups: list[GroupStanding]) -> list[Json]:
-    """``GET /api/v1/consumer-groups`` and ``/consumer-groups/lagging``."""
+    """``GET /api/v1/consumer-groups``."""
     return [group_standing(g) for g in groups]
+
+
+def lagging(rows: list[LaggingPartition]) -> list[Json]:
+    """``GET /api/v1/consumer-groups/lagging``: one row per (group, queue, partition), the
+    original's keys first, then queenctl's and the partition's as the other routes name
+    them."""
+    out = []
+    for row in rows:
+        g, p = row.standing, row.partition
+        seconds = int(p.time_lag_s)
+        out.append(
+            {
+                "consumer_group": g.name,
+                "queue_name": g.queue,
+                "partition_name": p.partition,
+                "partition_id": str(p.partition_id),
+                "worker_id": None,
+                "offset_lag": p.lag,
+                "time_lag_seconds": seconds,
+                "lag_hours": round(seconds / 3600, 2),
+                "oldest_unconsumed_at": _iso(p.oldest_at),
+                "last_consumed_at": _iso(p.last_consumed_at),
+                "name": g.name,
+                "queueName": g.queue,
+                # what queenctl's `lag --min-seconds` shows
+                "queue": g.queue,
+                "lagMessages": p.lag,
+                "lagSeconds": seconds,
+                **_group_partition(p),
+            }
+        )
+    return out
 
 
 def queue_lag(page: GroupPage) -> Json:
@@ -550,6 +760,8 @@ def _group_partition(p: GroupPartition) -> Json:
         "leaseActive": p.lease_expires_at is not None,
         "leaseExpiresAt": _iso(p.lease_expires_at),
         "lastConsumedAt": _iso(p.last_consumed_at),
+        "leaseExpiredAt": _iso(p.lease_expired_at),
+        "stuck": p.stuck,
     }
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from queen.spool import files
 from queen.spool.index import SpoolIndex
@@ -28,8 +27,9 @@ __all__ = [
     "SpoolError",
     "SpoolIndex",
     "SpoolRouter",
+    "SpoolState",
     "SpoolWriter",
-    "describe",
+    "spool_state",
 ]
 
 
@@ -41,22 +41,49 @@ class Spool:
     writer: SpoolWriter
     replayer: Replayer | None = None
 
-    def describe(self) -> dict[str, Any]:
-        return describe(self.index, self.writer, self.replayer)
+    def state(self) -> SpoolState:
+        return spool_state(self.index, self.writer, self.replayer)
 
 
-def describe(index: SpoolIndex, writer: SpoolWriter, replayer: Replayer | None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class SpoolState:
+    """How the spool stands now (``/health``, the maintenance routes, ``/metrics``)."""
+
+    directory: Path
+    pending_items: int  # spooled items not yet replayed, every process's files
+    files: int
+    pending_bytes: int  # size of the files that still hold items to replay
+    oldest_age_s: float
+    replay_rate: float  # items per second of the last replay pass
+    healthy: bool  # the last append could be written and synced
+    quarantined_ranges: int  # damaged byte ranges set aside
+    quarantined_bytes: int
+
+
+def spool_state(index: SpoolIndex, writer: SpoolWriter, replayer: Replayer | None) -> SpoolState:
     """The spool's state for /health and the maintenance routes."""
     ranges, size = _quarantined(writer.directory)
-    return {
-        "directory": str(writer.directory),
-        "pendingItems": index.total,
-        "files": index.file_count,
-        "oldestAgeSeconds": round(index.oldest_age_s(), 3),
-        "replayRate": round(replayer.last_rate, 1) if replayer else 0.0,
-        "healthy": writer.healthy,
-        "quarantined": {"ranges": ranges, "bytes": size},
-    }
+    return SpoolState(
+        directory=writer.directory,
+        pending_items=index.total,
+        files=index.file_count,
+        pending_bytes=_bytes(writer.directory, index.files()),
+        oldest_age_s=round(index.oldest_age_s(), 3),
+        replay_rate=round(replayer.last_rate, 1) if replayer else 0.0,
+        healthy=writer.healthy,
+        quarantined_ranges=ranges,
+        quarantined_bytes=size,
+    )
+
+
+def _bytes(directory: Path, names: list[str]) -> int:
+    total = 0
+    for name in names:
+        try:
+            total += (directory / name).stat().st_size
+        except OSError:  # replayed and removed meanwhile
+            pass
+    return total
 
 
 _last_quarantined: dict[Path, tuple[int, int]] = {}

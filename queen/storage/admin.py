@@ -1,6 +1,7 @@
-"""The PostgreSQL side of the admin API: read-only figures and the message browser
-(``admin.sql``). Every call is one statement in autocommit mode; rows come back as dicts keyed
-by column name, and :mod:`queen.admin` shapes them into answers.
+"""The PostgreSQL side of the admin API: figures, the message browser and the operator's
+actions on messages and dead letters (``admin.sql``). Every call is one statement in
+autocommit mode; rows come back as dicts keyed by column name, and :mod:`queen.admin` shapes
+them into answers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ from psycopg.rows import dict_row
 from queen.storage.pool import ConnectionPool
 
 Row = dict[str, Any]
+
+
+_PARTITION_ORDERS = {
+    "name": "name",
+    "pending": "undone - processing DESC, name",
+    "oldest": "start_at NULLS LAST, name",
+    "lease": "lease_expires_at NULLS LAST, name",
+}
 
 
 class PgAdminStore:
@@ -49,11 +58,16 @@ class PgAdminStore:
         rows = await self._rows("SELECT * FROM queen.queues WHERE name = %s", (name,))
         return rows[0] if rows else None
 
-    async def partitions(self, queue_id: int, *, limit: int, offset: int) -> list[Row]:
-        """One page of a queue's partitions (name order) with their figures."""
+    async def partitions(
+        self, queue_id: int, *, limit: int, offset: int, order: str = "name"
+    ) -> list[Row]:
+        """One page of a queue's partitions with their figures, in ``order``: ``name``,
+        ``pending`` (most first), ``oldest`` (oldest pending first) or ``lease`` (soonest
+        lease end first); ties by name."""
+        by = _PARTITION_ORDERS[order]
         return await self._rows(
-            """SELECT * FROM queen.admin_partition_stats(ARRAY[%s]::bigint[])
-               ORDER BY name LIMIT %s OFFSET %s""",
+            f"""SELECT * FROM queen.admin_partition_stats(ARRAY[%s]::bigint[])
+                ORDER BY {by} LIMIT %s OFFSET %s""",
             (queue_id, limit, offset),
         )
 
@@ -142,6 +156,14 @@ class PgAdminStore:
             (queue, partition, namespace, task, status, since, until, limit, offset),
         )
 
+    async def find_partitions(self, queue: str, transaction_id: str, limit: int) -> list[int]:
+        """Ids of the partitions of ``queue`` holding a message with ``transaction_id``."""
+        rows = await self._rows(
+            "SELECT * FROM queen.admin_find_partitions(%s, %s, %s)",
+            (queue, transaction_id, limit),
+        )
+        return [int(r["partition_id"]) for r in rows]
+
     async def message(self, partition_id: int, transaction_id: str) -> Row | None:
         rows = await self._rows(
             "SELECT * FROM queen.admin_message(%s, %s)", (partition_id, transaction_id)
@@ -155,6 +177,64 @@ class PgAdminStore:
             (partition_id, transaction_id),
         )
         return str(rows[0]["outcome"])
+
+    async def dead_letter_targets(
+        self,
+        *,
+        partition_id: int | None = None,
+        transaction_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        partition: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: int = 0,
+        upto: int | None = None,
+        limit: int,
+    ) -> list[Row]:
+        """Dead letters (``id``, ``partition_id``, ``queue_name``, ``partition_name``) of one
+        message, or of a queue's filter, in id order, ids in (``after``, ``upto``]."""
+        return await self._rows(
+            """SELECT * FROM queen.admin_dead_letter_targets(
+                   %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+            (
+                partition_id,
+                transaction_id,
+                queue,
+                group,
+                partition,
+                since,
+                until,
+                after,
+                upto,
+                limit,
+            ),
+        )
+
+    async def last_dead_letter_id(self) -> int:
+        rows = await self._rows("SELECT coalesce(max(id), 0) AS id FROM queen.dlq")
+        return int(rows[0]["id"])
+
+    async def retry_dead_letters(self, ids: list[int]) -> list[Row]:
+        """Deliver those dead letters again (one row per copy appended: ``partition_id``,
+        ``transaction_id``, ``consumer_group``, ``msg_offset``). The caller holds the
+        partitions' actors."""
+        return await self._rows("SELECT * FROM queen.admin_retry_dead_letters(%s)", (ids,))
+
+    async def dead_letter_message(
+        self, partition_id: int, transaction_id: str, group: str, error: str | None
+    ) -> str:
+        """``moved``, ``already``, ``consumed``, ``leased``, ``no_group`` or ``missing``."""
+        rows = await self._rows(
+            "SELECT queen.admin_dead_letter_message(%s, %s, %s, %s) AS outcome",
+            (partition_id, transaction_id, group, error),
+        )
+        return str(rows[0]["outcome"])
+
+    async def clear(self, queue: str, partition: str | None) -> Row:
+        """``known``, ``cleared`` and ``kept`` (messages left inside live leases' writes)."""
+        rows = await self._rows("SELECT * FROM queen.admin_clear(%s, %s)", (queue, partition))
+        return rows[0]
 
     async def dlq_by_queue(self) -> dict[str, int]:
         rows = await self._rows(

@@ -86,9 +86,80 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
     ORDER BY page.name
 $fn$;
 
--- Every consumer group's standing on every queue it reads (queue mode included), one page in
--- (group, queue) order. lag = messages stored after the group's cursors and not yet done;
--- oldest_at = created_at of the oldest of them. p_group / p_queue narrow the list.
+-- Where groups stand on queues, per partition holding messages, cursor or not. start = the
+-- first offset the group will still receive: its cursor; without one, where its first pop
+-- would start: the first segment stored at or after its subscription time (two probes of
+-- segments_by_age: the first such time, then the lowest offset stored then; queen.pop orders
+-- by offset, and a partition's segments are stored in offset order, so both find the same
+-- segment), else the lowest stored offset. lag = messages
+-- from start on that it has not done. So a partition a group never popped counts whole from
+-- its subscription's start, and a group that stopped consuming shows the lag of every
+-- partition created since.
+-- Cost: a partition with a cursor costs what it did before (no probe). The partitions without
+-- one are looked for among those created since the group's cursor mark (see queen.pop: every
+-- partition created before it holding messages got a cursor at the group's look), through
+-- partitions_by_queue_created, and cost one probe of the cursors' key and one of the segments
+-- each; a group without a mark (it only ever popped single partitions) looks at them all.
+CREATE OR REPLACE FUNCTION queen.admin_group_positions(
+    p_groups text[], p_queue_ids bigint[], p_subscribed_at timestamptz[])
+RETURNS TABLE (consumer_group text, queue_id bigint, partition_id bigint, partition_name text,
+               next_offset bigint, start_offset bigint, has_cursor boolean, lag bigint,
+               oldest_at timestamptz, lease_expires_at timestamptz, delivered_at timestamptz)
+LANGUAGE sql STABLE SET jit = off AS $fn$
+    WITH k AS MATERIALIZED (
+        SELECT k.grp, k.qid, k.sub_at,
+               coalesce((SELECT m.covered FROM queen.cursor_marks m
+                         WHERE m.queue_id = k.qid AND m.consumer_group = k.grp),
+                        '0'::xid8) AS covered
+        FROM unnest(p_groups, p_queue_ids, p_subscribed_at) AS k (grp, qid, sub_at)
+    ),
+    had AS (   -- partitions the group has popped: from its cursor
+        SELECT k.grp, k.qid, p.id, p.name, p.next_offset, c.next_offset AS start, true AS cur,
+               greatest(0, p.next_offset - c.next_offset - cardinality(c.acked)) AS lag,
+               CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease,
+               c.delivered_at
+        FROM k
+        JOIN queen.cursors c ON c.queue_id = k.qid AND c.consumer_group = k.grp
+        JOIN queen.partitions p ON p.id = c.partition_id
+    ),
+    fresh AS (   -- partitions it has never popped: from where its subscription starts
+        SELECT k.grp, k.qid, p.id, p.name, p.next_offset, st.start, false,
+               greatest(0, p.next_offset - st.start), NULL::timestamptz, NULL::timestamptz
+        FROM k
+        JOIN queen.partitions p
+          ON p.queue_id = k.qid AND p.created_xid >= k.covered AND p.next_offset > 0
+        CROSS JOIN LATERAL (   -- OFFSET 0: computed once, not once per use
+            SELECT CASE WHEN k.sub_at IS NULL THEN
+                    coalesce((SELECT s.first_offset FROM queen.segments s
+                              WHERE s.partition_id = p.id
+                              ORDER BY s.first_offset LIMIT 1), p.next_offset)
+                ELSE
+                    coalesce((SELECT min(s.first_offset) FROM queen.segments s
+                              WHERE s.partition_id = p.id
+                                AND s.created_at = (SELECT f.created_at FROM queen.segments f
+                                                    WHERE f.partition_id = p.id
+                                                      AND f.created_at >= k.sub_at
+                                                    ORDER BY f.created_at LIMIT 1)),
+                             p.next_offset)
+           END AS start
+            OFFSET 0) st
+        WHERE NOT EXISTS (SELECT 1 FROM queen.cursors c
+                          WHERE c.partition_id = p.id AND c.consumer_group = k.grp)
+    )
+    SELECT x.grp, x.qid, x.id, x.name, x.next_offset, x.start, x.cur, x.lag,
+           CASE WHEN x.lag > 0 THEN
+               (SELECT s.created_at FROM queen.segments s
+                WHERE s.partition_id = x.id AND s.first_offset <= x.start
+                ORDER BY s.first_offset DESC LIMIT 1) END,
+           x.lease, x.delivered_at
+    FROM (SELECT * FROM had UNION ALL SELECT * FROM fresh) x
+$fn$;
+
+-- Every consumer group's standing on every queue it reads (queue mode included, once it has
+-- popped there), one page in (group, queue) order. lag = messages the group will still
+-- receive, over every partition holding messages (see queen.admin_group_positions);
+-- partitions = those it has a cursor on; oldest_at = created_at of the oldest message it
+-- will still receive. p_group / p_queue narrow the list.
 CREATE OR REPLACE FUNCTION queen.admin_groups(
     p_group text, p_queue text, p_limit integer, p_offset integer)
 RETURNS TABLE (consumer_group text, queue_id bigint, queue_name text, partitions bigint,
@@ -109,63 +180,104 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
           AND (p_queue IS NULL
                OR g.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = p_queue))
     ),
-    page AS (
-        SELECT k.consumer_group, k.queue_id, q.name AS queue_name, count(*) OVER () AS full_count
+    page AS MATERIALIZED (
+        SELECT k.consumer_group, k.queue_id, q.name AS queue_name, g.subscription_mode,
+               g.subscribed_at, g.created_at AS subscription_created_at,
+               count(*) OVER () AS full_count
         FROM keys k JOIN queen.queues q ON q.id = k.queue_id
+        LEFT JOIN queen.consumer_groups g
+               ON g.queue_id = k.queue_id AND g.consumer_group = k.consumer_group
         ORDER BY k.consumer_group, q.name
         LIMIT p_limit OFFSET p_offset
     ),
-    per AS (
-        SELECT page.consumer_group, page.queue_id, p.id AS partition_id,
-               greatest(0, p.next_offset - c.next_offset - cardinality(c.acked)) AS lag,
-               c.next_offset, c.lease_expires_at > now() AS leased, c.delivered_at
-        FROM page
-        JOIN queen.cursors c
-          ON c.queue_id = page.queue_id AND c.consumer_group = page.consumer_group
-        JOIN queen.partitions p ON p.id = c.partition_id
-    ),
     agg AS (
-        SELECT per.consumer_group, per.queue_id, count(*) AS partitions,
-               sum(per.lag)::bigint AS lag, count(*) FILTER (WHERE per.leased) AS leased,
-               min((SELECT s.created_at FROM queen.segments s
-                    WHERE s.partition_id = per.partition_id
-                      AND s.first_offset <= per.next_offset
-                    ORDER BY s.first_offset DESC LIMIT 1)) FILTER (WHERE per.lag > 0)
-                   AS oldest_at,
-               max(per.delivered_at) AS last_delivered_at
-        FROM per
-        GROUP BY per.consumer_group, per.queue_id
+        SELECT x.consumer_group, x.queue_id, count(*) FILTER (WHERE x.has_cursor) AS partitions,
+               sum(x.lag)::bigint AS lag,
+               count(*) FILTER (WHERE x.lease_expires_at IS NOT NULL) AS leased,
+               min(x.oldest_at) AS oldest_at, max(x.delivered_at) AS last_delivered_at
+        FROM queen.admin_group_positions(
+            ARRAY(SELECT page.consumer_group FROM page),
+            ARRAY(SELECT page.queue_id FROM page),
+            ARRAY(SELECT page.subscribed_at FROM page)) x
+        GROUP BY x.consumer_group, x.queue_id
     )
     SELECT page.consumer_group, page.queue_id, page.queue_name,
            coalesce(agg.partitions, 0), coalesce(agg.lag, 0), coalesce(agg.leased, 0),
            agg.oldest_at, agg.last_delivered_at,
-           g.subscription_mode, g.subscribed_at, g.created_at, page.full_count
+           page.subscription_mode, page.subscribed_at, page.subscription_created_at,
+           page.full_count
     FROM page
     LEFT JOIN agg ON agg.consumer_group = page.consumer_group AND agg.queue_id = page.queue_id
-    LEFT JOIN queen.consumer_groups g
-           ON g.queue_id = page.queue_id AND g.consumer_group = page.consumer_group
     ORDER BY page.consumer_group, page.queue_name
 $fn$;
 
--- One group's cursors on one queue, partition by partition (one page in partition name order).
+-- One group on one queue, partition by partition (one page in partition name order): every
+-- partition holding messages, with where the group stands there (cursor_offset is its start,
+-- as in queen.admin_group_positions, where it has no cursor yet). The page is chosen first, and only its
+-- partitions are looked at.
+DO $do$
+BEGIN   -- earlier answers had no has_cursor or lease_expired_at column (and cannot be
+        -- replaced in place)
+    IF EXISTS (SELECT 1 FROM pg_proc
+               WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_group_partitions'
+                 AND NOT ('lease_expired_at' = ANY (proargnames))) THEN
+        DROP FUNCTION queen.admin_group_partitions(text, bigint, integer, integer);
+    END IF;
+END
+$do$;
 CREATE OR REPLACE FUNCTION queen.admin_group_partitions(
     p_group text, p_queue_id bigint, p_limit integer, p_offset integer)
 RETURNS TABLE (partition_id bigint, partition_name text, next_offset bigint,
-               cursor_offset bigint, lag bigint, oldest_at timestamptz,
-               lease_expires_at timestamptz, delivered_at timestamptz)
+               cursor_offset bigint, has_cursor boolean, lag bigint, oldest_at timestamptz,
+               lease_expires_at timestamptz, delivered_at timestamptz,
+               lease_expired_at timestamptz)
 LANGUAGE sql STABLE SET jit = off AS $fn$
-    SELECT p.id, p.name, p.next_offset, c.next_offset,
-           greatest(0, p.next_offset - c.next_offset - cardinality(c.acked)),
-           CASE WHEN p.next_offset - c.next_offset - cardinality(c.acked) > 0 THEN
+    WITH page AS (
+        SELECT p.id, p.name, p.next_offset
+        FROM queen.partitions p
+        WHERE p.queue_id = p_queue_id AND p.next_offset > 0
+        ORDER BY p.name
+        LIMIT p_limit OFFSET p_offset
+    ),
+    pos AS (
+        SELECT page.id, page.name, page.next_offset, c.partition_id IS NOT NULL AS cur,
+               coalesce(
+                   c.next_offset,
+                   CASE WHEN sub.at IS NULL THEN
+                       coalesce((SELECT s.first_offset FROM queen.segments s
+                                 WHERE s.partition_id = page.id
+                                 ORDER BY s.first_offset LIMIT 1), page.next_offset)
+                   ELSE
+                       coalesce((SELECT min(s.first_offset) FROM queen.segments s
+                                 WHERE s.partition_id = page.id
+                                   AND s.created_at = (SELECT f.created_at
+                                                       FROM queen.segments f
+                                                       WHERE f.partition_id = page.id
+                                                         AND f.created_at >= sub.at
+                                                       ORDER BY f.created_at LIMIT 1)),
+                                page.next_offset)
+                   END) AS start,
+               coalesce(cardinality(c.acked), 0) AS ahead,
+               CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease,
+               c.delivered_at,
+               -- a lease that ran out with messages still in it, and no pop since
+               CASE WHEN c.lease_expires_at <= now() AND c.lease_end > c.next_offset
+                    THEN c.lease_expires_at END AS expired
+        FROM page
+        CROSS JOIN (SELECT (SELECT g.subscribed_at FROM queen.consumer_groups g
+                            WHERE g.queue_id = p_queue_id AND g.consumer_group = p_group) AS at
+                   ) sub
+        LEFT JOIN queen.cursors c ON c.partition_id = page.id AND c.consumer_group = p_group
+    )
+    SELECT pos.id, pos.name, pos.next_offset, pos.start, pos.cur,
+           greatest(0, pos.next_offset - pos.start - pos.ahead),
+           CASE WHEN pos.next_offset - pos.start - pos.ahead > 0 THEN
                (SELECT s.created_at FROM queen.segments s
-                WHERE s.partition_id = p.id AND s.first_offset <= c.next_offset
+                WHERE s.partition_id = pos.id AND s.first_offset <= pos.start
                 ORDER BY s.first_offset DESC LIMIT 1) END,
-           CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END,
-           c.delivered_at
-    FROM queen.cursors c JOIN queen.partitions p ON p.id = c.partition_id
-    WHERE c.queue_id = p_queue_id AND c.consumer_group = p_group
-    ORDER BY p.name
-    LIMIT p_limit OFFSET p_offset
+           pos.lease, pos.delivered_at, pos.expired
+    FROM pos
+    ORDER BY pos.name
 $fn$;
 
 -- Stored messages, newest first: of the partitions matching the filters, the newest segments
@@ -175,13 +287,25 @@ $fn$;
 -- p_offset messages; only then their frames are read and judged one by one.
 -- Status is queue mode's: completed, processing (inside a live lease), pending; dead_letter
 -- when a copy of the message is in the DLQ of any group.
+-- consumed_by, total_groups: of the named groups with a cursor on the message's partition,
+-- how many have it behind their cursor.
+DO $do$
+BEGIN   -- the earlier answer had no consumed_by column (and cannot be replaced in place)
+    IF EXISTS (SELECT 1 FROM pg_proc
+               WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_messages'
+                 AND NOT ('consumed_by' = ANY (proargnames))) THEN
+        DROP FUNCTION queen.admin_messages(text, text, text, text, text, timestamptz,
+                                           timestamptz, integer, integer);
+    END IF;
+END
+$do$;
 CREATE OR REPLACE FUNCTION queen.admin_messages(
     p_queue text, p_partition text, p_namespace text, p_task text, p_status text,
     p_from timestamptz, p_to timestamptz, p_limit integer, p_offset integer)
 RETURNS TABLE (partition_id bigint, queue_name text, partition_name text, namespace text,
                task text, msg_offset bigint, message_id uuid, transaction_id text,
                producer_sub text, trace_id uuid, created_at timestamptz, status text,
-               lease_expires_at timestamptz)
+               lease_expires_at timestamptz, consumed_by integer, total_groups integer)
 LANGUAGE sql STABLE SET jit = off AS $fn$
     WITH parts AS (
         SELECT p.id, q.id AS queue_id, q.name AS queue_name, p.name AS partition_name,
@@ -290,14 +414,25 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                                    AND d.msg_offset = fr.msg_offset)
                     THEN 'dead_letter' ELSE fr.queue_status END AS status
         FROM frames fr
+    ),
+    page AS (
+        SELECT j.partition_id, j.queue_name, j.partition_name, j.namespace, j.task,
+               j.msg_offset, j.mid, j.txid, j.sub, j.trace, j.created_at, j.status,
+               CASE WHEN j.status = 'processing' THEN j.lease_expires_at END AS lease_expires_at
+        FROM judged j
+        WHERE p_status IS NULL OR j.status = p_status
+        ORDER BY j.created_at DESC, j.partition_id, j.msg_offset DESC
+        LIMIT p_limit OFFSET p_offset
     )
-    SELECT j.partition_id, j.queue_name, j.partition_name, j.namespace, j.task, j.msg_offset,
-           j.mid, j.txid, j.sub, j.trace, j.created_at, j.status,
-           CASE WHEN j.status = 'processing' THEN j.lease_expires_at END
-    FROM judged j
-    WHERE p_status IS NULL OR j.status = p_status
-    ORDER BY j.created_at DESC, j.partition_id, j.msg_offset DESC
-    LIMIT p_limit OFFSET p_offset
+    SELECT page.*, g.consumed_by, g.total_groups
+    FROM page
+    CROSS JOIN LATERAL (
+        SELECT (count(*) FILTER (WHERE page.msg_offset < c.next_offset
+                                    OR page.msg_offset = ANY (c.acked)))::integer AS consumed_by,
+               count(*)::integer AS total_groups
+        FROM queen.cursors c
+        WHERE c.partition_id = page.partition_id AND c.consumer_group <> '__QUEUE_MODE__') g
+    ORDER BY page.created_at DESC, page.partition_id, page.msg_offset DESC
 $fn$;
 
 -- The offset of a message in a partition, by transaction id: the dedup sidecar first (one
@@ -316,6 +451,19 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
          FROM queen.segments s
          CROSS JOIN LATERAL unnest(s.transaction_ids) WITH ORDINALITY AS f (txid, i)
          WHERE s.partition_id = p_partition_id AND f.txid = p_txid))
+$fn$;
+
+-- The partitions of queue p_queue holding a message with transaction id p_txid (first p_limit
+-- by name): the dedup sidecar's probe per partition, then, past the dedup window, a look
+-- through the partition's stored transaction ids.
+CREATE OR REPLACE FUNCTION queen.admin_find_partitions(p_queue text, p_txid text, p_limit integer)
+RETURNS TABLE (partition_id bigint)
+LANGUAGE sql STABLE SET jit = off AS $fn$
+    SELECT p.id
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+    WHERE q.name = p_queue AND queen.admin_find_offset(p.id, p_txid) IS NOT NULL
+    ORDER BY p.name
+    LIMIT p_limit
 $fn$;
 
 -- One message, by partition id and transaction id, with its queue and every group's view of it.
@@ -357,7 +505,8 @@ $fn$;
 -- Remove one stored message: its segment is cut around it (offsets are kept; the pop steps
 -- over the gap as it does over what retention removed). The partition's cursors are locked
 -- FOR SHARE first, in the consume side's order, and a message inside a live lease is left
--- alone. Answers 'deleted', 'leased' or 'missing'.
+-- alone. Its dead letters (every group's) are removed with it, and so are those left of a
+-- message retention already removed. Answers 'deleted', 'leased' or 'missing'.
 CREATE OR REPLACE FUNCTION queen.admin_delete_message(p_partition_id bigint, p_txid text)
 RETURNS text
 LANGUAGE plpgsql SET jit = off AS $fn$
@@ -370,8 +519,10 @@ BEGIN
     PERFORM 1 FROM queen.cursors c WHERE c.partition_id = p_partition_id
     ORDER BY c.partition_id, c.consumer_group FOR SHARE;
     v_off := queen.admin_find_offset(p_partition_id, p_txid);
-    IF v_off IS NULL THEN
-        RETURN 'missing';
+    IF v_off IS NULL THEN   -- retention may have removed it and left its dead letters
+        DELETE FROM queen.dlq d
+        WHERE d.partition_id = p_partition_id AND d.transaction_id = p_txid;
+        RETURN CASE WHEN FOUND THEN 'deleted' ELSE 'missing' END;
     END IF;
     IF EXISTS (SELECT 1 FROM queen.cursors c
                WHERE c.partition_id = p_partition_id AND c.lease_expires_at > now()
@@ -381,8 +532,10 @@ BEGIN
     DELETE FROM queen.segments s
     WHERE s.partition_id = p_partition_id AND s.first_offset <= v_off AND s.last_offset >= v_off
     RETURNING * INTO v_seg;
-    IF NOT FOUND THEN
-        RETURN 'missing';
+    DELETE FROM queen.dlq d   -- its dead letters go with it
+    WHERE d.partition_id = p_partition_id AND d.transaction_id = p_txid AND d.msg_offset = v_off;
+    IF v_seg.partition_id IS NULL THEN
+        RETURN CASE WHEN FOUND THEN 'deleted' ELSE 'missing' END;
     END IF;
     v_i := (v_off - v_seg.first_offset + 1)::integer;
     v_n := cardinality(v_seg.message_ids);
@@ -405,5 +558,240 @@ BEGIN
                 v_seg.trace_ids[v_i + 1 : v_n]);
     END IF;
     RETURN 'deleted';
+END
+$fn$;
+
+-- === Actions on dead letters and stored messages (admin role) ================================
+
+-- Finds a message's dead letters (by partition and transaction id) without reading the DLQ.
+CREATE INDEX IF NOT EXISTS dlq_by_message ON queen.dlq (partition_id, transaction_id);
+
+-- The dead letters to retry: of one message (p_partition_id and p_txid), or of a queue's
+-- filter (p_queue, optionally a group, a partition and a failure time range), in id order,
+-- with ids in (p_after, p_upto], at most p_limit; with the (queue, partition) each belongs to.
+CREATE OR REPLACE FUNCTION queen.admin_dead_letter_targets(
+    p_partition_id bigint, p_txid text, p_queue text, p_group text, p_partition text,
+    p_from timestamptz, p_to timestamptz, p_after bigint, p_upto bigint, p_limit integer)
+RETURNS TABLE (id bigint, partition_id bigint, queue_name text, partition_name text)
+LANGUAGE sql STABLE SET jit = off AS $fn$
+    SELECT d.id, d.partition_id, q.name, p.name
+    FROM queen.dlq d
+    JOIN queen.partitions p ON p.id = d.partition_id
+    JOIN queen.queues q ON q.id = d.queue_id
+    WHERE (p_partition_id IS NULL
+           OR (d.partition_id = p_partition_id AND d.transaction_id = p_txid))
+      AND (p_queue IS NULL OR d.queue_id = (SELECT x.id FROM queen.queues x WHERE x.name = p_queue))
+      AND (p_group IS NULL OR d.consumer_group = p_group)
+      AND (p_partition IS NULL OR p.name = p_partition)
+      AND (p_from IS NULL OR d.failed_at >= p_from)
+      AND (p_to IS NULL OR d.failed_at <= p_to)
+      AND d.id > p_after AND (p_upto IS NULL OR d.id <= p_upto)
+    ORDER BY d.id
+    LIMIT p_limit
+$fn$;
+
+-- Deliver dead letters again, each to the group that gave up on it. A copy of each (its
+-- message id, transaction id, payload, producer and trace, from the DLQ row) is appended to
+-- its partition at the next offsets (several of one partition in their original offset
+-- order), and its DLQ row goes. Every other cursor of the partition is moved past the copies,
+-- so only the group that dead-lettered a message receives it again; that group has no failure
+-- recorded at the new offset, so its retry count starts at 0. With a dedup window the copy gets
+-- its sidecar row (the dedup probe is not asked: a retry is not a push). Cursor rows are locked
+-- first, in (partition, group) order, then partition rows in id order, as everywhere. Ids no
+-- longer in the DLQ (retried meanwhile) are skipped. Returns one row per copy.
+CREATE OR REPLACE FUNCTION queen.admin_retry_dead_letters(p_ids bigint[])
+RETURNS TABLE (partition_id bigint, transaction_id text, consumer_group text, msg_offset bigint)
+LANGUAGE plpgsql SET jit = off AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_pids bigint[];
+BEGIN
+    SELECT array_agg(DISTINCT d.partition_id) INTO v_pids FROM queen.dlq d WHERE d.id = ANY (p_ids);
+    IF v_pids IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM queen.cursors c WHERE c.partition_id = ANY (v_pids)
+    ORDER BY c.partition_id, c.consumer_group FOR UPDATE;
+    PERFORM 1 FROM queen.partitions p WHERE p.id = ANY (v_pids) ORDER BY p.id FOR UPDATE;
+
+    RETURN QUERY
+    WITH gone AS (
+        DELETE FROM queen.dlq d
+        WHERE d.id = ANY (p_ids) AND d.partition_id = ANY (v_pids)
+        RETURNING d.*
+    ),
+    placed AS MATERIALIZED (
+        SELECT g.id, g.partition_id, g.consumer_group, g.message_id, g.transaction_id,
+               g.payload, g.producer_sub, g.trace_id,
+               p.next_offset + row_number() OVER (PARTITION BY g.partition_id
+                                                  ORDER BY g.msg_offset, g.id) - 1 AS off,
+               (SELECT q.dedup_window_seconds FROM queen.queues q WHERE q.id = p.queue_id) AS win
+        FROM gone g JOIN queen.partitions p ON p.id = g.partition_id
+    ),
+    seg AS (
+        INSERT INTO queen.segments (partition_id, first_offset, last_offset, message_ids,
+                                    transaction_ids, payloads, producer_subs, trace_ids)
+        SELECT x.partition_id, min(x.off), max(x.off),
+               array_agg(x.message_id ORDER BY x.off),
+               array_agg(x.transaction_id ORDER BY x.off),
+               array_agg(x.payload ORDER BY x.off),
+               CASE WHEN bool_or(x.producer_sub IS NOT NULL)
+                    THEN array_agg(x.producer_sub ORDER BY x.off) END,
+               CASE WHEN bool_or(x.trace_id IS NOT NULL)
+                    THEN array_agg(x.trace_id ORDER BY x.off) END
+        FROM placed x
+        GROUP BY x.partition_id
+    ),
+    side AS (
+        INSERT INTO queen.dedup (key_hash, partition_id, transaction_id, msg_offset)
+        SELECT hashtextextended(x.transaction_id, x.partition_id), x.partition_id,
+               x.transaction_id, x.off
+        FROM placed x
+        WHERE x.win > 0
+    ),
+    bump AS (
+        UPDATE queen.partitions p SET next_offset = p.next_offset + c.n
+        FROM (SELECT x.partition_id, count(*) AS n FROM placed x GROUP BY x.partition_id) c
+        WHERE p.id = c.partition_id
+    ),
+    passed AS (   -- every other group's cursor steps over the copies that are not its own
+        UPDATE queen.cursors c SET next_offset = a.next_offset, acked = a.rest
+        FROM (SELECT o.partition_id, o.consumer_group, adv.next_offset, adv.rest
+              FROM (SELECT c2.partition_id, c2.consumer_group, c2.next_offset, c2.acked,
+                           ARRAY(SELECT x.off FROM placed x
+                                 WHERE x.partition_id = c2.partition_id
+                                   AND x.consumer_group <> c2.consumer_group
+                                 ORDER BY x.off) AS offs
+                    FROM queen.cursors c2 WHERE c2.partition_id = ANY (v_pids)) o
+              CROSS JOIN LATERAL queen.cursor_advance(o.next_offset, o.acked || o.offs) adv
+              WHERE cardinality(o.offs) > 0) a
+        WHERE c.partition_id = a.partition_id AND c.consumer_group = a.consumer_group
+    )
+    SELECT x.partition_id, x.transaction_id, x.consumer_group, x.off FROM placed x
+    ORDER BY x.partition_id, x.off;
+END
+$fn$;
+
+-- Move one stored message to the DLQ of one group by hand (p_group; '__QUEUE_MODE__' for
+-- queue mode): a copy goes to the DLQ with p_error, and the group's cursor counts the message
+-- done, so the group never receives it (unless retried). A group without a cursor on the
+-- partition gets one where its first pop would put it. Answers: 'moved'; 'already' (that
+-- group's DLQ already holds it: nothing changed); 'consumed' (the group has already consumed
+-- it, or it lies before the group's start: nothing to take away); 'leased' (inside the
+-- group's live lease: left to its consumer); 'no_group' (the group never read this queue);
+-- 'missing' (no such message).
+CREATE OR REPLACE FUNCTION queen.admin_dead_letter_message(
+    p_partition_id bigint, p_txid text, p_group text, p_error text)
+RETURNS text
+LANGUAGE plpgsql SET jit = off AS $fn$
+DECLARE
+    v_qid  bigint;
+    v_off  bigint;
+    v_cur  queen.cursors%ROWTYPE;
+    v_seg  queen.segments%ROWTYPE;
+    v_i    integer;
+    v_next bigint;
+    v_rest bigint[];
+BEGIN
+    SELECT p.queue_id INTO v_qid FROM queen.partitions p WHERE p.id = p_partition_id;
+    IF NOT FOUND THEN
+        RETURN 'missing';
+    END IF;
+    IF p_group <> '__QUEUE_MODE__'
+       AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups g
+                       WHERE g.queue_id = v_qid AND g.consumer_group = p_group)
+       AND NOT EXISTS (SELECT 1 FROM queen.cursors c
+                       WHERE c.queue_id = v_qid AND c.consumer_group = p_group) THEN
+        RETURN 'no_group';
+    END IF;
+    v_off := queen.admin_find_offset(p_partition_id, p_txid);
+    IF v_off IS NULL THEN
+        RETURN 'missing';
+    END IF;
+    INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_offset)
+    SELECT p.id, p_group, p.queue_id,
+           CASE WHEN g.subscribed_at IS NULL THEN 0
+                ELSE coalesce((SELECT sg.first_offset FROM queen.segments sg
+                               WHERE sg.partition_id = p.id AND sg.created_at >= g.subscribed_at
+                               ORDER BY sg.first_offset LIMIT 1),
+                              p.next_offset) END
+    FROM queen.partitions p
+    LEFT JOIN queen.consumer_groups g ON g.queue_id = p.queue_id AND g.consumer_group = p_group
+    WHERE p.id = p_partition_id AND p.next_offset > 0
+    ON CONFLICT DO NOTHING;
+    SELECT * INTO v_cur FROM queen.cursors c
+    WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'missing';
+    END IF;
+    IF EXISTS (SELECT 1 FROM queen.dlq d
+               WHERE d.partition_id = p_partition_id AND d.transaction_id = p_txid
+                 AND d.consumer_group = p_group AND d.msg_offset = v_off) THEN
+        RETURN 'already';
+    END IF;
+    IF v_off < v_cur.next_offset OR v_off = ANY (v_cur.acked) THEN
+        RETURN 'consumed';
+    END IF;
+    IF v_cur.lease_expires_at > now() AND v_off < v_cur.lease_end THEN
+        RETURN 'leased';
+    END IF;
+    SELECT * INTO v_seg FROM queen.segments s
+    WHERE s.partition_id = p_partition_id AND s.first_offset <= v_off AND s.last_offset >= v_off;
+    IF NOT FOUND THEN
+        RETURN 'missing';
+    END IF;
+    v_i := (v_off - v_seg.first_offset + 1)::integer;
+    INSERT INTO queen.dlq (queue_id, partition_id, consumer_group, msg_offset, message_id,
+                           transaction_id, payload, producer_sub, trace_id, error_message,
+                           retry_count)
+    VALUES (v_qid, p_partition_id, p_group, v_off, v_seg.message_ids[v_i],
+            v_seg.transaction_ids[v_i], v_seg.payloads[v_i], v_seg.producer_subs[v_i],
+            v_seg.trace_ids[v_i], p_error,
+            coalesce((SELECT f.attempts FROM queen.failures f
+                      WHERE f.partition_id = p_partition_id AND f.consumer_group = p_group
+                        AND f.msg_offset = v_off), 0));
+    SELECT a.next_offset, a.rest INTO v_next, v_rest
+    FROM queen.cursor_advance(v_cur.next_offset, v_cur.acked || v_off) a;
+    UPDATE queen.cursors c SET next_offset = v_next, acked = v_rest
+    WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group;
+    DELETE FROM queen.failures f
+    WHERE f.partition_id = p_partition_id AND f.consumer_group = p_group
+      AND (f.msg_offset = v_off OR f.msg_offset < v_next);
+    RETURN 'moved';
+END
+$fn$;
+
+-- Empty a queue (or one partition of it): every stored message goes, whatever the groups'
+-- cursors, except the writes (segments) holding a message inside a live lease, which are kept
+-- whole for their consumer (kept). Offsets are not reused: the next push continues after them,
+-- and the pop steps over the gap. Dead letters and cursors stay. known is false for an unknown
+-- queue or partition.
+CREATE OR REPLACE FUNCTION queen.admin_clear(
+    p_queue text, p_partition text, OUT known boolean, OUT cleared bigint, OUT kept bigint)
+LANGUAGE plpgsql SET jit = off AS $fn$
+DECLARE
+    v_pids   bigint[];
+    v_firsts bigint[];
+    v_parts  bigint[];
+BEGIN
+    SELECT array_agg(p.id ORDER BY p.id) INTO v_parts
+    FROM queen.partitions p
+    WHERE p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = p_queue)
+      AND (p_partition IS NULL OR p.name = p_partition);
+    known := v_parts IS NOT NULL;
+    cleared := 0;
+    kept := 0;
+    IF NOT known THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(s.partition_id), array_agg(s.first_offset) INTO v_pids, v_firsts
+    FROM queen.segments s WHERE s.partition_id = ANY (v_parts);
+    IF v_pids IS NOT NULL THEN
+        SELECT r.messages INTO cleared
+        FROM queen.remove_unleased_segments(v_pids, v_firsts, 'cleared_segments',
+                                            'cleared_messages') r;
+    END IF;
+    SELECT coalesce(sum(s.last_offset - s.first_offset + 1), 0) INTO kept
+    FROM queen.segments s WHERE s.partition_id = ANY (v_parts);
 END
 $fn$;

@@ -43,6 +43,7 @@ class Stores:
     ready: bool  # the database answered (and was migrated) at start-up
     migrate: Callable[[], Awaitable[None]]  # again, once the database answers
     interrupt: Callable[[], int] | None = None  # give up the calls in flight (a hung database)
+    pool_stats: Callable[[], tuple[int, int]] | None = None  # (size, in use) of the pool
     state: StateStore | None = None  # broker-wide switches
     encrypted_queues: Callable[[], Awaitable[set[str]]] | None = None
     deleted_queues: Callable[[list[str]], Awaitable[dict[str, int]]] | None = None
@@ -99,6 +100,7 @@ async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
                 ready=ready,
                 migrate=_migrate_once(pg),
                 interrupt=pool.interrupt,
+                pool_stats=pool.stats,
                 state=pg,
                 encrypted_queues=pg.encrypted_queues,
                 deleted_queues=ask_deleted,

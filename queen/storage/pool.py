@@ -174,6 +174,7 @@ class ConnectionPool:
         self.call_timeout_s = (
             call_timeout_s if call_timeout_s is not None else statement_timeout_ms / 1000 + 5
         )
+        self._size = size
         self._slots = trio.Semaphore(size)
         self._limiter = trio.CapacityLimiter(size + 1)  # + the ping
         self._idle: list[psycopg.Connection[Any]] = []
@@ -197,6 +198,10 @@ class ConnectionPool:
             f"PostgreSQL did not answer within {self.call_timeout_s:g} s (or stopped answering "
             "the health probe); connection dropped"
         )
+
+    def stats(self) -> tuple[int, int]:
+        """How many calls the pool may run at once, and how many it runs now."""
+        return self._size, self._size - self._slots.value
 
     def interrupt(self) -> int:
         """Give up every call in flight now, as if its deadline had passed (the health probe

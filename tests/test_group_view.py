@@ -1,0 +1,130 @@
+"""A consumer group, partition by partition: stuck partitions are marked (a lease that ran out
+with messages in it, or messages and no pop for a while), its lag has a history, and the
+dashboard's group page shows both with the seek and delete actions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from queen.admin.history import LagHistory
+from queen.admin.service import STUCK_IDLE_S, stuck_reason
+from queen.broker import Broker
+from tests.conftest import Db
+from tests.consuming import Api
+
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def reason(
+    lag: int,
+    lease: datetime | None = None,
+    expired: datetime | None = None,
+    last_pop: datetime | None = None,
+    waiting_s: float = 0.0,
+) -> str | None:
+    return stuck_reason(
+        lag, lease=lease, lease_expired=expired, last_pop=last_pop, waiting_s=waiting_s, now=NOW
+    )
+
+
+def test_a_partition_is_stuck_when_its_lease_ran_out_or_no_pop_came_for_a_while() -> None:
+    recent = NOW - timedelta(seconds=10)
+    idle = NOW - timedelta(seconds=STUCK_IDLE_S + 60)
+    long = STUCK_IDLE_S + 60
+    expired = NOW - timedelta(minutes=3)
+    assert reason(0, expired=expired, waiting_s=long) is None  # nothing due
+    assert reason(5, lease=NOW + timedelta(seconds=30), last_pop=idle, waiting_s=long) is None
+    assert reason(5, last_pop=recent, waiting_s=long) is None  # popped a moment ago
+    assert reason(5, last_pop=idle, waiting_s=20.0) is None  # the messages just came
+    assert reason(5, waiting_s=20.0) is None  # a group that just started
+    said = reason(5, expired=expired, last_pop=recent)
+    assert said == "lease expired 3 min ago, not popped since"
+    assert reason(5, last_pop=idle, waiting_s=long) == "no pop for 6 min"
+    assert reason(5, waiting_s=long) == "never popped, oldest message waiting 6 min"
+
+
+def test_lag_history_keeps_each_pairs_samples_and_forgets_pairs_gone_for_its_span() -> None:
+    history = LagHistory(step_s=30, span_s=60)
+    history.record(0, {("g", "q"): 5, ("h", "q"): 1})
+    history.record(30, {("g", "q"): 7})
+    history.record(61, {("g", "q"): 9})
+    assert [lag for _, lag in history.series("g", "q")] == [5, 7, 9]
+    assert history.series("h", "q") == []  # not seen for longer than the span
+
+
+async def test_the_group_detail_marks_stuck_partitions_and_the_page_shows_them(
+    api: Api, client: object, broker: Broker, db: Db, queue: str
+) -> None:
+    await api.push(queue, "a", 1, 2)
+    await api.push(queue, "b", 3)
+    await api.push(queue, "c", 4)
+    [held] = [await api.messages(queue, "a", batch=2, consumerGroup="g")]
+    assert len(held) == 2  # g's consumer takes a's messages ... and goes away
+    for m in await api.messages(queue, "c", batch=1, consumerGroup="g"):
+        await api.ack(m, group="g")  # c: caught up
+    # a's lease runs out (moved into the past rather than waited for)
+    await db.rows(
+        """UPDATE queen.cursors SET lease_expires_at = now() - interval '3 minutes'
+           WHERE consumer_group = 'g' AND partition_id =
+                 (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                  WHERE q.name = %s AND p.name = 'a') RETURNING 1""",
+        queue,
+    )
+    status, detail = await api.get("/api/v1/consumer-groups/g")
+    assert status == 200
+    parts = {p["partition"]: p for p in detail[queue]["partitions"]}
+    assert parts["a"]["stuck"] is not None and parts["a"]["stuck"].startswith("lease expired")
+    assert parts["a"]["leaseExpiredAt"] is not None and parts["a"]["leaseActive"] is False
+    assert parts["b"]["stuck"] is None  # never popped, but its message only just came
+    # b's message has waited long (its segment moved into the past)
+    await db.rows(
+        """UPDATE queen.segments SET created_at = now() - interval '1 hour'
+           WHERE partition_id = (SELECT p.id FROM queen.partitions p
+                                 JOIN queen.queues q ON q.id = p.queue_id
+                                 WHERE q.name = %s AND p.name = 'b') RETURNING 1""",
+        queue,
+    )
+    status, detail = await api.get("/api/v1/consumer-groups/g")
+    parts = {p["partition"]: p for p in detail[queue]["partitions"]}
+    assert parts["b"]["stuck"] == "never popped, oldest message waiting 60 min"
+    assert parts["c"]["stuck"] is None and parts["c"]["offsetLag"] == 0
+
+    await broker.admin.sample_lag()
+    await broker.admin.sample_lag()
+    samples = broker.admin.lag_history.series("g", queue)
+    assert [lag for _, lag in samples] == [3, 3]  # a's two and b's one
+
+    page = await client.get("/dashboard/view/group/g")  # type: ignore[attr-defined]
+    html = await page.get_data(as_text=True)
+    assert page.status_code == 200
+    assert html.count('class="stuck"') == 2
+    assert "lease expired" in html and "never popped" in html
+    assert "<polyline" in html  # the lag history
+    assert 'data-fields="timestamp"' in html and "/queues/" + queue + "/seek" in html
+    assert 'data-method="DELETE"' in html  # delete the group on every queue
+    missing = await client.get("/dashboard/view/group/nobody")  # type: ignore[attr-defined]
+    assert missing.status_code == 404
+
+
+async def test_a_group_seeks_to_a_time_given_as_the_dashboard_sends_it(
+    api: Api, db: Db, queue: str
+) -> None:
+    await api.push(queue, "a", 1, 2, 3)
+    await db.rows(
+        """UPDATE queen.segments SET created_at = '2026-01-01T00:00:00Z'
+           WHERE partition_id = (SELECT p.id FROM queen.partitions p
+                                 JOIN queen.queues q ON q.id = p.queue_id
+                                 WHERE q.name = %s AND p.name = 'a') RETURNING 1""",
+        queue,
+    )
+    await api.push(queue, "a", 4)
+    for m in await api.messages(queue, "a", batch=10, consumerGroup="g"):
+        await api.ack(m, group="g")
+    # the page's datetime-local value, read as UTC: "2026-06-01T00:00" + ":00Z"
+    status, _ = await api.post(
+        f"/api/v1/consumer-groups/g/queues/{queue}/seek", {"timestamp": "2026-06-01T00:00:00Z"}
+    )
+    assert status == 200
+    status, detail = await api.get("/api/v1/consumer-groups/g")
+    [part] = detail[queue]["partitions"]
+    assert part["offset"] == 3 and part["offsetLag"] == 1  # before the time: skipped

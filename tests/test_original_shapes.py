@@ -1,0 +1,222 @@
+"""The admin answers the original broker's dashboard and queenctl read, called as they call
+them (the same paths, parameters and Accept headers), on the real database; and the
+original's Prometheus names in ``/metrics``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from queen.broker import Broker
+
+# what axios (the original's dashboard) sends by default
+AXIOS_ACCEPT = "application/json, text/plain, */*"
+# what Prometheus 2.x/3.x sends when it scrapes
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
+)
+
+
+async def _push(client: Any, queue: str, partition: str, *txids: str) -> list[Any]:
+    items = [
+        {"queue": queue, "partition": partition, "transactionId": t, "payload": {"t": t}}
+        for t in txids
+    ]
+    resp = await client.post("/api/v1/push", json={"items": items})
+    assert resp.status_code == 201
+    return list(await resp.get_json())
+
+
+async def _pop(client: Any, path: str) -> list[Any]:
+    resp = await client.get(path)
+    return [] if resp.status_code == 204 else (await resp.get_json())["messages"]
+
+
+async def _ack(client: Any, message: Any, group: str | None = None) -> None:
+    body = {
+        "transactionId": message["transactionId"],
+        "partitionId": message["partitionId"],
+        "leaseId": message["leaseId"],
+        "status": "completed",
+    }
+    if group:
+        body["consumerGroup"] = group
+    resp = await client.post("/api/v1/ack", json=body)
+    assert resp.status_code == 200, await resp.get_data(as_text=True)
+
+
+def _samples(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+async def test_metrics_answers_json_to_the_dashboard_and_text_to_prometheus(
+    client: Any, queue: str
+) -> None:
+    await _push(client, queue, "p", "a")
+    as_dashboard = await client.get("/metrics", headers={"Accept": AXIOS_ACCEPT})
+    assert as_dashboard.content_type.startswith("application/json")
+    body = await as_dashboard.get_json()
+    assert set(body) >= {"uptime", "requests", "messages", "database", "memory", "cpu"}
+    assert set(body["memory"]) >= {"rss", "heapTotal", "heapUsed", "external", "arrayBuffers"}
+    assert body["memory"]["rss"] > 0
+    assert body["cpu"]["user"] > 0 and isinstance(body["cpu"]["system"], int)
+    assert isinstance(body["database"]["idleConnections"], int)
+    assert body["database"]["poolSize"] >= body["database"]["idleConnections"]
+    scraped = await client.get("/metrics", headers={"Accept": PROMETHEUS_ACCEPT})
+    assert scraped.content_type.startswith("text/plain")
+    text_first = await client.get("/metrics", headers={"Accept": "text/plain, application/json"})
+    assert text_first.content_type.startswith("application/json")  # equal rank: JSON listed
+    ranked = await client.get("/metrics", headers={"Accept": "application/json;q=0.5,text/plain"})
+    assert ranked.content_type.startswith("text/plain")
+    plain = await client.get("/metrics")
+    assert plain.content_type.startswith("text/plain")
+
+
+async def test_prometheus_serves_the_original_names_with_help_and_type(
+    client: Any, broker: Broker, queue: str
+) -> None:
+    await _push(client, queue, "p", "a", "b")
+    [message, _] = await _pop(client, f"/api/v1/pop/queue/{queue}?batch=2&wait=false")
+    await _ack(client, message)
+    text = await (await client.get("/metrics/prometheus")).get_data(as_text=True)
+    samples = _samples(text)
+    m = broker.metrics
+    assert samples['queen_cluster_push_requests_total{scope="cluster"}'] == m.push_requests
+    assert samples['queen_cluster_push_messages_total{scope="cluster"}'] == m.push_items_queued
+    assert samples['queen_cluster_pop_requests_total{scope="cluster"}'] == m.pop_requests
+    assert samples['queen_cluster_pop_messages_total{scope="cluster"}'] == m.pop_messages
+    assert samples['queen_cluster_ack_requests_total{scope="cluster"}'] == m.ack_requests >= 1
+    assert samples['queen_cluster_ack_total{result="success",scope="cluster"}'] == (
+        m.acks - m.acks_refused
+    )
+    assert samples['queen_cluster_dlq_total{scope="cluster"}'] == m.acks_dlq
+    assert samples['queen_cluster_db_errors_total{scope="cluster"}'] == (
+        m.push_transaction_failures
+    )
+    assert samples['queen_cluster_transactions_total{scope="cluster"}'] == m.transactions
+    assert samples["queen_file_buffer_pending"] == 0
+    assert samples["queen_file_buffer_db_healthy"] == 1
+    assert samples["queen_maintenance_mode_enabled"] == 0
+    assert samples["queen_shared_state_enabled"] == 0
+    assert samples["queen_uptime_seconds"] >= 0
+    assert samples["queen_cpu_user_microseconds_total"] > 0
+    assert samples["queen_process_resident_memory_bytes"] > 0
+    assert (
+        samples["queen_process_virtual_memory_bytes"]
+        >= samples["queen_process_resident_memory_bytes"]
+    )
+    assert samples["queen_db_pool_size"] == broker.settings.db_pool_size
+    assert samples["queen_db_pool_idle"] + samples["queen_db_pool_active"] == (
+        broker.settings.db_pool_size
+    )
+    assert samples[f'queen_dlq_depth_by_queue{{queue="{queue}"}}'] == 0
+    assert 'queen_dlq_depth{scope="cluster"}' in samples
+    # ours are kept beside them
+    assert samples["queen_push_requests_total"] == m.push_requests
+    helped = {line.split()[2] for line in text.splitlines() if line.startswith("# HELP ")}
+    typed = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    families = {name.split("{")[0] for name in samples}
+    assert families <= helped and families <= typed, families - (helped & typed)
+
+
+async def test_maintenance_says_how_both_switches_stand(client: Any) -> None:
+    before = await (await client.get("/api/v1/system/maintenance")).get_json()
+    assert before["maintenanceMode"] is False and before["popMaintenanceMode"] is False
+    stats = before["bufferStats"]
+    assert stats["failedCount"] == 0 and stats["failedFiles"]["totalMB"] == 0
+    assert stats["dbHealthy"] is True and stats["pendingCount"] == before["bufferedMessages"]
+    resp = await client.post("/api/v1/system/maintenance/pop", json={"enabled": True})
+    assert resp.status_code == 200
+    try:
+        during = await (await client.get("/api/v1/system/maintenance")).get_json()
+        assert during["popMaintenanceMode"] is True and during["maintenanceMode"] is False
+    finally:
+        await client.post("/api/v1/system/maintenance/pop", json={"enabled": False})
+
+
+async def test_status_lists_the_queues_holding_messages(client: Any, queue: str) -> None:
+    await _push(client, queue, "p1", "a", "b")
+    await _push(client, queue, "p2", "c")
+    [message] = await _pop(client, f"/api/v1/pop/queue/{queue}/partition/p1?batch=1&wait=false")
+    await _ack(client, message)
+    window = "from=2020-01-01T00:00:00.000Z&to=2100-01-01T00:00:00.000Z"
+    status = await (await client.get(f"/api/v1/status?{window}")).get_json()
+    assert isinstance(status["queues"], list)
+    [row] = [q for q in status["queues"] if q["name"] == queue]
+    assert row["partitions"] == 2 and row["totalConsumed"] == 1
+    assert set(row) >= {"id", "name", "namespace", "task", "partitions", "totalConsumed"}
+    assert status["totals"]["queues"] >= 1
+    assert status["messages"]["requests"]["push"] >= 2
+    assert status["messages"]["batchEfficiency"]["push"] > 0
+    assert "totalMessages" in status["deadLetterQueue"]
+    only = await (await client.get(f"/api/v1/status?queue={queue}")).get_json()
+    assert [q["name"] for q in only["queues"]] == [queue]
+
+
+async def test_overview_says_how_long_popped_messages_waited(client: Any, queue: str) -> None:
+    await client.post("/api/v1/stats/refresh")  # a history point before the pops
+    await _push(client, queue, "p", "a", "b")
+    popped = await _pop(client, f"/api/v1/pop/queue/{queue}?batch=2&wait=false")
+    assert len(popped) == 2
+    await client.post("/api/v1/stats/refresh")  # and one after
+    overview = await (await client.get("/api/v1/resources/overview")).get_json()
+    assert 0 < overview["lag"]["time"]["avg"] < 60
+    assert "max" in overview["lag"]["time"]
+    status = await (await client.get("/api/v1/status")).get_json()
+    points = status["throughput"]
+    stamps = [p["timestamp"] for p in points]
+    assert stamps == sorted(stamps, reverse=True)  # newest first, as the original answers
+    # the newest interval, or the one before it if the history's own loop sampled between
+    assert any(p["popMessages"] >= 2 and p["avgLagMs"] > 0 for p in points[:2])
+
+
+async def test_message_rows_say_how_the_groups_stand(client: Any, queue: str) -> None:
+    await _push(client, queue, "p", "a")
+    [done] = await _pop(
+        client, f"/api/v1/pop/queue/{queue}?batch=1&wait=false&consumerGroup=g1-{queue}"
+    )
+    await _ack(client, done, f"g1-{queue}")
+    [_leased] = await _pop(
+        client, f"/api/v1/pop/queue/{queue}?batch=1&wait=false&consumerGroup=g2-{queue}"
+    )
+    page = await (await client.get(f"/api/v1/messages?queue={queue}")).get_json()
+    [row] = page["messages"]
+    assert row["busStatus"] == {"consumedBy": 1, "totalGroups": 2}
+    assert row["queueStatus"] == row["status"] == "pending"  # queue mode never popped it
+
+
+async def test_lagging_answers_one_row_per_group_and_partition(client: Any, queue: str) -> None:
+    group = f"lag-{queue}"
+    await _push(client, queue, "p1", "a", "b")
+    await _push(client, queue, "p2", "c")
+    for partition in ("p1", "p2"):
+        popped = await _pop(
+            client,
+            f"/api/v1/pop/queue/{queue}/partition/{partition}"
+            f"?batch=1&wait=false&consumerGroup={group}",
+        )
+        assert len(popped) == 1
+    # exactly the original dashboard's call
+    rows = await (await client.get("/api/v1/consumer-groups/lagging?minLagSeconds=0")).get_json()
+    mine = sorted(
+        (r["partition_name"], r["offset_lag"]) for r in rows if r["consumer_group"] == group
+    )
+    assert mine == [("p1", 2), ("p2", 1)]
+    row = next(r for r in rows if r["consumer_group"] == group)
+    assert row["queue_name"] == queue and row["name"] == group
+    # queenctl's `lag --min-seconds` columns: name, queue, lagMessages, lagSeconds
+    assert row["queue"] == queue and row["lagMessages"] == row["offset_lag"]
+    assert row["lagSeconds"] == row["time_lag_seconds"]
+    assert isinstance(row["time_lag_seconds"], int) and row["lag_hours"] >= 0
+    assert set(row) >= {
+        "partition_id",
+        "worker_id",
+        "oldest_unconsumed_at",
+        "last_consumed_at",
+    }
+    far = await (await client.get("/api/v1/consumer-groups/lagging?minLagSeconds=3600")).get_json()
+    assert not any(r["consumer_group"] == group for r in far)
