@@ -138,17 +138,18 @@ def _hooks(app: QuartTrio) -> tuple[int, int]:
     return len(app.before_request_funcs.get(None, [])), len(app.after_request_funcs.get(None, []))
 
 
-def test_an_open_gate_adds_no_hook_and_a_closed_one_adds_one() -> None:
+def test_an_open_gate_adds_no_access_hook_and_a_closed_one_adds_one() -> None:
+    # (the after-request hook, in both, is the audit log of operators' actions)
     open_app = QuartTrio("open", static_folder=None)
     access.install(open_app, AccessGate.disabled())
-    assert _hooks(open_app) == (0, 0)
+    assert _hooks(open_app) == (0, 1)
 
     class _Verifier:  # any verifier turns the gate on; this one is never asked
         pass
 
     closed_app = QuartTrio("closed", static_folder=None)
     access.install(closed_app, AccessGate(_Verifier()))  # type: ignore[arg-type]
-    assert _hooks(closed_app) == (1, 0)
+    assert _hooks(closed_app) == (1, 1)
 
 
 def test_cors_answers_preflights_always_and_decorates_answers_only_with_origins() -> None:
