@@ -26,6 +26,7 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from queen.http.asgi import RequestConnection
 from queen.http.responses import error_response, json_response
 from queen.ids import mint_ids
 from queen.model import DEFAULT_PARTITION
@@ -36,6 +37,7 @@ from queen.settings import Settings
 
 def create_app(max_body_bytes: int) -> QuartTrio:
     app = QuartTrio("queen-http-ceiling")
+    app.asgi_http_class = RequestConnection  # as queen serve's app
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
 
     @app.post("/api/v1/push")

@@ -28,9 +28,10 @@ _REFUSED_SUB = "queen_refused_sub"
 
 
 def install(app: QuartTrio, gate: AccessGate) -> None:
+    """Register the access hook (unless the gate is off: then every caller is anonymous and
+    allowed, and no request pays for asking) and the audit hook."""
     app.config["QUEEN_ACCESS_GATE"] = gate
 
-    @app.before_request
     async def check_access() -> Response | None:
         rule = request.url_rule
         try:
@@ -49,6 +50,9 @@ def install(app: QuartTrio, gate: AccessGate) -> None:
             return response
         setattr(g, _IDENTITY, identity)
         return None
+
+    if gate.enabled:
+        app.before_request(check_access)
 
     @app.after_request
     async def log_action(response: Response) -> Response:

@@ -33,6 +33,7 @@ from queen.http import (
     streams,
     traces,
 )
+from queen.http.asgi import RequestConnection
 from queen.http.responses import error_response
 from queen.push import BrokerClosed, PartitionsBusy
 
@@ -44,6 +45,7 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     broker's settings (raising :class:`queen.auth.AuthConfigError` if they cannot work)."""
     # No static files: every route of the app is one of ours, and in the access table.
     app = QuartTrio("queen", static_folder=None)
+    app.asgi_http_class = RequestConnection
     app.config["QUEEN_BROKER"] = broker
     # The push route must answer 413 itself at QUEEN_MAX_BODY_BYTES; Quart's own limit
     # (16 MiB by default) must not answer first.

@@ -27,7 +27,8 @@ def origin_allowed(origin: str, allowed: frozenset[str]) -> bool:
 
 
 def install(app: QuartTrio, origins: str) -> None:
-    """Register the preflight hook (call before the access gate's) and the answer hook."""
+    """Register the preflight hook (call before the access gate's) and, when some origin is
+    allowed, the answer hook (with none, no answer would carry the header)."""
     allowed = parse_origins(origins)
 
     def decorate(response: Response, origin: str) -> Response:
@@ -53,12 +54,14 @@ def install(app: QuartTrio, origins: str) -> None:
         response.headers["Access-Control-Max-Age"] = str(MAX_AGE_S)
         return response
 
+    if not allowed:
+        return
+
     @app.after_request
     async def allow(response: Response) -> Response:
         origin = request.headers.get("Origin")
         if (
             origin
-            and allowed
             and origin_allowed(origin, allowed)
             and "Access-Control-Allow-Origin" not in response.headers
         ):

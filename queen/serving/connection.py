@@ -29,11 +29,10 @@ per request was the largest single cost of a small request). It also adds:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import trio
 from hypercorn.config import Config
-from hypercorn.events import Closed, Event, Updated
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, LifespanState
@@ -41,39 +40,6 @@ from hypercorn.typing import AppWrapper, LifespanState
 from queen.serving.capacity import ConnectionCapacity
 
 LINGER_S = 2.0
-
-
-class WatchedStream:
-    """A socket stream that reports what it receives: data, or the end of the client's side."""
-
-    def __init__(
-        self, stream: trio.SocketStream, on_data: Callable[[], None], peer_done: trio.Event
-    ) -> None:
-        self._stream = stream
-        self._on_data = on_data
-        self._peer_done = peer_done
-        self.socket = stream.socket
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        try:
-            data = await self._stream.receive_some(max_bytes)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._peer_done.set()
-            raise
-        if data:
-            self._on_data()
-        else:
-            self._peer_done.set()
-        return data
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._stream.send_all(data)
-
-    async def send_eof(self) -> None:
-        await self._stream.send_eof()
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
 
 
 class Connection(TCPServer):
@@ -101,9 +67,12 @@ class Connection(TCPServer):
         self._closed = False
         self._must_close = False
         self._peer_done = trio.Event()
+        # One write per answer: a request's response head is held (`_held`) and written with
+        # what follows it, and empty writes are skipped.
+        self._awaiting_head = False
+        self._held: bytes | None = None
         self._raw = stream
-        watched = WatchedStream(stream, self._data_arrived, self._peer_done)
-        super().__init__(app, config, context, state, watched)  # type: ignore[arg-type]
+        super().__init__(app, config, context, state, stream)  # type: ignore[arg-type]
 
     async def run(self) -> None:
         if not self._capacity.admit(self, self._shed):
@@ -136,28 +105,82 @@ class Connection(TCPServer):
             self._watch.deadline = trio.current_time() + self._header_timeout_s
 
     async def _read_data(self) -> None:
-        await super()._read_data()
+        """Hypercorn's reader, noting the first byte of each request and the end of the
+        client's side. It has no per-read timeout (Hypercorn's read timeout is off: the
+        watchdog's deadlines replace it), so no cancel scope is opened per read."""
+        receive_some = self._raw.receive_some
+        handle = self.protocol.handle
+        while True:
+            try:
+                data = await receive_some(MAX_RECV)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._peer_done.set()
+                break
+            if not data:
+                self._peer_done.set()
+                await handle(RawData(b""))
+                break
+            self._data_arrived()
+            await handle(RawData(data))
+        await handle(Closed())
         # The client's side has ended (or broke): nothing more can arrive on this connection.
         self._must_close = True
         if self._idle:  # a request's headers that have begun can no longer complete either
             self._watch.deadline = -math.inf
 
     async def protocol_send(self, event: Event) -> None:
-        if isinstance(event, Updated):
-            if event.idle:
+        kind = type(event)  # (exact types: Hypercorn's events are final, and an ABC check costs)
+        if kind is RawData:
+            await self._write(event.data)  # type: ignore[attr-defined]
+            return
+        if kind is Updated:
+            if event.idle:  # type: ignore[attr-defined]
                 self._idle = True
                 self._request_started = False
+                self._awaiting_head = False
                 self._capacity.turned_idle(self)
                 self._watch.deadline = self._idle_deadline()
             else:
                 self._idle = False
+                self._awaiting_head = True
                 self._capacity.turned_busy(self)
                 self._watch.deadline = math.inf
             return
-        if isinstance(event, Closed):
+        if kind is Closed:
             self._closed = True
             self._watch.cancel()  # the watchdog has nothing left to do
+            if self._held is not None:
+                held, self._held = self._held, None
+                await super().protocol_send(RawData(held))
         await super().protocol_send(event)
+
+    async def _write(self, data: bytes) -> None:
+        """Write what Hypercorn's HTTP/1.1 layer produced, one write per answer where it can.
+
+        Hypercorn writes an answer in three pieces, each a lock and a send: the head (at the
+        app's ``http.response.start``), the body, and the end of the message (empty when the
+        body's length was declared). The first final head after a request began is held and
+        goes out with the next piece; informational heads (``100 Continue``, and a
+        ``101`` that ends HTTP/1.1 on the connection) go at once; empty pieces send nothing.
+        Something always follows a head (a body, the end of the message, or the connection's
+        close, which writes what is held first), so nothing waits for later traffic; a
+        streamed answer's head goes out with its first chunk.
+        """
+        if self._awaiting_head:
+            if data.startswith(b"HTTP/1.1 1"):
+                if data.startswith(b"HTTP/1.1 101"):
+                    self._awaiting_head = False
+            else:
+                self._awaiting_head = False
+                self._held = data
+                return
+        held = self._held
+        if held is not None:
+            self._held = None
+            data = held + data
+        elif not data:
+            return
+        await super().protocol_send(RawData(data))
 
     async def _idle_timeout(self) -> None:
         """The connection's watchdog (started once, by Hypercorn, as its idle timer): closes

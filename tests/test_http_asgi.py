@@ -1,0 +1,161 @@
+"""How the app serves one request (:mod:`queen.http.asgi`) and which per-request hooks it
+installs: the app runs in the task the server started for the request (one task fewer than
+Quart-Trio's own connection class), a client that leaves still cancels its route, an answer
+still ends the body feeder; the access gate and CORS add hooks only when they have something
+to decide."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+from quart_trio.asgi import TrioASGIHTTPConnection
+
+from queen.auth import AccessGate
+from queen.http import access, cors
+from queen.http.asgi import RequestConnection
+
+
+class _SpawnCounter(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+
+def _app(connection_class: type[TrioASGIHTTPConnection], events: list[str]) -> QuartTrio:
+    app = QuartTrio("asgi-test", static_folder=None)
+    app.asgi_http_class = connection_class
+
+    @app.post("/echo")
+    async def echo() -> Response:
+        return Response(await request.get_data(), status=201)
+
+    @app.get("/hang")
+    async def hang() -> Response:
+        try:
+            await trio.sleep_forever()
+        finally:
+            events.append("route cancelled")
+        return Response("never")  # pragma: no cover
+
+    return app
+
+
+def _scope(method: str, path: str, body: bytes = b"") -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"test"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+        "extensions": {},
+    }
+
+
+async def _serve(app: QuartTrio, scope: dict[str, Any], incoming: list[dict[str, Any]]) -> Any:
+    """Run one ASGI exchange: ``incoming`` are the receive() messages in order (then it
+    blocks, as a server does while the client stays); returns what the app sent."""
+    sent: list[dict[str, Any]] = []
+    pending = list(incoming)
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop(0)
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)  # type: ignore[arg-type]
+    return sent
+
+
+async def _spawned_for_one_push(connection_class: type[TrioASGIHTTPConnection]) -> int:
+    app = _app(connection_class, [])
+    counter = _SpawnCounter()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        sent = await _serve(
+            app,
+            _scope("POST", "/echo", b"hello"),
+            [{"type": "http.request", "body": b"hello", "more_body": False}],
+        )
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    assert sent[0]["status"] == 201 and sent[1]["body"] == b"hello"
+    return counter.spawned
+
+
+async def test_a_request_starts_one_task_fewer_than_quart_trios_own() -> None:
+    with trio.fail_after(10):
+        ours = await _spawned_for_one_push(RequestConnection)
+        theirs = await _spawned_for_one_push(TrioASGIHTTPConnection)
+    assert ours == theirs - 1
+
+
+async def test_a_client_that_leaves_cancels_its_route() -> None:
+    events: list[str] = []
+    app = _app(RequestConnection, events)
+    with trio.fail_after(10):
+        sent = await _serve(
+            app,
+            _scope("GET", "/hang"),
+            [
+                {"type": "http.request", "body": b"", "more_body": False},
+                {"type": "http.disconnect"},
+            ],
+        )
+    assert events == ["route cancelled"]
+    assert sent == []  # nothing is answered to a client that has gone
+
+
+async def test_an_answer_ends_the_exchange_while_the_client_stays() -> None:
+    # The body feeder waits for a disconnect that never comes: the answer must end it.
+    app = _app(RequestConnection, [])
+    with trio.fail_after(10):
+        sent = await _serve(
+            app,
+            _scope("POST", "/echo", b"x"),
+            [{"type": "http.request", "body": b"x", "more_body": False}],
+        )
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 201
+    assert sent[-1]["type"] == "http.response.body" and not sent[-1].get("more_body", False)
+
+
+def _hooks(app: QuartTrio) -> tuple[int, int]:
+    return len(app.before_request_funcs.get(None, [])), len(app.after_request_funcs.get(None, []))
+
+
+def test_an_open_gate_adds_no_access_hook_and_a_closed_one_adds_one() -> None:
+    # (the after-request hook, in both, is the audit log of operators' actions)
+    open_app = QuartTrio("open", static_folder=None)
+    access.install(open_app, AccessGate.disabled())
+    assert _hooks(open_app) == (0, 1)
+
+    class _Verifier:  # any verifier turns the gate on; this one is never asked
+        pass
+
+    closed_app = QuartTrio("closed", static_folder=None)
+    access.install(closed_app, AccessGate(_Verifier()))  # type: ignore[arg-type]
+    assert _hooks(closed_app) == (1, 1)
+
+
+def test_cors_answers_preflights_always_and_decorates_answers_only_with_origins() -> None:
+    without = QuartTrio("without", static_folder=None)
+    cors.install(without, "")
+    assert _hooks(without) == (1, 0)
+    with_origins = QuartTrio("with", static_folder=None)
+    cors.install(with_origins, "https://ops.example")
+    assert _hooks(with_origins) == (1, 1)
