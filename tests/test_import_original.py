@@ -18,14 +18,15 @@ from bench.peer import missing
 from tests.client_env import ensure_client_python
 
 ROOT = Path(__file__).resolve().parent.parent
+WHY_NOT = missing()
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.skipif(
+    WHY_NOT is not None, reason=f"the original Queen server is needed for this test: {WHY_NOT}"
+)
 async def test_import_of_a_database_the_original_wrote() -> None:
-    why = missing()
-    if why is not None:
-        pytest.skip(f"the original Queen server is needed for this test: {why}")
     # Outside pytest's tree: the embedded server runs as a user of its own.
     workdir = Path(tempfile.mkdtemp(prefix="queen-import-original-"))
     try:
