@@ -214,8 +214,7 @@ class Broker:
         """Acknowledge popped messages (``completed``), or what :meth:`Message.ack` says of
         them (another status, an error). One result per ack, in order."""
         many = [acks] if isinstance(acks, Message | AckItem) else list(acks)
-        items = [a.ack() if isinstance(a, Message) else a for a in many]
-        return await self.consume.ack([requests.checked_ack(item) for item in items])
+        return await self.consume.ack([_checked(a) for a in many])
 
     async def extend_lease(self, lease_id: str, seconds: int | None = None) -> LeaseExtension:
         """Extend a lease by ``seconds`` (default: the queue's lease time)."""
@@ -235,7 +234,7 @@ class Broker:
         that order. ``required_leases`` (default: the leases of ``acks``) must all be live.
         Raises :class:`queen.PartitionsBusy` (nothing applied) when a pushed partition cannot
         be written now."""
-        items = [requests.checked_ack(a.ack() if isinstance(a, Message) else a) for a in acks]
+        items = [_checked(a) for a in acks]
         if required_leases is None:
             required = list(dict.fromkeys(i.lease_id for i in items if i.lease_id is not None))
         else:
@@ -280,3 +279,11 @@ def _required_name(value: str, what: str) -> str:
     checked = requests.name(value, what)
     assert checked is not None
     return checked
+
+
+def _checked(ack: Message | AckItem) -> AckItem:
+    """The ack of a popped message as the pop made it (its group and lease id are the broker's
+    own, so there is nothing to check), or a caller's item, checked."""
+    if isinstance(ack, Message):
+        return ack.ack()
+    return requests.checked_ack(ack)
