@@ -178,3 +178,14 @@ def api(client: Any) -> Any:
     from tests.consuming import Api
 
     return Api(client)
+
+
+@pytest.fixture
+def need_browser() -> None:
+    """Fails (never skips) a browser test on a machine without Chromium and its driver,
+    saying what to install."""
+    from tests import browser
+
+    problem = browser.missing()
+    if problem is not None:
+        pytest.fail(problem)

@@ -22,13 +22,6 @@ from tests.test_dashboard_browser import call, view_loaded, wait_for
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def need_browser() -> None:
-    problem = browser.missing()
-    if problem is not None:
-        pytest.fail(problem)
-
-
 def seed_dead_letters(base: str, queue: str, token: str | None = None) -> str:
     """Four messages in one partition, the first two in queue mode's DLQ; their partition id."""
     items = [

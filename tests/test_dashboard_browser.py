@@ -141,13 +141,6 @@ def run_pages(base: str, queue: str) -> dict[str, Any]:
     return out
 
 
-@pytest.fixture
-def need_browser() -> None:
-    problem = browser.missing()
-    if problem is not None:
-        pytest.fail(problem)
-
-
 async def test_every_page_loads_and_a_message_opens(
     need_browser: None, settings: Settings, queue: str
 ) -> None:

@@ -19,13 +19,6 @@ from tests.test_dashboard_browser import call, view_loaded, wait_for
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def need_browser() -> None:
-    problem = browser.missing()
-    if problem is not None:
-        pytest.fail(problem)
-
-
 def consume_all(base: str, queue: str) -> None:
     items = [{"queue": queue, "partition": f"p{n % 3}", "payload": {"n": n}} for n in range(6)]
     call(base, "POST", "/api/v1/push", {"items": items})

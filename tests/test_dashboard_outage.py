@@ -139,11 +139,8 @@ def browse_outage(base: str, stop_database: Callable[[], None]) -> dict[str, Any
 
 
 async def test_in_a_browser_the_overview_says_the_database_is_away_and_what_it_knows(
-    tmp_path: Path,
+    need_browser: None, tmp_path: Path
 ) -> None:
-    problem = browser.missing()
-    if problem is not None:
-        pytest.fail(problem)
     with embedded_pg_dir() as data:
         server = EmbeddedPostgres(data, server_options=TEST_SERVER_OPTIONS)
         url = await trio.to_thread.run_sync(server.start)

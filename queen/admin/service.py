@@ -318,16 +318,20 @@ class AdminService:
             counters=_whole(self.figures.read().counters),
         )
 
+    async def _pop_maintenance(self) -> bool:
+        """The pop switch as last read (off without the consume side)."""
+        try:
+            return (await self.consume.pop_maintenance()).enabled
+        except ConsumeUnavailable:
+            return False
+
     async def standing(self) -> Standing:
         """This process from its own memory (no database read): what the dashboard shows
         while the database is away."""
         self.history.sample()
         ops = self.ops
         down = ops.db_health.down_since
-        try:
-            pop_maintenance = (await self.consume.pop_maintenance()).enabled
-        except ConsumeUnavailable:
-            pop_maintenance = False
+        pop_maintenance = await self._pop_maintenance()
         return Standing(
             at=datetime.now(UTC),
             database_down_since=None if down is None else datetime.fromtimestamp(down, UTC),
@@ -344,10 +348,7 @@ class AdminService:
         t = await self.store.totals()
         now = datetime.now(UTC)
         rates = self.history.latest_rates()
-        try:
-            pop_maintenance = (await self.consume.pop_maintenance()).enabled
-        except ConsumeUnavailable:
-            pop_maintenance = False
+        pop_maintenance = await self._pop_maintenance()
         return Overview(
             queues=int(t["queues"]),
             partitions=int(t["partitions"]),

@@ -45,6 +45,7 @@ from queen.admin.results import (
     QueueStatus,
     QueueSummary,
     RatePoint,
+    Rates,
     RetentionFigures,
     Standing,
     Status,
@@ -328,16 +329,20 @@ def process(p: ProcessState) -> Json:
     }
 
 
+def _rates(r: Rates) -> Json:
+    return {
+        "ingestedPerSecond": r.ingested_per_s,
+        "processedPerSecond": r.processed_per_s,
+        "popPerSecond": r.pop_per_s,
+    }
+
+
 def standing(s: Standing) -> Json:
     """What this process knows without the database (the dashboard's outage view)."""
     return {
         "timestamp": _iso(s.at),
         "databaseDownSince": _iso(s.database_down_since),
-        "throughput": {
-            "ingestedPerSecond": s.rates.ingested_per_s,
-            "processedPerSecond": s.rates.processed_per_s,
-            "popPerSecond": s.rates.pop_per_s,
-        },
+        "throughput": _rates(s.rates),
         "maintenance": {"push": s.push_maintenance, "pop": s.pop_maintenance},
         "loops": {name: loop_status(status) for name, status in s.loops.items()},
         "process": process(s.process),
@@ -359,11 +364,7 @@ def overview(o: Overview) -> Json:
             "offset": {"total": o.messages.pending},
         },
         "oldestPendingAt": _iso(o.oldest_pending_at),
-        "throughput": {
-            "ingestedPerSecond": o.rates.ingested_per_s,
-            "processedPerSecond": o.rates.processed_per_s,
-            "popPerSecond": o.rates.pop_per_s,
-        },
+        "throughput": _rates(o.rates),
         "maintenance": {"push": o.push_maintenance, "pop": o.pop_maintenance},
         "process": process(o.process),
         "timestamp": _iso(o.at),
