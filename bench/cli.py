@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     peer.add_argument("--rounds", type=int, default=2, help="steps per server and shape")
     peer.add_argument(
+        "--ours-workers", type=int, default=1, help="processes of ours (queen serve --workers)"
+    )
+    peer.add_argument(
         "--pg-bin",
         type=Path,
         help="start these PostgreSQL binaries with their default settings (without DATABASE_URL)",

@@ -254,6 +254,10 @@ PIPELINE_HEADERS = [
 ]
 
 
+def _processes(n: int) -> str:
+    return "1 process" if n == 1 else f"{n} processes, `--workers {n}`"
+
+
 def _conditions(doc: Doc) -> list[str]:
     m, db, o = doc.get("machine") or {}, doc.get("database") or {}, doc.get("options") or {}
     orig = doc.get("original") or {}
@@ -268,7 +272,8 @@ def _conditions(doc: Doc) -> list[str]:
         f"- Database: {db.get('description')}, {db.get('version')} ({settings})",
         f"- Original: `{orig.get('binary')}` (built {orig.get('built')}, from the mirror at "
         f"{orig.get('mirror_head')}), `{peer_settings}`",
-        f"- Ours: `queen serve` (1 process), settings from the environment: {env}",
+        f"- Ours: `queen serve` ({_processes(o.get('ours_workers') or 1)}), settings from the "
+        f"environment: {env}",
         f"- Windows: {o.get('rounds')} round(s) per server; push: warm-up {o.get('warmup_s')} s "
         f"+ {o.get('duration_s')} s; pipeline: producer {o.get('pipeline_s')} s, "
         f"`WARMUP_SEC={o.get('pipeline_warmup_s'):g}` for analyze.js; {doc.get('wrk')}",

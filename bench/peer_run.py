@@ -84,6 +84,7 @@ class PeerOptions:
     wrk_threads: int = 1
     database_url: str | None = None
     pg_bin: Path | None = None
+    ours_workers: int = 1
 
 
 class PeerRun:
@@ -159,6 +160,7 @@ class PeerRun:
                 "pipeline_s": o.pipeline_s,
                 "pipeline_warmup_s": o.pipeline_warmup_s,
                 "wrk_threads": o.wrk_threads,
+                "ours_workers": o.ours_workers,
             },
             "machine": before,
             "load_average_after": [round(v, 2) for v in os.getloadavg()],
@@ -182,12 +184,13 @@ class PeerRun:
     def _step(
         self, name: str, side: str, rnd: int, server_db: Database, workdir: Path
     ) -> dict[str, Any]:
+        o = self.options
         dbname = f"peer_{name.lower()}_{rnd + 1}_{side}"
         with peer.fresh_database(server_db, dbname) as db:
             if side == "original":
                 server = peer.start_original(db, workdir=workdir, name=dbname)
             else:
-                server = start_broker(db, workers=1, workdir=workdir, name=dbname)
+                server = start_broker(db, workers=o.ours_workers, workdir=workdir, name=dbname)
             try:
                 server.wait_ready()
                 meter = Meter(server, server_db, dbname)
@@ -283,8 +286,15 @@ def _original() -> dict[str, Any]:
 
 
 def options(args: argparse.Namespace) -> PeerOptions:
-    if args.rounds <= 0 or args.duration <= 0 or args.pipeline_duration <= 0:
-        raise ValueError("--rounds, --duration and --pipeline-duration must be positive")
+    if (
+        args.rounds <= 0
+        or args.duration <= 0
+        or args.pipeline_duration <= 0
+        or args.ours_workers <= 0
+    ):
+        raise ValueError(
+            "--rounds, --duration, --pipeline-duration and --ours-workers must be positive"
+        )
     return PeerOptions(
         shapes=select(args.peer_shapes),
         rounds=args.rounds,
@@ -295,6 +305,7 @@ def options(args: argparse.Namespace) -> PeerOptions:
         wrk_threads=args.wrk_threads,
         database_url=os.environ.get("DATABASE_URL") or None,
         pg_bin=args.pg_bin,
+        ours_workers=args.ours_workers,
     )
 
 

@@ -384,8 +384,9 @@ async def _run_workers(
 
 def run(settings: Settings) -> None:
     raise_open_files_limit()
-    if settings.workers > 1 and not os.environ.get("QUEEN_WORKER_ID"):
-        trio.run(serve_workers, settings)
+    processes = 1 if os.environ.get("QUEEN_WORKER_ID") else settings.processes()
+    if processes > 1:
+        trio.run(serve_workers, settings.with_changes(workers=processes))
     else:
         tune_gc(settings.gc_gen0_threshold)
         trio.run(serve, settings)

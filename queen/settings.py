@@ -16,6 +16,7 @@ from typing import Any
 from queen.cipher import parse_key
 
 _ENV = "env"
+MAX_DEFAULT_WORKERS = 4
 _HELP = "help"
 
 
@@ -30,7 +31,10 @@ class Settings:
     host: str = _setting("0.0.0.0", "QUEEN_HOST", "address the HTTP server listens on")
     port: int = _setting(6632, "QUEEN_PORT", "TCP port the HTTP server listens on")
     workers: int = _setting(
-        1, "QUEEN_WORKERS", "broker processes sharing the port (each one is a full broker)"
+        0,
+        "QUEEN_WORKERS",
+        "broker processes sharing the port (each one is a full broker); 0: one per CPU core "
+        f"this process may run on, at most {MAX_DEFAULT_WORKERS}",
     )
     database_url: str | None = _setting(
         None,
@@ -206,11 +210,18 @@ class Settings:
         "most partitions one pop may claim when the client leaves it to the broker (autopilot;"
         " never more than the batch)",
     )
+    pop_linger_ms: float = _setting(
+        0.0,
+        "QUEEN_POP_LINGER_MS",
+        "a waiting pop that asked for more than one message and is woken by a push waits this"
+        " long before it looks, so its answer carries what arrives meanwhile (0: look at once)",
+    )
     pop_recheck_ms: float = _setting(
         1000.0,
         "QUEEN_POP_RECHECK_MS",
-        "a waiting pop re-checks the database at least this often (expired leases, retry "
-        "delays, delayed messages)",
+        "while something is pending behind a lease, a retry delay, a delay or a window buffer,"
+        " a waiting pop re-checks the database at least this often (sooner when it ends sooner;"
+        " with nothing pending it waits for a push)",
     )
     system_state_cache_ms: float = _setting(
         1000.0,
@@ -307,6 +318,19 @@ class Settings:
     def __post_init__(self) -> None:
         self.validate()
 
+    def processes(self) -> int:
+        """How many broker processes ``queen serve`` runs: ``workers``, or for 0 one per CPU
+        core this process may run on, at most :data:`MAX_DEFAULT_WORKERS` (each holds
+        ``db_pool_size`` + 1 connections: four fit PostgreSQL's default ``max_connections``
+        with room for other clients)."""
+        if self.workers:
+            return self.workers
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+        return max(1, min(cores, MAX_DEFAULT_WORKERS))
+
     def validate(self) -> None:
         """Reject settings that cannot work, naming the variable."""
         for f in dataclasses.fields(self):
@@ -348,6 +372,7 @@ class Settings:
 
 
 _MAY_BE_ZERO = {
+    "workers",
     "max_connections",
     "batch_linger_ms",
     "batch_spread_min_items",

@@ -30,6 +30,10 @@ from queen.storage.embedded import EmbeddedPostgres
 
 pytest_plugins = ("tests.hang_guard",)
 
+# A `queen serve` a test starts is one process unless the test asks for more (`queen serve`
+# alone runs one per core: tests/test_workers.py checks that default).
+os.environ.setdefault("QUEEN_WORKERS", "1")
+
 TEST_SERVER_OPTIONS = {
     # The suite does not survive power loss, so it does not pay for it: no fsync. Commits stay
     # synchronous (the WAL reaches the kernel before a commit is acknowledged), so a crashed or

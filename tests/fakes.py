@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import trio
@@ -20,6 +19,7 @@ from queen.ids import NIL_UUID, mint_id
 from queen.model import PartitionKey
 from queen.records import Delivered, PopRequest, Sizing
 from queen.storage.base import SegmentWrite, WriteResult
+from queen.storage.consume import PopOutcome
 
 
 @dataclass
@@ -146,6 +146,17 @@ class MemoryStore:
 
 
 @dataclass
+class FakeListener:
+    """A push listener that only says whether it hears the other processes."""
+
+    connected: bool
+
+    async def run(self, *, task_status: trio.TaskStatus[FakeListener]) -> None:
+        task_status.started(self)
+        await trio.sleep_forever()
+
+
+@dataclass
 class MemoryConsumeStore:
     """An in-memory store with the consume store's contract for what the waiting logic needs.
 
@@ -158,6 +169,8 @@ class MemoryConsumeStore:
     messages: dict[str, list[Delivered]] = field(default_factory=dict)
     state: dict[str, object] = field(default_factory=dict)
     pop_calls: int = 0
+    ripe_in_s: float | None = None  # what a waiting pop that found nothing is told
+    listener_connected: bool | None = None  # None: no push listener at all
     on_queues: Callable[[set[str]], None] | None = None
     _offsets: dict[str, int] = field(default_factory=dict)
 
@@ -185,15 +198,15 @@ class MemoryConsumeStore:
         assert self.on_queues is not None, "the consume service is not running"
         self.on_queues({queue})
 
-    async def pop(
-        self, request: PopRequest, sizing: Sizing, lease_id: str | None
-    ) -> tuple[list[Delivered], datetime | None]:
+    async def pop(self, request: PopRequest, sizing: Sizing, lease_id: str | None) -> PopOutcome:
         await trio.lowlevel.checkpoint()
         self.pop_calls += 1
         assert request.queue is not None
         waiting = self.messages.get(request.queue, [])
         taken, self.messages[request.queue] = waiting[: sizing.batch], waiting[sizing.batch :]
-        return taken, None
+        if taken or not request.wait:
+            return PopOutcome(taken)
+        return PopOutcome([], None, self.ripe_in_s)
 
     async def get_state(self, key: str) -> object:
         await trio.lowlevel.checkpoint()
@@ -208,9 +221,11 @@ class MemoryConsumeStore:
 
     def push_listener(
         self, on_queues: Callable[[set[str]], None], on_reconnect: Callable[[], None]
-    ) -> None:
+    ) -> FakeListener | None:
         self.on_queues = on_queues
-        return None
+        if self.listener_connected is None:
+            return None
+        return FakeListener(self.listener_connected)
 
     def __getattr__(self, name: str) -> Any:
         if name in _CONSUME_CALLS:

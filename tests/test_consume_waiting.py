@@ -12,8 +12,11 @@ from queen.broadcast import Signal
 from queen.consume.service import ConsumeService
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
+from queen.model import PartitionKey
 from queen.records import PopRequest
 from queen.settings import Settings
+from queen.storage.base import SegmentWrite
+from queen.storage.consume import PENDING_NONE
 from tests.fakes import MemoryConsumeStore
 
 TIMEOUT_MS = 30_000
@@ -25,10 +28,13 @@ def store() -> MemoryConsumeStore:
 
 
 async def _service(
-    store: MemoryConsumeStore, tmp_path: object, recheck_ms: float
+    store: MemoryConsumeStore, tmp_path: object, recheck_ms: float, linger_ms: float = 0.0
 ) -> AsyncIterator[ConsumeService]:
     settings = Settings(
-        database_url="memory://", file_buffer_dir=str(tmp_path), pop_recheck_ms=recheck_ms
+        database_url="memory://",
+        file_buffer_dir=str(tmp_path),
+        pop_recheck_ms=recheck_ms,
+        pop_linger_ms=linger_ms,
     )
     switches = MaintenanceSwitch(store, refresh_s=1.0, changed=Signal())  # type: ignore[arg-type]
     service = ConsumeService(store, settings, Metrics(), switches=switches)  # type: ignore[arg-type]
@@ -293,3 +299,184 @@ async def test_a_push_of_one_message_costs_two_queries_however_many_pops_wait(
         assert len([r for r in answered if r]) == 1
         assert service.wakeups.waiting == 9
         nursery.cancel_scope.cancel()
+
+
+# --- when to look again: what the last look said was pending ---------------------------------
+
+
+async def test_a_pop_with_nothing_pending_does_not_recheck_while_it_waits(
+    rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    store.ripe_in_s = PENDING_NONE  # the look says: nothing pending, only a push can change it
+    result = await rechecking.pop(_waiting_pop("q"))
+    assert not result
+    assert trio.current_time() >= TIMEOUT_MS / 1000
+    # its first look and one at the deadline: the 29 re-checks due in between were not made
+    assert store.pop_calls == 2
+
+
+async def test_a_pop_with_nothing_pending_is_still_woken_by_a_push(
+    rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    store.ripe_in_s = PENDING_NONE
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def pop() -> None:
+            results.append(await rechecking.pop(_waiting_pop("q")))
+
+        nursery.start_soon(pop)
+        await trio.sleep(5)
+        pushed = store.add("q")
+        store.notify("q")
+    assert [d.message_id for d in results[0].delivered] == [pushed.message_id]
+    assert trio.current_time() == pytest.approx(5)
+    assert store.pop_calls == 2
+
+
+async def test_like_pops_with_nothing_pending_share_the_one_look(
+    rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    store.ripe_in_s = PENDING_NONE
+    async with trio.open_nursery() as nursery:
+        for _ in range(10):
+            nursery.start_soon(rechecking.pop, _waiting_pop("q"))
+    # each pop's first look, then one look at their common deadline answers them all: none
+    # of the 290 re-checks due in between was made
+    assert store.pop_calls == 11
+
+
+async def test_a_pop_looks_again_when_its_pending_partition_ripens(
+    rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    store.ripe_in_s = 0.25  # a lease or a retry delay ends in 250 ms, before the 1 s re-check
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def pop() -> None:
+            results.append(await rechecking.pop(_waiting_pop("q")))
+
+        nursery.start_soon(pop)
+        await trio.testing.wait_all_tasks_blocked()
+        pushed = store.add("q")  # what ripens: nobody announces it
+    assert [d.message_id for d in results[0].delivered] == [pushed.message_id]
+    assert 0.25 <= trio.current_time() < 0.3
+    assert store.pop_calls == 2
+
+
+async def test_a_pop_whose_pending_partition_ripens_late_still_rechecks_on_time(
+    rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    # a lease that ends in a minute: an ack in another process may release it sooner, and
+    # only the re-check notices that
+    store.ripe_in_s = 60.0
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def pop() -> None:
+            results.append(await rechecking.pop(_waiting_pop("q")))
+
+        nursery.start_soon(pop)
+        await trio.testing.wait_all_tasks_blocked()
+        pushed = store.add("q")
+    assert [d.message_id for d in results[0].delivered] == [pushed.message_id]
+    assert trio.current_time() == pytest.approx(1.0)
+
+
+async def test_without_the_push_listener_a_pop_with_nothing_pending_keeps_rechecking(
+    store: MemoryConsumeStore, tmp_path: object, autojump_clock: trio.testing.MockClock
+) -> None:
+    # the listener is down: another process's push would go unheard, so the re-check stays
+    store.ripe_in_s = PENDING_NONE
+    store.listener_connected = False
+    results = []
+
+    async def pop(service: ConsumeService) -> None:
+        results.append(await service.pop(_waiting_pop("q")))
+
+    async for service in _service(store, tmp_path, recheck_ms=1000):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pop, service)
+            await trio.testing.wait_all_tasks_blocked()
+            pushed = store.add("q")  # pushed elsewhere, unheard
+    assert [d.message_id for d in results[0].delivered] == [pushed.message_id]
+    assert trio.current_time() == pytest.approx(1.0)
+
+
+async def test_a_commit_to_one_partition_leaves_pops_of_other_partitions_asleep(
+    service: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    def committed(partition: str) -> None:
+        segment = SegmentWrite(1, ["m"], ["t"], [b"1"], [0], key=PartitionKey("q", partition))
+        service.on_commit([segment], [])
+
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def pop(partition: str) -> None:
+            request = PopRequest(queue="q", partition=partition, wait=True, timeout_ms=TIMEOUT_MS)
+            results.append((partition, await service.pop(request)))
+
+        for partition in ("a", "b", "c"):
+            nursery.start_soon(pop, partition)
+        await service.wakeups.until_waiting(3)
+        assert store.pop_calls == 3
+        committed("b")
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.pop_calls == 4  # only the pop of "b" looked again
+        store.add("q")
+        committed("a")
+        await trio.testing.wait_all_tasks_blocked()
+        assert [p for p, r in results if r] == ["a"]
+        nursery.cancel_scope.cancel()
+
+
+async def _woken_at(service: ConsumeService, store: MemoryConsumeStore, batch: int) -> float:
+    """When a pop of ``batch`` woken by a push at t=5 looks, and what its answer carried."""
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def pop() -> None:
+            request = PopRequest(queue="q", batch=batch, wait=True, timeout_ms=TIMEOUT_MS)
+            results.append(await service.pop(request))
+            results.append(trio.current_time())
+
+        nursery.start_soon(pop)
+        await trio.sleep(5)
+        store.add("q")
+        store.notify("q")
+        await trio.sleep(0.001)  # a second message, a millisecond behind the first
+        store.add("q")
+        store.notify("q")
+    return results  # type: ignore[return-value]
+
+
+@pytest.fixture
+async def lingering(store: MemoryConsumeStore, tmp_path: object) -> AsyncIterator[ConsumeService]:
+    """Waiting pops of a batch linger 20 ms once woken (``QUEEN_POP_LINGER_MS=20``)."""
+    async for s in _service(store, tmp_path, recheck_ms=10 * TIMEOUT_MS, linger_ms=20):
+        yield s
+
+
+async def test_a_pop_woken_for_one_message_of_a_batch_lingers_for_more(
+    lingering: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    result, answered_at = await _woken_at(lingering, store, batch=10)
+    assert len(result.delivered) == 2  # both, in one answer
+    assert answered_at == pytest.approx(5.02)
+
+
+async def test_a_lingering_service_answers_a_pop_of_one_message_at_once(
+    lingering: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    result, answered_at = await _woken_at(lingering, store, batch=1)
+    assert len(result.delivered) == 1
+    assert answered_at == pytest.approx(5)
+
+
+async def test_by_default_a_woken_pop_looks_at_once(
+    service: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    result, answered_at = await _woken_at(service, store, batch=10)
+    assert len(result.delivered) == 1  # what woke it; the second comes with its next pop
+    assert answered_at == pytest.approx(5)

@@ -5,6 +5,7 @@ shutdown. Nothing here sleeps to wait for an event: tests wait on the waiter cou
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 import trio
@@ -14,11 +15,14 @@ from queen.broker import Broker
 from queen.consume.results import PopResult
 from queen.consume.wakeups import Wakeups
 from queen.http.app import create_app
+from queen.ids import mint_id
 from queen.model import PartitionKey
+from queen.records import QUEUE_MODE, AckItem, PopRequest, SeekTarget, Sizing
 from queen.server import listen_socket
 from queen.serving import serve_app
 from queen.settings import Settings
 from queen.storage.base import SegmentWrite
+from queen.storage.consume import PENDING_NONE, PopOutcome
 
 NO_RECHECK = 60_000  # ms: only a wake-up can deliver within a test's time limit
 
@@ -145,3 +149,104 @@ async def test_a_client_that_disconnects_cancels_its_long_poll(broker: Broker, q
             await stream.aclose()
             await broker.consume.wakeups.until_waiting(0)
         nursery.cancel_scope.cancel()
+
+
+# --- when a waiting pop looks again: what PostgreSQL says is pending --------------------------
+
+
+async def _look(
+    broker: Broker, queue: str, group: str = QUEUE_MODE, lease_id: str | None = None
+) -> PopOutcome:
+    request = PopRequest(queue=queue, consumer_group=group, wait=True)
+    return await broker.consume.store.pop(request, Sizing(10, 10), lease_id or mint_id())
+
+
+async def test_postgres_says_when_the_earliest_pending_partition_ripens(
+    broker: Broker, queue: str
+) -> None:
+    await broker.push([{"queue": queue, "partition": "a", "payload": 1}])
+    nothing_yet = await _look(broker, f"{queue}-none")  # no such queue: not known
+    assert nothing_yet.delivered == [] and nothing_yet.ripe_in_s is None
+    lease = mint_id()
+    first = await _look(broker, queue, lease_id=lease)
+    assert len(first.delivered) == 1 and first.ripe_in_s is None  # delivered: not asked
+    leased = await _look(broker, queue)  # pending behind the lease (queue lease time 300 s)
+    assert leased.delivered == [] and leased.ripe_in_s is not None
+    assert 250 < leased.ripe_in_s <= 300
+    [done] = await broker.ack(
+        AckItem(
+            first.delivered[0].transaction_id,
+            first.delivered[0].partition_id,
+            "completed",
+            lease_id=lease,
+        )
+    )
+    assert done.success, done
+    drained = await _look(broker, queue)
+    assert drained.delivered == [] and drained.ripe_in_s == PENDING_NONE
+    other_group = await _look(broker, queue, "g-" + queue)  # a group still has it pending
+    assert len(other_group.delivered) == 1
+
+
+async def test_a_waiting_pop_takes_a_lease_at_its_expiry_not_at_the_recheck(
+    settings: Settings, queue: str
+) -> None:
+    async with open_broker(settings.with_changes(pop_recheck_ms=NO_RECHECK)) as broker:
+        await broker.push([{"queue": queue, "payload": "held"}])
+        held = await broker.pop(queue)
+        await broker.store.pool.run(  # type: ignore[attr-defined]
+            lambda conn: conn.execute(
+                "UPDATE queen.cursors SET lease_expires_at = now() + interval '300 ms'"
+                " WHERE lease_id = %s",
+                (held.lease_id,),
+            )
+        )
+        start = trio.current_time()
+        with trio.fail_after(10):
+            again = await broker.pop(queue, wait=True, timeout_ms=30_000)
+        assert [m.id for m in again.messages] == [m.id for m in held.messages]
+        assert trio.current_time() - start < 5  # the lease's end, far before the re-check
+
+
+async def test_a_seek_in_another_process_wakes_a_pop_that_had_nothing_pending(
+    settings: Settings, queue: str
+) -> None:
+    group = f"g-{queue}"
+    quiet = settings.with_changes(pop_recheck_ms=NO_RECHECK)
+    async with open_broker(quiet) as waiting, open_broker(quiet) as seeking:
+        await seeking.push([{"queue": queue, "payload": "again"}])
+        first = await waiting.pop(queue, consumer_group=group, auto_ack=True)
+        assert [m.data for m in first.messages] == ["again"]
+        got: list[PopResult] = []
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    partial(
+                        wait_for_pop,
+                        waiting,
+                        queue,
+                        got,
+                        consumer_group=group,
+                        auto_ack=True,
+                        timeout_ms=30_000,
+                    )
+                )
+                await waiting.consume.wakeups.until_waiting(1)
+                at = datetime.now(UTC) - timedelta(hours=1)
+                await seeking.consume.seek(group, queue, SeekTarget(to_end=False, at=at))
+        assert [m.data for m in got[0].messages] == ["again"]
+
+
+def test_a_partition_ticket_is_set_by_its_partition_or_its_whole_queue() -> None:
+    wakeups = Wakeups()
+    mine, whole = wakeups.ticket("q", "a"), wakeups.ticket("q")
+    before = wakeups.epoch("q", "a")
+    wakeups.fire_partitions([("q", "b")])  # another partition: a pop of "a" sleeps on
+    assert not mine.is_set() and whole.is_set()
+    assert wakeups.epoch("q", "a") != before  # (counted: a look after it is not shared)
+    wakeups.fire_partitions([("q", "a")])
+    assert mine.is_set()
+    again = wakeups.ticket("q", "a")
+    assert again is not mine and not again.is_set()
+    wakeups.fire(["q"])  # the queue as a whole: a NOTIFY, a released lease, a seek
+    assert again.is_set()

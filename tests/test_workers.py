@@ -71,6 +71,34 @@ def test_worker_environment_carries_every_setting() -> None:
     assert Settings.from_env(env).port == 7123
 
 
+def test_the_default_is_one_worker_per_core_at_most_four(monkeypatch: pytest.MonkeyPatch) -> None:
+    for cores, expected in ((1, 1), (2, 2), (3, 3), (16, 4)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        assert Settings(workers=0).processes() == expected
+        assert Settings(workers=1).processes() == 1  # said explicitly: as said
+        assert Settings(workers=6).processes() == 6
+    assert Settings.from_env({}).workers == 0
+
+
+def test_queen_serve_alone_runs_a_worker_per_core(pg_url: str, tmp_path: Path) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+    env.update(DATABASE_URL=pg_url, QUEEN_HOST="127.0.0.1", QUEEN_PORT=str(port))
+    env.update(FILE_BUFFER_DIR=str(tmp_path / "spool"), QUEEN_LOG_LEVEL="warning")
+    cores = len(os.sched_getaffinity(0))  # the child's too
+    expected = min(cores, 4)
+    proc = subprocess.Popen([sys.executable, "-m", "queen.cli", "serve"], env=env)
+    try:
+        # every answer lists every worker: a third worker would be in the first one
+        pids = _process_ids(f"http://127.0.0.1:{port}", expected, time.monotonic() + 60)
+        assert len(pids) == expected, (cores, pids)
+        if expected > 1:
+            assert proc.pid not in pids  # the parent only watches
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
 def test_two_workers_share_the_port_and_stop_on_sigterm(pg_url: str, tmp_path: Path) -> None:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}

@@ -677,7 +677,14 @@ class AdminService:
         is at least N seconds old, oldest first (one page)."""
         threshold = params.min_lag_seconds(args)
         page = params.page(args)
-        rows = await self.store.groups(group=None, queue=None, limit=params.MAX_LIMIT, offset=0)
+        rows: list[Any] = []
+        while True:  # every (group, queue), a page at a time
+            got = await self.store.groups(
+                group=None, queue=None, limit=params.MAX_LIMIT, offset=len(rows)
+            )
+            rows.extend(got)
+            if len(got) < params.MAX_LIMIT:
+                break
         now = datetime.now(UTC)
         found: list[LaggingPartition] = []
         for r in rows:

@@ -7,8 +7,10 @@ waiting:
 
 - **Long poll.** A waiting pop takes a wake-up ticket for its queue, queries, and if nothing
   was deliverable waits on the ticket until the deadline, re-querying at least every
-  ``pop_recheck_ms`` (for leases that expire, retry delays and delayed messages that ripen,
-  which no push announces). Tickets are fired by this process's committed pushes (a batcher
+  ``pop_recheck_ms`` while something is pending behind a lease, a retry delay, a delay or a
+  window buffer (which no push announces; sooner when the query said the earliest of them
+  ends sooner), and not at all while nothing is pending and the push listener hears the
+  other processes. Tickets are fired by this process's committed pushes (a batcher
   commit listener), by transactions and lease-releasing acks here, and by the push listener
   (NOTIFY from every other broker process). A pop whose client disconnects is cancelled by
   the HTTP server; cancellation only ever interrupts the wait, never a database call.
@@ -82,12 +84,13 @@ from queen.records import (
 )
 from queen.settings import Settings
 from queen.storage.base import SegmentWrite, WriteResult
-from queen.storage.consume import ConsumeStore, TransactOutcome
+from queen.storage.consume import PENDING_NONE, ConsumeStore, TransactOutcome
 from queen.storage.listener import PushListener
 
 log = logging.getLogger("queen.consume")
 
 _MIN_RECHECK_S = 0.01
+_RIPE_MARGIN_S = 0.005  # past the ripe time on PostgreSQL's clock too
 
 
 class ConsumeService:
@@ -113,7 +116,8 @@ class ConsumeService:
         self.traces = Traces(store.trace_store(), self.encryption)
         self.listener: PushListener | None = None
         self._recheck_s = max(_MIN_RECHECK_S, settings.pop_recheck_ms / 1000)
-        self._looks = SharedLooks(self.wakeups, self._recheck_s)
+        self._linger_s = max(0.0, settings.pop_linger_ms / 1000)
+        self._looks = SharedLooks(self.wakeups)
         self._closing = False
 
     async def run(
@@ -128,7 +132,9 @@ class ConsumeService:
 
     def on_commit(self, segments: Sequence[SegmentWrite], results: Sequence[WriteResult]) -> None:
         """Batcher commit listener: wake the pops waiting on the queues just written."""
-        self.wakeups.fire({s.key.queue for s in segments if s.key is not None})
+        self.wakeups.fire_partitions(
+            {(s.key.queue, s.key.partition) for s in segments if s.key is not None}
+        )
 
     def stop_waiting(self) -> None:
         """Shutdown: waiting pops answer at once, new pops find nothing."""
@@ -182,21 +188,25 @@ class ConsumeService:
         )
         looked = 0  # the number of this pop's last query (0: none yet)
         while not self._closing and not self.switches.pop_enabled:
-            ticket = self.wakeups.ticket(request.queue)
+            ticket = self.wakeups.ticket(request.queue, request.partition)
             with trio.move_on_at(deadline):
                 await self._looks.wait_for_like(key, looked)
-            if self._looks.answered(key, looked):
+            like = self._looks.answered(key, looked)
+            if like is not None:
                 self.metrics.pop_rechecks_shared += 1
+                holds_until = like.holds_until
             else:
                 look = self._looks.start(key)
                 looked = look.number
                 lease_id = "" if request.auto_ack else mint_id()
                 try:
-                    delivered, expires_at = await self.store.pop(request, sizing, lease_id or None)
+                    outcome = await self.store.pop(request, sizing, lease_id or None)
                 except BaseException:
                     self._looks.finish(look, found_nothing=False)
                     raise
-                self._looks.finish(look, found_nothing=not delivered)
+                delivered, expires_at = outcome.delivered, outcome.lease_expires_at
+                holds_until = self._holds_until(look.started, outcome.ripe_in_s)
+                self._looks.finish(look, found_nothing=not delivered, holds_until=holds_until)
                 if delivered:
                     delivered = await self._opened(request, delivered, lease_id)
                     self.metrics.pop_messages += len(delivered)
@@ -208,9 +218,36 @@ class ConsumeService:
             now = trio.current_time()
             if not request.wait or now >= deadline or self._closing:
                 break
-            await self.wakeups.wait(ticket, min(deadline, now + self._recheck_s))
+            woken = await self.wakeups.wait(
+                ticket, min(deadline, max(holds_until, now + _MIN_RECHECK_S))
+            )
+            if woken and sizing.batch > 1 and self._linger_s > 0 and not self._closing:
+                # woken by a push, which may be one message of several on their way: let
+                # more arrive, so one answer carries them (bounded by the deadline)
+                await trio.sleep_until(min(deadline, trio.current_time() + self._linger_s))
         self.metrics.pop_empty += 1
         return result
+
+    def _holds_until(self, started: float, ripe_in_s: float | None) -> float:
+        """Until when a look started at ``started`` that found nothing holds if nothing fires.
+
+        The re-check comes ``pop_recheck_ms`` after the look, or sooner when the look said
+        its earliest pending partition ripens sooner (a retry delay, a lease, a delay or a
+        window buffer that ends), with a few milliseconds' margin for the clocks. When nothing
+        was pending at all, only a wake-up can change the answer (a push, or a cursor moved
+        by seek or group deletion: each fires, here or through the push listener), so it holds
+        until one comes, as long as the push listener hears the other processes. A look that
+        did not say (no wait, or no queue yet) re-checks at the usual pace.
+        """
+        if ripe_in_s is None:
+            return started + self._recheck_s
+        if ripe_in_s == PENDING_NONE:
+            if self.listener is None or self.listener.connected:
+                return PENDING_NONE
+            return started + self._recheck_s
+        if ripe_in_s <= 0:  # claimable now, held by a concurrent pop: the usual pace
+            return started + self._recheck_s
+        return started + min(ripe_in_s + _RIPE_MARGIN_S, self._recheck_s)
 
     async def _opened(
         self, request: PopRequest, delivered: list[Delivered], lease_id: str

@@ -7,10 +7,13 @@ fires the queue: every ticket taken for it so far is set, and the next ticket is
 Because the ticket predates the query, a push that commits after the query's snapshot always
 sets it: no wake-up is lost between "nothing there" and "wait".
 
-Namespace/task pops (no queue name) take the wildcard ticket, which every fire sets.
-:meth:`Wakeups.epoch` counts the fires that concern a ticket: while it has not changed, a
-ticket taken now is as good as one taken earlier. Everything here runs in the Trio thread and
-never blocks.
+A pop of one partition takes a ticket of that partition: a commit fires the partitions it
+wrote (:meth:`Wakeups.fire_partitions`), so pops bound to other partitions of the queue sleep
+on; a fire of the queue as a whole (a NOTIFY from another process, an ack that released a
+lease, a seek) sets them all. Namespace/task pops (no queue name) take the wildcard ticket,
+which every fire sets. :meth:`Wakeups.epoch` counts the fires that concern a ticket: while it
+has not changed, a ticket taken now is as good as one taken earlier. Everything here runs in
+the Trio thread and never blocks.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ ANY_QUEUE = "\x00*"
 
 class Wakeups:
     def __init__(self) -> None:
-        self._tickets: dict[str, trio.Event] = {}
-        self._fired: dict[str, int] = {}  # fires per queue name (ANY_QUEUE: any fire)
+        self._tickets: dict[str, trio.Event] = {}  # queue-wide pops, and ANY_QUEUE
+        self._partition_tickets: dict[str, dict[str, trio.Event]] = {}  # queue -> partition
+        self._fired: dict[str, int] = {}  # queue-wide fires per queue name (ANY_QUEUE: any)
+        self._fired_some_partition: dict[str, int] = {}  # per queue: fires of one partition
         self._fired_all = 0
         self._waiting = 0
         self._changed = trio.Event()
@@ -36,41 +41,83 @@ class Wakeups:
         """Pops waiting right now (for tests and metrics)."""
         return self._waiting
 
-    def ticket(self, queue: str | None) -> trio.Event:
-        """The event the next fire of ``queue`` (or of any queue, for None) sets."""
+    def ticket(self, queue: str | None, partition: str | None = None) -> trio.Event:
+        """The event the next fire of ``queue`` (or of any queue, for None) sets; with
+        ``partition``, the next fire of the queue as a whole or of that partition."""
+        if queue is not None and partition is not None:
+            tickets = self._partition_tickets.setdefault(queue, {})
+            event = tickets.get(partition)
+            if event is None:
+                event = tickets[partition] = trio.Event()
+            return event
         key = ANY_QUEUE if queue is None else queue
         event = self._tickets.get(key)
         if event is None:
             event = self._tickets[key] = trio.Event()
         return event
 
-    def epoch(self, queue: str | None) -> int:
-        """How many fires so far would have set a ticket of ``queue`` (None: a cross-queue
-        ticket)."""
-        key = ANY_QUEUE if queue is None else queue
-        return self._fired.get(key, 0) + self._fired_all
+    def epoch(self, queue: str | None, partition: str | None = None) -> int:
+        """A count that changes with every fire that would have set a ticket of ``queue``
+        (None: a cross-queue ticket; with ``partition``, of that partition; a fire of another
+        partition of the queue changes it too, which only costs a query more)."""
+        if queue is None:
+            return self._fired.get(ANY_QUEUE, 0) + self._fired_all
+        return (
+            self._fired.get(queue, 0) + self._fired_some_partition.get(queue, 0) + self._fired_all
+        )
 
     def fire(self, queues: Iterable[str]) -> None:
-        """Wake every pop waiting on one of ``queues``, and every cross-queue pop."""
+        """Wake every pop waiting on one of ``queues`` (on any of their partitions), and every
+        cross-queue pop."""
         fired = False
         for queue in queues:
             event = self._tickets.pop(queue, None)
             if event is not None:
                 event.set()
+            for event in self._partition_tickets.pop(queue, {}).values():
+                event.set()
             self._fired[queue] = self._fired.get(queue, 0) + 1
             fired = True
         if fired:
-            self._fired[ANY_QUEUE] = self._fired.get(ANY_QUEUE, 0) + 1
-            event = self._tickets.pop(ANY_QUEUE, None)
+            self._fire_any()
+
+    def fire_partitions(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Wake the pops waiting on one of these (queue, partition): those of the whole queue,
+        those of that partition (not those of the queue's other partitions), and every
+        cross-queue pop."""
+        fired = False
+        for queue, partition in keys:
+            event = self._tickets.pop(queue, None)
             if event is not None:
                 event.set()
+            tickets = self._partition_tickets.get(queue)
+            if tickets is not None:
+                one = tickets.pop(partition, None)
+                if one is not None:
+                    one.set()
+                if not tickets:
+                    del self._partition_tickets[queue]
+            self._fired_some_partition[queue] = self._fired_some_partition.get(queue, 0) + 1
+            fired = True
+        if fired:
+            self._fire_any()
+
+    def _fire_any(self) -> None:
+        self._fired[ANY_QUEUE] = self._fired.get(ANY_QUEUE, 0) + 1
+        event = self._tickets.pop(ANY_QUEUE, None)
+        if event is not None:
+            event.set()
 
     def fire_all(self) -> None:
         """Wake every waiting pop (shutdown, or notifications that may have been missed)."""
         tickets, self._tickets = self._tickets, {}
+        partitions, self._partition_tickets = self._partition_tickets, {}
         self._fired_all += 1
         for event in tickets.values():
             event.set()
+        for by_partition in partitions.values():
+            for event in by_partition.values():
+                event.set()
 
     async def wait(self, ticket: trio.Event, deadline: float) -> bool:
         """Wait until ``ticket`` is set (True) or ``deadline`` passes (False)."""
@@ -83,9 +130,21 @@ class Wakeups:
         finally:
             self._count(-1)
             if not ticket.is_set() and ticket.statistics().tasks_waiting == 0:
-                for key, event in list(self._tickets.items()):
-                    if event is ticket:
-                        del self._tickets[key]
+                self._forget(ticket)
+
+    def _forget(self, ticket: trio.Event) -> None:
+        """Drop an unset ticket nobody waits on any more."""
+        for key, event in list(self._tickets.items()):
+            if event is ticket:
+                del self._tickets[key]
+                return
+        for queue, tickets in list(self._partition_tickets.items()):
+            for partition, event in list(tickets.items()):
+                if event is ticket:
+                    del tickets[partition]
+                    if not tickets:
+                        del self._partition_tickets[queue]
+                    return
 
     async def until_waiting(self, count: int) -> None:
         """Return once exactly ``count`` pops are waiting (tests use it instead of sleeping)."""

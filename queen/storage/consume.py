@@ -45,9 +45,10 @@ _DEADLOCK_ATTEMPTS = 3
 
 _POP_SQL = (
     "SELECT partition_id, queue_name, partition_name, msg_offset, message_id::text,"
-    " transaction_id, payload, producer_sub, trace_id::text, retry_count, lease_expires_at"
+    " transaction_id, payload, producer_sub, trace_id::text, retry_count, lease_expires_at,"
+    " ripe_in_s"
     " FROM queen.pop(%s::text, %s::text, %s::text, %s::text, %s::text, %s::integer,"
-    " %s::integer, %s::boolean, %s::text, %s::timestamptz, %s::uuid)"
+    " %s::integer, %s::boolean, %s::text, %s::timestamptz, %s::uuid, %s::boolean)"
 )
 _ACK_SQL = (
     "SELECT idx, success, error, queue_name, partition_name, lease_released, dlq"
@@ -102,6 +103,22 @@ class TransactOutcome:
     pushed: list[PushedFrame]
 
 
+PENDING_NONE = float("inf")
+"""``PopOutcome.ripe_in_s`` when nothing is pending: only a wake-up can change that."""
+
+
+@dataclass(frozen=True, slots=True)
+class PopOutcome:
+    """What a pop delivered, the lease's expiry, and (a waiting pop that found nothing) in how
+    many seconds the earliest pending partition may become claimable: 0 when it may be now
+    (another pop holds it), :data:`PENDING_NONE` when the scope has nothing pending, None when
+    not known (the pop did not wait, or delivered)."""
+
+    delivered: list[Delivered]
+    lease_expires_at: datetime | None = None
+    ripe_in_s: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class SeekOutcome:
     queue_found: bool
@@ -121,9 +138,10 @@ class ConsumeStore(Protocol):
 
     async def delete_queue(self, queue: str) -> bool: ...
 
-    async def pop(
-        self, request: PopRequest, sizing: Sizing, lease_id: str | None
-    ) -> tuple[list[Delivered], datetime | None]: ...
+    async def pop(self, request: PopRequest, sizing: Sizing, lease_id: str | None) -> PopOutcome:
+        """Claim and lease (or, with autoAck, commit) messages. For a waiting pop
+        (``request.wait``) that found nothing, also when to look again (:class:`PopOutcome`)."""
+        ...
 
     async def ack(self, items: Sequence[AckItem]) -> list[AckResult]: ...
 
@@ -192,9 +210,7 @@ class PgConsumeStore:
 
         return await self.pool.run(_retrying(call))
 
-    async def pop(
-        self, request: PopRequest, sizing: Sizing, lease_id: str | None
-    ) -> tuple[list[Delivered], datetime | None]:
+    async def pop(self, request: PopRequest, sizing: Sizing, lease_id: str | None) -> PopOutcome:
         """Claim and lease (or, with autoAck, commit) messages; see ``queen.pop``."""
         sub = request.subscription
         params = (
@@ -209,14 +225,18 @@ class PgConsumeStore:
             sub.start.value,
             sub.at,
             lease_id,
+            request.wait,
         )
 
         def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
             return conn.execute(_POP_SQL, params, prepare=True).fetchall()
 
         rows = await self.pool.run(call)
+        if rows and rows[-1][0] is None:  # nothing delivered: when to look again
+            ripe = rows[-1][11]
+            return PopOutcome([], None, PENDING_NONE if ripe is None else max(0.0, ripe))
         delivered = [Delivered(*row[:10]) for row in rows]
-        return delivered, rows[0][10] if rows else None
+        return PopOutcome(delivered, rows[0][10] if rows else None)
 
     async def ack(self, items: Sequence[AckItem]) -> list[AckResult]:
         """Apply acknowledgments; one outcome per item, in item order."""

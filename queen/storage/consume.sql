@@ -155,6 +155,15 @@ $fn$;
 CREATE OR REPLACE TRIGGER partitions_notify_push AFTER UPDATE ON queen.partitions
     REFERENCING NEW TABLE AS bumped FOR EACH STATEMENT EXECUTE FUNCTION queen.notify_push();
 
+-- The same notification for writes that move cursors back or away (seek, a new subscription
+-- start, a deleted group): a waiting pop elsewhere that found nothing pending looks again.
+CREATE OR REPLACE FUNCTION queen.notify_queues(p_queue_ids bigint[]) RETURNS void
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM pg_notify('queen_push', q.name) FROM queen.queues q WHERE q.id = ANY (p_queue_ids);
+END
+$fn$;
+
 -- Advance a cursor over the done offsets contiguous with p_next; the rest stay pending.
 -- PL/pgSQL, not SQL: a SQL function returning a record is planned again at every call on
 -- PostgreSQL 15-17 (it cannot be inlined), which cost more than the pop or ack around it.
@@ -261,13 +270,23 @@ $fn$;
 -- retry delay, its window buffer is quiet and (with delayed processing) its next message is
 -- old enough. Claiming locks the cursor row FOR UPDATE SKIP LOCKED: concurrent pops of one
 -- group never wait for each other and never take the same partition.
+--
+-- With p_ripe and nothing delivered, one more row (partition_id NULL) says when to look again:
+-- ripe_in_s NULL when the group has nothing pending in scope (only a push, or a cursor moved
+-- by seek or group deletion, can change that: each notifies), else the seconds until the
+-- earliest pending partition may become claimable (its lease expires, its retry delay or
+-- window buffer passes, its next message is old enough; 0: it may be claimable now, held by
+-- a concurrent pop).
+-- (The earlier signature, without p_ripe, is left in place: a broker of the previous build on
+-- the same database keeps popping through it during a rolling upgrade.)
 CREATE OR REPLACE FUNCTION queen.pop(
     p_queue text, p_partition text, p_namespace text, p_task text, p_group text,
     p_batch integer, p_max_partitions integer, p_auto_ack boolean,
-    p_sub_start text, p_sub_at timestamptz, p_lease_id uuid)
+    p_sub_start text, p_sub_at timestamptz, p_lease_id uuid, p_ripe boolean)
 RETURNS TABLE (partition_id bigint, queue_name text, partition_name text, msg_offset bigint,
                message_id uuid, transaction_id text, payload text, producer_sub text,
-               trace_id uuid, retry_count integer, lease_expires_at timestamptz)
+               trace_id uuid, retry_count integer, lease_expires_at timestamptz,
+               ripe_in_s double precision)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -512,7 +531,8 @@ BEGIN
               AND f.msg_offset < adv.next_offset
         )
         SELECT c.pid, c.qname, c.pname, pick.off, pick.mid, pick.tx, pick.pl, pick.sub,
-               pick.tr, coalesce(f.attempts, 0), (SELECT m.lease_expires_at FROM mark m)
+               pick.tr, coalesce(f.attempts, 0), (SELECT m.lease_expires_at FROM mark m),
+               NULL::double precision
         FROM pick
         LEFT JOIN queen.failures f
                ON f.partition_id = c.pid AND f.consumer_group = p_group
@@ -522,6 +542,33 @@ BEGIN
         v_left := v_left - v_n;
     END LOOP;
     CLOSE v_cands;
+
+    IF p_ripe AND v_left = p_batch THEN
+        RETURN QUERY
+        SELECT NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
+               NULL::text, NULL::text, NULL::uuid, NULL::integer, NULL::timestamptz,
+               extract(epoch FROM min(greatest(
+                   coalesce(cu.lease_expires_at, now()),
+                   coalesce(cu.not_before, now()),
+                   CASE WHEN q.window_buffer_s = 0 THEN now()
+                        ELSE (SELECT s.created_at FROM queen.segments s
+                              WHERE s.partition_id = p.id
+                              ORDER BY s.first_offset DESC LIMIT 1)
+                             + make_interval(secs => q.window_buffer_s) END,
+                   CASE WHEN q.delayed_processing_s = 0 THEN now()
+                        ELSE (SELECT s.created_at FROM queen.segments s
+                              WHERE s.partition_id = p.id AND s.first_offset <= cu.next_offset
+                              ORDER BY s.first_offset DESC LIMIT 1)
+                             + make_interval(secs => q.delayed_processing_s) END))
+                   - now())::double precision
+        FROM queen.cursors cu
+        JOIN queen.partitions p ON p.id = cu.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id
+        WHERE cu.queue_id = ANY (v_queues)
+          AND cu.consumer_group = p_group
+          AND (p_partition IS NULL OR p.name = p_partition)
+          AND p.next_offset > cu.next_offset;
+    END IF;
 END
 $fn$;
 
@@ -921,6 +968,8 @@ DECLARE
 BEGIN
     PERFORM 1 FROM queen.cursors WHERE consumer_group = p_group
     ORDER BY partition_id, consumer_group FOR UPDATE;
+    PERFORM queen.notify_queues(ARRAY(SELECT DISTINCT c.queue_id FROM queen.cursors c
+                                      WHERE c.consumer_group = p_group));
     DELETE FROM queen.cursors WHERE consumer_group = p_group;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     DELETE FROM queen.cursor_marks WHERE consumer_group = p_group;
@@ -948,6 +997,8 @@ BEGIN
 
     PERFORM 1 FROM queen.cursors WHERE consumer_group = p_group
     ORDER BY partition_id, consumer_group FOR UPDATE;
+    PERFORM queen.notify_queues(ARRAY(SELECT g.queue_id FROM queen.consumer_groups g
+                                      WHERE g.consumer_group = p_group));
     UPDATE queen.cursors c
     SET next_offset = coalesce((SELECT s.first_offset FROM queen.segments s
                                 WHERE s.partition_id = c.partition_id AND s.created_at >= p_at
@@ -983,6 +1034,7 @@ BEGIN
     ORDER BY c.partition_id, c.consumer_group FOR UPDATE;
     DELETE FROM queen.cursors c WHERE c.queue_id = v_qid AND c.consumer_group = p_group;
     GET DIAGNOSTICS cursors_deleted = ROW_COUNT;
+    PERFORM queen.notify_queues(ARRAY[v_qid]);
     DELETE FROM queen.cursor_marks m WHERE m.queue_id = v_qid AND m.consumer_group = p_group;
     DELETE FROM queen.failures f WHERE f.queue_id = v_qid AND f.consumer_group = p_group;
     IF p_metadata THEN
@@ -1049,6 +1101,7 @@ BEGIN
     WHERE p.id = c.partition_id AND c.queue_id = v_qid AND c.consumer_group = p_group
       AND (p_partition IS NULL OR p.name = p_partition);
     GET DIAGNOSTICS updated = ROW_COUNT;
+    PERFORM queen.notify_queues(ARRAY[v_qid]);
 
     DELETE FROM queen.failures f
     USING queen.partitions p
