@@ -79,7 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     peer.add_argument("--rounds", type=int, default=2, help="steps per server and shape")
     peer.add_argument(
-        "--ours-workers", type=int, default=1, help="processes of ours (queen serve --workers)"
+        "--ours-workers",
+        type=int,
+        default=0,
+        help="processes of ours (queen serve --workers; 0, the default: one per core)",
     )
     peer.add_argument(
         "--pg-bin",

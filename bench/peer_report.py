@@ -255,6 +255,8 @@ PIPELINE_HEADERS = [
 
 
 def _processes(n: int) -> str:
+    if n == 0:
+        return "its default: one process per core"
     return "1 process" if n == 1 else f"{n} processes, `--workers {n}`"
 
 
@@ -272,7 +274,7 @@ def _conditions(doc: Doc) -> list[str]:
         f"- Database: {db.get('description')}, {db.get('version')} ({settings})",
         f"- Original: `{orig.get('binary')}` (built {orig.get('built')}, from the mirror at "
         f"{orig.get('mirror_head')}), `{peer_settings}`",
-        f"- Ours: `queen serve` ({_processes(o.get('ours_workers') or 1)}), settings from the "
+        f"- Ours: `queen serve` ({_processes(o.get('ours_workers', 1))}), settings from the "
         f"environment: {env}",
         f"- Windows: {o.get('rounds')} round(s) per server; push: warm-up {o.get('warmup_s')} s "
         f"+ {o.get('duration_s')} s; pipeline: producer {o.get('pipeline_s')} s, "

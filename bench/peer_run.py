@@ -84,7 +84,7 @@ class PeerOptions:
     wrk_threads: int = 1
     database_url: str | None = None
     pg_bin: Path | None = None
-    ours_workers: int = 1
+    ours_workers: int = 0  # queen serve's default: one process per core
 
 
 class PeerRun:
@@ -290,10 +290,11 @@ def options(args: argparse.Namespace) -> PeerOptions:
         args.rounds <= 0
         or args.duration <= 0
         or args.pipeline_duration <= 0
-        or args.ours_workers <= 0
+        or args.ours_workers < 0
     ):
         raise ValueError(
-            "--rounds, --duration, --pipeline-duration and --ours-workers must be positive"
+            "--rounds, --duration and --pipeline-duration must be positive, --ours-workers "
+            "0 or more"
         )
     return PeerOptions(
         shapes=select(args.peer_shapes),

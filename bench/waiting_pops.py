@@ -6,6 +6,9 @@ connections over 10 partitions of one queue for ``--duration`` seconds, alone or
 soon as it is answered: ``wait=true&timeout=20000&batch=10&autoAck=true``). The figures per
 step: pushes per second, and the broker's and PostgreSQL's CPU per push request.
 
+``--idle`` measures the polls alone instead: for 10 s with nothing pushed, the database
+transactions, broker CPU and PostgreSQL CPU they cost.
+
 ``--trees A,B`` runs the broker from each of those source trees in turn (a checkout of
 another commit, say), alternating them step by step, so a before/after comparison comes from
 one run on one database. Nothing here is part of the test suite: it prints figures.
@@ -112,12 +115,48 @@ def step(
     }
 
 
+def idle_step(tree: Path, pops: int, db: Database, workdir: Path, name: str) -> dict[str, Any]:
+    server = start(tree, db, workdir, name)
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        server.wait_ready()
+        queues = [f"wp-{name}-idle-{i}" for i in range(pops)]
+        with httpx.Client(base_url=server.base_url, timeout=30) as http:
+            for q in queues:
+                http.post("/api/v1/configure", json={"queue": q})
+        threads = waiting_pops(server.base_url, queues, stop)
+        time.sleep(3.0)  # every poll has made its first look and waits
+        x0, broker0, pg0 = _commits(db), server.cpu_s(), db.cpu_s()
+        time.sleep(10.0)
+        x1, broker1, pg1 = _commits(db), server.cpu_s(), db.cpu_s()
+        stop.set()
+    finally:
+        server.stop()
+    for t in threads:
+        t.join(timeout=1)
+    return {
+        "transactions": x1 - x0 - 1,  # less the one that read the first count
+        "broker_s": broker1 - broker0,
+        "pg_s": pg1 - pg0 if pg0 is not None and pg1 is not None else None,
+    }
+
+
+def _commits(db: Database) -> int:
+    with db.connect() as conn:
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pops", type=int, default=40, help="long polls on other, empty queues")
     p.add_argument("--duration", type=float, default=10.0, help="measured seconds per step")
     p.add_argument("--rounds", type=int, default=2, help="steps per tree and variant")
     p.add_argument("--trees", default=str(ROOT), help="comma-separated source trees")
+    p.add_argument("--idle", action="store_true", help="the polls alone, nothing pushed")
     args = p.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     wrk = ensure_wrk()
@@ -126,7 +165,18 @@ def main() -> int:
     try:
         with open_database(None, workdir) as db:
             print(f"database: {db.description}, {db.version}")
-            for rnd in range(args.rounds):
+            for rnd in range(args.rounds) if args.idle else ():
+                for k, tree in enumerate(trees):
+                    name = f"r{rnd}-idle-t{k}-{secrets.token_hex(2)}"
+                    got = idle_step(tree, args.pops, db, workdir, name)
+                    pg = "-" if got["pg_s"] is None else f"{got['pg_s']:.2f} s"
+                    print(
+                        f"{tree.name:>12}  {args.pops} pops waiting 10 s, nothing pushed: "
+                        f"{got['transactions']} transactions, broker {got['broker_s']:.2f} s CPU,"
+                        f" PostgreSQL {pg}",
+                        flush=True,
+                    )
+            for rnd in range(0 if args.idle else args.rounds):
                 for pops in (0, args.pops):
                     for k, tree in enumerate(trees):
                         name = f"r{rnd}-p{pops}-t{k}-{secrets.token_hex(2)}"

@@ -66,6 +66,10 @@ async def test_first_run_as_a_user_who_is_not_root(
     keep = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH")
     env = {k: v for k, v in os.environ.items() if k in keep}  # no QUEEN_, DATABASE_URL, ...
     env["HOME"] = str(cwd)
+    # One process: workers re-execute the interpreter, and this one is root's (a user who
+    # installs the broker has their own); tests/test_workers.py covers the default of one
+    # process per core.
+    env["QUEEN_WORKERS"] = "1"
     broker = BrokerProcess(
         env,
         argv=[sys.executable, str(script), str(uid), str(gid)],
