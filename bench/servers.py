@@ -175,18 +175,27 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    argv: list[str], env: dict[str, str], log_path: Path, cwd: Path = ROOT
+) -> subprocess.Popen[bytes]:
     with log_path.open("ab") as log:
         return subprocess.Popen(
-            argv, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+            argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log
         )
 
 
 def start_broker(
-    db: Database, *, workers: int, workdir: Path, name: str, env: dict[str, str] | None = None
+    db: Database,
+    *,
+    workers: int,
+    workdir: Path,
+    name: str,
+    env: dict[str, str] | None = None,
+    tree: Path = ROOT,
 ) -> Server:
     """``queen serve`` on a free port of 127.0.0.1 with ``workers`` processes; the caller's
-    environment passes through, so any QUEEN_* setting applies."""
+    environment passes through, so any QUEEN_* setting applies. ``tree``: the source tree
+    whose ``queen`` runs (another checkout, for a before/after comparison)."""
     port = free_port()
     base = {k: v for k, v in (env or os.environ).items() if k != "QUEEN_WORKER_ID"}
     child_env = {
@@ -198,8 +207,10 @@ def start_broker(
         "FILE_BUFFER_DIR": str(workdir / f"spool-{name}"),
         "QUEEN_LOG_LEVEL": base.get("QUEEN_LOG_LEVEL", "warning"),
     }
+    if tree != ROOT:
+        child_env["PYTHONPATH"] = str(tree)
     log_path = workdir / f"{name}.log"
-    proc = _spawn([sys.executable, "-m", "queen.cli", "serve"], child_env, log_path)
+    proc = _spawn([sys.executable, "-m", "queen.cli", "serve"], child_env, log_path, tree)
     # the workers of one broker accept on the one socket their parent bound
     return Server(f"broker ({name})", [proc], port, 1, log_path)
 

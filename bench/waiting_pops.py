@@ -17,47 +17,23 @@ one run on one database. Nothing here is part of the test suite: it prints figur
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
 import secrets
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from bench.scenarios import Load
-from bench.servers import ROOT, Database, Server, free_port, open_database
+from bench.servers import ROOT, Database, Server, open_database, start_broker
 from bench.wrk import ensure_wrk, run_wrk
 
 PUSH = Load(1, 8, 10)
-
-
-def start(tree: Path, db: Database, workdir: Path, name: str) -> Server:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "QUEEN_WORKER_ID"}
-    env.update(
-        {
-            "DATABASE_URL": db.conninfo,
-            "QUEEN_HOST": "127.0.0.1",
-            "QUEEN_PORT": str(port),
-            "QUEEN_WORKERS": "1",
-            "FILE_BUFFER_DIR": str(workdir / f"spool-{name}"),
-            "QUEEN_LOG_LEVEL": "warning",
-            "PYTHONPATH": str(tree),
-        }
-    )
-    log = workdir / f"{name}.log"
-    argv = [sys.executable, "-m", "queen.cli", "serve"]
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            argv, env=env, cwd=tree, stdin=subprocess.DEVNULL, stdout=out, stderr=out
-        )
-    return Server(f"broker ({name})", [proc], port, 1, log)
+IDLE_S = 10.0
 
 
 def waiting_pops(base: str, queues: list[str], stop: threading.Event) -> list[threading.Thread]:
@@ -84,11 +60,15 @@ def waiting_pops(base: str, queues: list[str], stop: threading.Event) -> list[th
     return threads
 
 
-def step(
-    tree: Path, pops: int, db: Database, workdir: Path, wrk: str, seconds: float, name: str
-) -> dict[str, Any]:
-    server = start(tree, db, workdir, name)
+@contextlib.contextmanager
+def polled_broker(
+    tree: Path, pops: int, db: Database, workdir: Path, name: str
+) -> Iterator[Server]:
+    """One broker process from ``tree``, with ``pops`` long polls waiting on as many empty
+    queues of their own; stopped, polls and all, on the way out."""
+    server = start_broker(db, workers=1, workdir=workdir, name=name, tree=tree)
     stop = threading.Event()
+    threads: list[threading.Thread] = []
     try:
         server.wait_ready()
         queues = [f"wp-{name}-idle-{i}" for i in range(pops)]
@@ -97,49 +77,54 @@ def step(
                 http.post("/api/v1/configure", json={"queue": q})
         threads = waiting_pops(server.base_url, queues, stop)
         time.sleep(2.0)  # every poll has made its first look and waits
+        yield server
+    finally:
+        stop.set()
+        server.stop()
+        for t in threads:
+            t.join(timeout=1)
+
+
+def _cpu_delta(
+    before: tuple[float, float | None], after: tuple[float, float | None]
+) -> tuple[float, float | None]:
+    """Broker and PostgreSQL CPU seconds between two readings (PostgreSQL: None if remote)."""
+    pg = None if before[1] is None or after[1] is None else after[1] - before[1]
+    return after[0] - before[0], pg
+
+
+def _cpu(server: Server, db: Database) -> tuple[float, float | None]:
+    return server.cpu_s(), db.cpu_s()
+
+
+def push_step(
+    tree: Path, pops: int, db: Database, workdir: Path, wrk: str, seconds: float, name: str
+) -> str:
+    with polled_broker(tree, pops, db, workdir, name) as server:
         queue = f"wp-{name}-pushed"
         run_wrk(wrk, server.base_url, PUSH, seconds=2, queue=queue, tag=f"{name}-w")
-        broker0, pg0 = server.cpu_s(), db.cpu_s()
+        before = _cpu(server, db)
         report, _ = run_wrk(wrk, server.base_url, PUSH, seconds=seconds, queue=queue, tag=name)
-        broker1, pg1 = server.cpu_s(), db.cpu_s()
-        stop.set()
-    finally:
-        server.stop()
-    for t in threads:
-        t.join(timeout=1)
+        broker_s, pg_s = _cpu_delta(before, _cpu(server, db))
     n = max(1, report.ok_requests)
-    return {
-        "push_per_s": report.requests_per_s,
-        "broker_us": (broker1 - broker0) / n * 1e6,
-        "pg_us": (pg1 - pg0) / n * 1e6 if pg0 is not None and pg1 is not None else None,
-    }
+    pg = "-" if pg_s is None else f"{pg_s / n * 1e6:,.0f}"
+    return (
+        f"{pops:>3} pops waiting  {report.requests_per_s:>7,.0f} push/s  "
+        f"broker {broker_s / n * 1e6:>6,.0f} µs/push  PostgreSQL {pg} µs/push"
+    )
 
 
-def idle_step(tree: Path, pops: int, db: Database, workdir: Path, name: str) -> dict[str, Any]:
-    server = start(tree, db, workdir, name)
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
-    try:
-        server.wait_ready()
-        queues = [f"wp-{name}-idle-{i}" for i in range(pops)]
-        with httpx.Client(base_url=server.base_url, timeout=30) as http:
-            for q in queues:
-                http.post("/api/v1/configure", json={"queue": q})
-        threads = waiting_pops(server.base_url, queues, stop)
-        time.sleep(3.0)  # every poll has made its first look and waits
-        x0, broker0, pg0 = _commits(db), server.cpu_s(), db.cpu_s()
-        time.sleep(10.0)
-        x1, broker1, pg1 = _commits(db), server.cpu_s(), db.cpu_s()
-        stop.set()
-    finally:
-        server.stop()
-    for t in threads:
-        t.join(timeout=1)
-    return {
-        "transactions": x1 - x0 - 1,  # less the one that read the first count
-        "broker_s": broker1 - broker0,
-        "pg_s": pg1 - pg0 if pg0 is not None and pg1 is not None else None,
-    }
+def idle_step(tree: Path, pops: int, db: Database, workdir: Path, name: str) -> str:
+    with polled_broker(tree, pops, db, workdir, name) as server:
+        x0, before = _commits(db), _cpu(server, db)
+        time.sleep(IDLE_S)
+        x1, (broker_s, pg_s) = _commits(db), _cpu_delta(before, _cpu(server, db))
+    pg = "-" if pg_s is None else f"{pg_s:.2f} s"
+    transactions = x1 - x0 - 1  # less the one that read the first count
+    return (
+        f"{pops} pops waiting {IDLE_S:g} s, nothing pushed: {transactions} transactions, "
+        f"broker {broker_s:.2f} s CPU, PostgreSQL {pg}"
+    )
 
 
 def _commits(db: Database) -> int:
@@ -159,36 +144,21 @@ def main() -> int:
     p.add_argument("--idle", action="store_true", help="the polls alone, nothing pushed")
     args = p.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
-    wrk = ensure_wrk()
+    wrk = "" if args.idle else ensure_wrk()
+    variants = [args.pops] if args.idle else [0, args.pops]
     workdir = Path(tempfile.mkdtemp(prefix="queen-wp-"))
-    rows: list[tuple[str, int, dict[str, Any]]] = []
     try:
         with open_database(None, workdir) as db:
             print(f"database: {db.description}, {db.version}")
-            for rnd in range(args.rounds) if args.idle else ():
-                for k, tree in enumerate(trees):
-                    name = f"r{rnd}-idle-t{k}-{secrets.token_hex(2)}"
-                    got = idle_step(tree, args.pops, db, workdir, name)
-                    pg = "-" if got["pg_s"] is None else f"{got['pg_s']:.2f} s"
-                    print(
-                        f"{tree.name:>12}  {args.pops} pops waiting 10 s, nothing pushed: "
-                        f"{got['transactions']} transactions, broker {got['broker_s']:.2f} s CPU,"
-                        f" PostgreSQL {pg}",
-                        flush=True,
-                    )
-            for rnd in range(0 if args.idle else args.rounds):
-                for pops in (0, args.pops):
+            for rnd in range(args.rounds):
+                for pops in variants:
                     for k, tree in enumerate(trees):
                         name = f"r{rnd}-p{pops}-t{k}-{secrets.token_hex(2)}"
-                        got = step(tree, pops, db, workdir, wrk, args.duration, name)
-                        rows.append((tree.name, pops, got))
-                        pg = "-" if got["pg_us"] is None else f"{got['pg_us']:,.0f}"
-                        print(
-                            f"{tree.name:>12}  {pops:>3} pops waiting  "
-                            f"{got['push_per_s']:>7,.0f} push/s  broker {got['broker_us']:>6,.0f}"
-                            f" µs/push  PostgreSQL {pg} µs/push",
-                            flush=True,
-                        )
+                        if args.idle:
+                            line = idle_step(tree, pops, db, workdir, name)
+                        else:
+                            line = push_step(tree, pops, db, workdir, wrk, args.duration, name)
+                        print(f"{tree.name:>12}  {line}", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from queen.broadcast import Signal
+from queen.consume.results import PopResult
 from queen.consume.service import ConsumeService
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
@@ -62,6 +63,21 @@ def _waiting_pop(queue: str) -> PopRequest:
     return PopRequest(queue=queue, wait=True, timeout_ms=TIMEOUT_MS)
 
 
+async def _finds_unannounced(service: ConsumeService, store: MemoryConsumeStore) -> None:
+    """A waiting pop of "q" delivers a message stored while it waits that nobody announced
+    (it ripened, or another process pushed it unheard)."""
+    results = []
+
+    async def pop() -> None:
+        results.append(await service.pop(_waiting_pop("q")))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pop)
+        await trio.testing.wait_all_tasks_blocked()
+        pushed = store.add("q")  # nobody is told
+    assert [d.message_id for d in results[0].delivered] == [pushed.message_id]
+
+
 async def test_a_waiting_pop_is_woken_by_a_push_of_another_process(
     service: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -103,16 +119,7 @@ async def test_a_push_on_another_queue_does_not_end_the_wait(
 async def test_an_unannounced_message_is_found_at_the_next_recheck(
     rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with trio.open_nursery() as nursery:
-        results = []
-
-        async def pop() -> None:
-            results.append(await rechecking.pop(_waiting_pop("q")))
-
-        nursery.start_soon(pop)
-        await trio.testing.wait_all_tasks_blocked()
-        pushed = store.add("q")  # nobody is told
-    assert [d.message_id for d in results[0].delivered] == [pushed.message_id]
+    await _finds_unannounced(rechecking, store)
     assert store.pop_calls == 2
 
 
@@ -350,16 +357,7 @@ async def test_a_pop_looks_again_when_its_pending_partition_ripens(
     rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
 ) -> None:
     store.ripe_in_s = 0.25  # a lease or a retry delay ends in 250 ms, before the 1 s re-check
-    async with trio.open_nursery() as nursery:
-        results = []
-
-        async def pop() -> None:
-            results.append(await rechecking.pop(_waiting_pop("q")))
-
-        nursery.start_soon(pop)
-        await trio.testing.wait_all_tasks_blocked()
-        pushed = store.add("q")  # what ripens: nobody announces it
-    assert [d.message_id for d in results[0].delivered] == [pushed.message_id]
+    await _finds_unannounced(rechecking, store)
     assert 0.25 <= trio.current_time() < 0.3
     assert store.pop_calls == 2
 
@@ -370,16 +368,7 @@ async def test_a_pop_whose_pending_partition_ripens_late_still_rechecks_on_time(
     # a lease that ends in a minute: an ack in another process may release it sooner, and
     # only the re-check notices that
     store.ripe_in_s = 60.0
-    async with trio.open_nursery() as nursery:
-        results = []
-
-        async def pop() -> None:
-            results.append(await rechecking.pop(_waiting_pop("q")))
-
-        nursery.start_soon(pop)
-        await trio.testing.wait_all_tasks_blocked()
-        pushed = store.add("q")
-    assert [d.message_id for d in results[0].delivered] == [pushed.message_id]
+    await _finds_unannounced(rechecking, store)
     assert trio.current_time() == pytest.approx(1.0)
 
 
@@ -389,17 +378,8 @@ async def test_without_the_push_listener_a_pop_with_nothing_pending_keeps_rechec
     # the listener is down: another process's push would go unheard, so the re-check stays
     store.ripe_in_s = PENDING_NONE
     store.listener_connected = False
-    results = []
-
-    async def pop(service: ConsumeService) -> None:
-        results.append(await service.pop(_waiting_pop("q")))
-
     async for service in _service(store, tmp_path, recheck_ms=1000):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(pop, service)
-            await trio.testing.wait_all_tasks_blocked()
-            pushed = store.add("q")  # pushed elsewhere, unheard
-    assert [d.message_id for d in results[0].delivered] == [pushed.message_id]
+        await _finds_unannounced(service, store)
     assert trio.current_time() == pytest.approx(1.0)
 
 
@@ -431,15 +411,16 @@ async def test_a_commit_to_one_partition_leaves_pops_of_other_partitions_asleep(
         nursery.cancel_scope.cancel()
 
 
-async def _woken_at(service: ConsumeService, store: MemoryConsumeStore, batch: int) -> float:
-    """When a pop of ``batch`` woken by a push at t=5 looks, and what its answer carried."""
+async def _woken_at(
+    service: ConsumeService, store: MemoryConsumeStore, batch: int
+) -> tuple[PopResult, float]:
+    """What the answer of a pop of ``batch`` woken by a push at t=5 carried, and when."""
+    answers: list[tuple[PopResult, float]] = []
     async with trio.open_nursery() as nursery:
-        results = []
 
         async def pop() -> None:
             request = PopRequest(queue="q", batch=batch, wait=True, timeout_ms=TIMEOUT_MS)
-            results.append(await service.pop(request))
-            results.append(trio.current_time())
+            answers.append((await service.pop(request), trio.current_time()))
 
         nursery.start_soon(pop)
         await trio.sleep(5)
@@ -448,7 +429,7 @@ async def _woken_at(service: ConsumeService, store: MemoryConsumeStore, batch: i
         await trio.sleep(0.001)  # a second message, a millisecond behind the first
         store.add("q")
         store.notify("q")
-    return results  # type: ignore[return-value]
+    return answers[0]
 
 
 @pytest.fixture

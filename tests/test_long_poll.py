@@ -98,17 +98,22 @@ async def test_an_empty_long_poll_answers_at_its_deadline(broker: Broker, queue:
     assert 0.3 <= elapsed < 3
 
 
+async def _lease_ends_soon(broker: Broker, lease_id: str | None) -> None:
+    """The lease ``lease_id`` expires 300 ms from now instead of at the queue's lease time."""
+    await broker.store.pool.run(  # type: ignore[attr-defined]
+        lambda conn: conn.execute(
+            "UPDATE queen.cursors SET lease_expires_at = now() + interval '300 ms'"
+            " WHERE lease_id = %s",
+            (lease_id,),
+        )
+    )
+
+
 async def test_a_waiting_pop_rechecks_for_expired_leases(settings: Settings, queue: str) -> None:
     async with open_broker(settings.with_changes(pop_recheck_ms=50)) as broker:
         await broker.push([{"queue": queue, "payload": "held"}])
         held = await broker.pop(queue)
-        await broker.store.pool.run(  # type: ignore[attr-defined]
-            lambda conn: conn.execute(
-                "UPDATE queen.cursors SET lease_expires_at = now() + interval '300 ms'"
-                " WHERE lease_id = %s",
-                (held.lease_id,),
-            )
-        )
+        await _lease_ends_soon(broker, held.lease_id)
         with trio.fail_after(10):
             again = await broker.pop(queue, wait=True, timeout_ms=8000)
         assert [m.id for m in again.messages] == [m.id for m in held.messages]
@@ -194,13 +199,7 @@ async def test_a_waiting_pop_takes_a_lease_at_its_expiry_not_at_the_recheck(
     async with open_broker(settings.with_changes(pop_recheck_ms=NO_RECHECK)) as broker:
         await broker.push([{"queue": queue, "payload": "held"}])
         held = await broker.pop(queue)
-        await broker.store.pool.run(  # type: ignore[attr-defined]
-            lambda conn: conn.execute(
-                "UPDATE queen.cursors SET lease_expires_at = now() + interval '300 ms'"
-                " WHERE lease_id = %s",
-                (held.lease_id,),
-            )
-        )
+        await _lease_ends_soon(broker, held.lease_id)
         start = trio.current_time()
         with trio.fail_after(10):
             again = await broker.pop(queue, wait=True, timeout_ms=30_000)

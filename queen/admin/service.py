@@ -15,8 +15,9 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import trio
@@ -677,32 +678,20 @@ class AdminService:
         is at least N seconds old, oldest first (one page)."""
         threshold = params.min_lag_seconds(args)
         page = params.page(args)
-        rows: list[Any] = []
-        while True:  # every (group, queue), a page at a time
-            got = await self.store.groups(
-                group=None, queue=None, limit=params.MAX_LIMIT, offset=len(rows)
-            )
-            rows.extend(got)
-            if len(got) < params.MAX_LIMIT:
-                break
+        rows = await _every_row(partial(self.store.groups, group=None, queue=None))
         now = datetime.now(UTC)
         found: list[LaggingPartition] = []
         for r in rows:
             standing = self._standing(r, now)
             if int(r["lag"]) <= 0 or standing.max_time_lag_s < threshold:
                 continue
-            offset = 0
-            while True:
-                parts = await self.store.group_partitions(
-                    standing.name, int(r["queue_id"]), limit=params.MAX_LIMIT, offset=offset
-                )
-                for p in parts:
-                    partition = _group_partition(p, now)
-                    if partition.lag > 0 and partition.time_lag_s >= threshold:
-                        found.append(LaggingPartition(standing, partition))
-                if len(parts) < params.MAX_LIMIT:
-                    break
-                offset += len(parts)
+            parts = await _every_row(
+                partial(self.store.group_partitions, standing.name, int(r["queue_id"]))
+            )
+            for p in parts:
+                partition = _group_partition(p, now)
+                if partition.lag > 0 and partition.time_lag_s >= threshold:
+                    found.append(LaggingPartition(standing, partition))
         found.sort(key=lambda x: x.partition.time_lag_s, reverse=True)
         return found[page.offset : page.offset + page.limit]
 
@@ -772,3 +761,14 @@ def _ago(span: timedelta) -> str:
     if seconds < 7200:
         return f"{seconds // 60} min"
     return f"{seconds // 3600} h"
+
+
+async def _every_row(fetch: Callable[..., Awaitable[Sequence[Any]]]) -> list[Any]:
+    """Every row of a paged store read, ``fetch(limit=..., offset=...)`` a page of
+    :data:`params.MAX_LIMIT` at a time."""
+    rows: list[Any] = []
+    while True:
+        got = await fetch(limit=params.MAX_LIMIT, offset=len(rows))
+        rows.extend(got)
+        if len(got) < params.MAX_LIMIT:
+            return rows

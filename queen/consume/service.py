@@ -239,14 +239,11 @@ class ConsumeService:
         until one comes, as long as the push listener hears the other processes. A look that
         did not say (no wait, or no queue yet) re-checks at the usual pace.
         """
-        if ripe_in_s is None:
+        if ripe_in_s is None or ripe_in_s <= 0:  # not said, or held by a concurrent pop
             return started + self._recheck_s
-        if ripe_in_s == PENDING_NONE:
-            if self.listener is None or self.listener.connected:
-                return PENDING_NONE
-            return started + self._recheck_s
-        if ripe_in_s <= 0:  # claimable now, held by a concurrent pop: the usual pace
-            return started + self._recheck_s
+        if ripe_in_s == PENDING_NONE and (self.listener is None or self.listener.connected):
+            return PENDING_NONE
+        # (nothing pending with the listener down: the re-check, as min() gives it)
         return started + min(ripe_in_s + _RIPE_MARGIN_S, self._recheck_s)
 
     async def _opened(

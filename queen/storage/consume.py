@@ -234,7 +234,7 @@ class PgConsumeStore:
         rows = await self.pool.run(call)
         if rows and rows[-1][0] is None:  # nothing delivered: when to look again
             ripe = rows[-1][11]
-            return PopOutcome([], None, PENDING_NONE if ripe is None else max(0.0, ripe))
+            return PopOutcome([], None, PENDING_NONE if ripe is None else ripe)
         delivered = [Delivered(*row[:10]) for row in rows]
         return PopOutcome(delivered, rows[0][10] if rows else None)
 
