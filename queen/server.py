@@ -250,7 +250,7 @@ class WorkerProcess:
     def __init__(self, argv: list[str], **popen: Any) -> None:
         self._popen = subprocess.Popen(argv, **popen)
         self.pid = self._popen.pid
-        self._pidfd = os.pidfd_open(self.pid)
+        self._pidfd: int | None = os.pidfd_open(self.pid)
 
     @property
     def returncode(self) -> int | None:
@@ -264,10 +264,12 @@ class WorkerProcess:
         self.send_signal(signal.SIGTERM)
 
     async def wait(self) -> int:
-        if self._popen.returncode is None:
-            await trio.lowlevel.wait_readable(self._pidfd)
+        if self._pidfd is not None:
+            if self._popen.returncode is None:
+                await trio.lowlevel.wait_readable(self._pidfd)
             self._popen.wait()
             os.close(self._pidfd)
+            self._pidfd = None
         code = self._popen.returncode
         assert code is not None
         return code
@@ -287,9 +289,11 @@ async def serve_workers(settings: Settings) -> None:
     """Bind the port and start the database once, then ``settings.workers`` broker processes
     accepting on that one socket.
 
-    Returns when every worker has stopped. Raises :class:`StartupError` if a worker failed
-    (exited with an error without being asked to stop); the others are stopped first. An
-    embedded database is kept running meanwhile (``embedded-postgres``, as in one process).
+    A worker that exits without being asked to (killed, crashed) is started again with the
+    same worker id, while the others go on serving; see :func:`_run_workers`. Returns when
+    every worker has stopped. Raises :class:`StartupError` if a worker kept failing (the
+    others are stopped first). An embedded database is kept running meanwhile
+    (``embedded-postgres``, as in one process).
     """
     check_auth(settings)
     check_spool_dir(settings)
@@ -316,68 +320,113 @@ async def serve_workers(settings: Settings) -> None:
         raise StartupError(failure[0])
 
 
+QUICK_EXIT_S = 30.0
+"""A worker that exits sooner than this after it was started counts as failing quickly."""
+QUICK_EXITS_ALLOWED = 3
+"""Quick exits in a row of one worker after which the service stops instead of restarting."""
+RESTART_DELAY_S = (0.5, 2.0)
+"""Pause before restarting a worker: the first after a quick exit, doubling to the second."""
+
+
+def restart_delay(quick_exits: int) -> float:
+    """The pause before restarting a worker that has exited quickly ``quick_exits`` times in a
+    row (0: it had run for a while, so it starts again at once)."""
+    if quick_exits == 0:
+        return 0.0
+    first, longest = RESTART_DELAY_S
+    return float(min(first * 2.0 ** (quick_exits - 1), longest))
+
+
 async def _run_workers(
     settings: Settings, conninfo: str, sock: socket.socket, metrics_dir: Path
 ) -> list[str]:
-    """Run the workers until they have all stopped; the failures that made them stop.
+    """Run the workers until they have all stopped; the failure that made them stop.
+
+    A worker that exits while the service is not stopping is started again (same worker id,
+    same socket): a killed or crashed process costs the requests it was serving, not the
+    service. Its spool files are sealed when it dies (their locks go with it) and replayed
+    by the processes still running. One that exits :data:`QUICK_EXITS_ALLOWED` times in a
+    row, each time within :data:`QUICK_EXIT_S` of its start, is failing, not unlucky: the
+    others are stopped and the failure returned.
 
     The workers publish their figures in ``metrics_dir`` (``/metrics`` sums them); a worker
     that exits is forgotten there (its live gauges leave the sums, its counters stay)."""
-    stopping = False
+    stop = trio.Event()
     failure: list[str] = []
+    children: dict[int, WorkerProcess] = {}
+
+    def start(worker: int) -> WorkerProcess:
+        child = WorkerProcess(
+            [sys.executable, "-m", "queen.cli", "serve", "--workers", "1"],
+            env=worker_environ(
+                settings, conninfo, worker, listen_fd=sock.fileno(), metrics_dir=metrics_dir
+            ),
+            pass_fds=(sock.fileno(),),
+            preexec_fn=_die_with_parent,
+        )
+        children[worker] = child
+        return child
+
+    def stop_all() -> None:
+        stop.set()
+        for child in children.values():
+            child.terminate()
+
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        children: list[WorkerProcess] = []
         try:
             for i in range(settings.workers):
-                children.append(
-                    WorkerProcess(
-                        [sys.executable, "-m", "queen.cli", "serve", "--workers", "1"],
-                        env=worker_environ(
-                            settings,
-                            conninfo,
-                            i,
-                            listen_fd=sock.fileno(),
-                            metrics_dir=metrics_dir,
-                        ),
-                        pass_fds=(sock.fileno(),),
-                        preexec_fn=_die_with_parent,
-                    )
-                )
+                start(i)
 
             async def forward() -> None:
-                nonlocal stopping
                 async for signum in signals:
-                    stopping = True
-                    for child in children:
-                        if child.returncode is None:
-                            child.send_signal(signum)
+                    stop.set()
+                    for child in children.values():
+                        child.send_signal(signum)
 
-            async def watch(worker: int, child: WorkerProcess) -> None:
-                nonlocal stopping
-                code = await child.wait()
-                forget_process(metrics_dir, child.pid)
-                if stopping:
-                    return
-                stopping = True
-                if code != 0:
-                    failure.append(f"worker {worker} exited with code {code}")
-                log.warning("worker %d exited (code %d); stopping the others", worker, code)
-                for other in children:
-                    if other.returncode is None:
-                        other.terminate()
+            async def watch(worker: int) -> None:
+                quick_exits = 0
+                while True:
+                    child = children[worker]
+                    started = trio.current_time()
+                    code = await child.wait()
+                    forget_process(metrics_dir, child.pid)
+                    if stop.is_set():
+                        return
+                    quick = trio.current_time() - started < QUICK_EXIT_S
+                    quick_exits = quick_exits + 1 if quick else 0
+                    if quick_exits >= QUICK_EXITS_ALLOWED:
+                        failure.append(
+                            f"worker {worker} exited with code {code}, {quick_exits} times in "
+                            f"a row within {QUICK_EXIT_S:g} s of its start"
+                        )
+                        log.error("%s; stopping the others", failure[-1])
+                        stop_all()
+                        return
+                    delay = restart_delay(quick_exits)
+                    log.warning(
+                        "worker %d (pid %d) exited with code %d; starting it again%s",
+                        worker,
+                        child.pid,
+                        code,
+                        f" in {delay:g} s" if delay else "",
+                    )
+                    with trio.move_on_after(delay):
+                        await stop.wait()
+                    if stop.is_set():
+                        return
+                    start(worker)
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(forward)
                 async with trio.open_nursery() as watchers:
-                    for i, child in enumerate(children):
-                        watchers.start_soon(watch, i, child)
+                    for i in range(settings.workers):
+                        watchers.start_soon(watch, i)
                 nursery.cancel_scope.cancel()
         finally:
-            for child in children:
-                if child.returncode is None:
-                    child.terminate()
+            for child in children.values():
+                child.terminate()
             with trio.CancelScope(shield=True):
-                for child in children:
+                for child in children.values():
                     await child.wait()
     return failure
 

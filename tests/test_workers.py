@@ -233,8 +233,29 @@ def _external_env(pg_url: str) -> dict[str, str]:
     return env
 
 
-def test_a_failing_worker_stops_the_others(pg_url: str, tmp_path: Path) -> None:
+def _children(pid: int) -> set[int]:
+    """The processes ``pid``'s main thread started (the workers: it forks them itself)."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except FileNotFoundError:
+        return set()
+    return {int(part) for part in text.split()}
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.timeout(150)
+def test_a_killed_worker_is_started_again_while_the_other_serves(
+    pg_url: str, tmp_path: Path
+) -> None:
     port = _free_port()
+    base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         _serve_argv(port, tmp_path / "spool", "--workers", "2"),
         env=_external_env(pg_url),
@@ -242,19 +263,59 @@ def test_a_failing_worker_stops_the_others(pg_url: str, tmp_path: Path) -> None:
         text=True,
     )
     try:
-        pids = _process_ids(f"http://127.0.0.1:{port}", 2, time.monotonic() + 60)
+        pids = _process_ids(base, 2, time.monotonic() + 60)
         assert len(pids) == 2
-        victim, other = sorted(pids)
+        victim, survivor = sorted(pids)
         os.kill(victim, signal.SIGKILL)
+        # the survivor answers meanwhile: the service did not stop with the victim
+        queue = f"restart-{uuid.uuid4().hex[:8]}"
+        item = {"queue": queue, "payload": 1, "transactionId": "after-kill"}
+        answer = httpx.post(f"{base}/api/v1/push", json={"items": [item]}, timeout=10)
+        assert answer.status_code == 201
+        assert answer.json()[0]["status"] == "queued"
+        deadline = time.monotonic() + 60
+        replacement: set[int] = set()
+        while not replacement and time.monotonic() < deadline:
+            replacement = _process_ids(base, 2, deadline) - {victim, survivor}
+        assert len(replacement) == 1, "a new worker took the killed one's place"
+        assert _children(proc.pid) == {survivor} | replacement
+        assert _reaped(victim)
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
-        assert proc.returncode == 2
-        assert "exited with code -9" in stderr
-        with pytest.raises(ProcessLookupError):  # the other worker was stopped, and reaped
-            os.kill(other, 0)
+    assert proc.returncode == 0, stderr[-2000:]
+    assert f"(pid {victim}) exited with code -9; starting it again" in stderr
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_that_keeps_dying_at_start_stops_the_service(pg_url: str, tmp_path: Path) -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        _serve_argv(port, tmp_path / "spool", "--workers", "2"),
+        env=_external_env(pg_url),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    killed: set[int] = set()
+    try:
+        deadline = time.monotonic() + 90
+        while proc.poll() is None and time.monotonic() < deadline:
+            # every worker is killed as soon as it exists, so none lives long
+            for pid in _children(proc.pid) - killed:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            time.sleep(0.02)
+        _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+    assert proc.returncode == 2, stderr[-2000:]
+    assert "exited with code -9, 3 times in a row within 30 s of its start" in stderr
+    # one worker was started three times, the other at least once: both were stopped, reaped
+    assert len(killed) >= 4
+    assert all(_reaped(pid) for pid in killed)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
