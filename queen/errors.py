@@ -14,3 +14,8 @@ class StoreUnavailable(StoreError):
     A write that fails this way may or may not have committed; callers that keep the items
     (the spool) rely on deduplication to make a later retry idempotent.
     """
+
+
+class StoreDeadlock(StoreError):
+    """PostgreSQL chose the call as a deadlock victim and rolled it back: nothing of it was
+    applied, so one call that is a single transaction may simply be run again."""

@@ -124,6 +124,24 @@ async def test_consumer_groups_and_lag(client: Any, queue: str) -> None:
     assert not any(x["name"] == f"g-{queue}" for x in far)
 
 
+async def test_the_lagging_list_is_whole_unless_a_page_is_asked(client: Any, queue: str) -> None:
+    """The official clients ask without ``limit`` and expect every lagging partition (the
+    original's answer); ``limit`` and ``offset`` page it, oldest first."""
+    group = f"g-{queue}"
+    for partition in ("a", "b", "c"):
+        await push(client, queue, partition, f"{partition}1", f"{partition}2")
+        assert len(await pop(client, queue, 1, group=group)) == 1
+    url = "/api/v1/consumer-groups/lagging?minLagSeconds=0"
+    whole = await (await client.get(url)).get_json()
+    ours = [x for x in whole if x["name"] == group]
+    assert sorted(x["partition_name"] for x in ours) == ["a", "b", "c"]
+    ages = [x["time_lag_seconds"] for x in whole]
+    assert ages == sorted(ages, reverse=True)
+    assert len(await (await client.get(f"{url}&limit=2")).get_json()) == 2
+    [second] = await (await client.get(f"{url}&limit=1&offset=1")).get_json()
+    assert second["time_lag_seconds"] <= ages[0]
+
+
 async def test_the_service_answers_typed_values(client: Any, broker: Broker, queue: str) -> None:
     """What ``broker.admin`` answers an embedding program: values, not the wire's dicts."""
     await push(client, queue, "p", "t1", "t2")

@@ -675,8 +675,10 @@ class AdminService:
     async def lagging(self, args: Mapping[str, Any]) -> list[LaggingPartition]:
         """``GET /api/v1/consumer-groups/lagging?minLagSeconds=N``: per (group, queue,
         partition), as the original answers, the partitions whose oldest unconsumed message
-        is at least N seconds old, oldest first (one page)."""
+        is at least N seconds old, oldest first: all of them, as the original answers, or one
+        page when ``limit`` or ``offset`` is given."""
         threshold = params.min_lag_seconds(args)
+        paged = "limit" in args or "offset" in args
         page = params.page(args)
         rows = await _every_row(partial(self.store.groups, group=None, queue=None))
         now = datetime.now(UTC)
@@ -693,7 +695,7 @@ class AdminService:
                 if partition.lag > 0 and partition.time_lag_s >= threshold:
                     found.append(LaggingPartition(standing, partition))
         found.sort(key=lambda x: x.partition.time_lag_s, reverse=True)
-        return found[page.offset : page.offset + page.limit]
+        return found[page.offset : page.offset + page.limit] if paged else found
 
     # --- gauges ------------------------------------------------------------------------------
 

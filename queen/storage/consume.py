@@ -14,12 +14,14 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 import psycopg
+import trio
 from psycopg import errors as pg_errors
 
+from queen.errors import StoreDeadlock
 from queen.model import PartitionKey, first_wins
 from queen.records import (
     AckItem,
@@ -43,22 +45,20 @@ log = logging.getLogger("queen.storage")
 T = TypeVar("T")
 _DEADLOCK_ATTEMPTS = 3
 
-_POP_SQL = (
-    "SELECT partition_id, queue_name, partition_name, msg_offset, message_id::text,"
-    " transaction_id, payload, producer_sub, trace_id::text, retry_count, lease_expires_at,"
-    " ripe_in_s"
-    " FROM queen.pop(%s::text, %s::text, %s::text, %s::text, %s::text, %s::integer,"
-    " %s::integer, %s::boolean, %s::text, %s::timestamptz, %s::uuid, %s::boolean)"
+# queen.pop over the connection's own libpq handle: text in, text out, no worker thread (see
+# ConnectionPool.query). The lease's end comes as exact UTC text.
+_POP_TEXT_SQL = (
+    b"SELECT partition_id, queue_name, partition_name, msg_offset, message_id::text,"
+    b" transaction_id, payload, producer_sub, trace_id::text, retry_count,"
+    b" to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'),"
+    b" ripe_in_s"
+    b" FROM queen.pop($1::text, $2::text, $3::text, $4::text, $5::text, $6::integer,"
+    b" $7::integer, $8::boolean, $9::text, $10::timestamptz, $11::uuid, $12::boolean)"
 )
-_ACK_SQL = (
-    "SELECT idx, success, error, queue_name, partition_name, lease_released, dlq"
-    " FROM queen.ack(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::uuid[])"
+_ACK_TEXT_SQL = (
+    b"SELECT idx, success, error, queue_name, partition_name, lease_released, dlq"
+    b" FROM queen.ack($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::uuid[])"
 )
-_ACK_JOINED_SQL = (
-    "SELECT idx, success, error, queue_name, partition_name, lease_released, dlq"
-    " FROM queen.ack_joined(%s, %s, %s, %s, %s, %s)"
-)
-SEP = "\x1f"
 _TRANSACT_SQL = (
     "SELECT ok, reason, acks, pids, statuses, originals FROM queen.transact("
     "%s::uuid[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::uuid[],"
@@ -228,30 +228,48 @@ class PgConsumeStore:
             request.wait,
         )
 
-        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return conn.execute(_POP_SQL, params, prepare=True).fetchall()
-
-        rows = await self.pool.run(call)
+        # Shielded: a pop that reached the database finishes there (its lease is taken, or
+        # with autoAck its cursor moved) whatever happens to its caller meanwhile.
+        with trio.CancelScope(shield=True):
+            rows = await self.pool.query("queen_pop", _POP_TEXT_SQL, _text_params(params))
         if rows and rows[-1][0] is None:  # nothing delivered: when to look again
             ripe = rows[-1][11]
-            return PopOutcome([], None, PENDING_NONE if ripe is None else ripe)
-        delivered = [Delivered(*row[:10]) for row in rows]
-        return PopOutcome(delivered, rows[0][10] if rows else None)
+            return PopOutcome([], None, PENDING_NONE if ripe is None else float(ripe))
+        delivered = [_delivered(row) for row in rows]
+        expires = rows[0][10] if rows else None
+        return PopOutcome(delivered, _utc(expires) if expires is not None else None)
 
     async def ack(self, items: Sequence[AckItem]) -> list[AckResult]:
-        """Apply acknowledgments; one outcome per item, in item order."""
-        arrays = _ack_arrays(items)
-        joined = _ack_joined(arrays)
+        """Apply acknowledgments; one outcome per item, in item order.
 
-        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            if joined is None:
-                return conn.execute(_ACK_SQL, arrays, prepare=True).fetchall()
-            return conn.execute(_ACK_JOINED_SQL, joined, prepare=True).fetchall()
-
-        rows = await self.pool.run(_retrying(call))
-        results = [
-            AckResult(int(r[0]) - 1, items[int(r[0]) - 1].transaction_id, *r[1:]) for r in rows
-        ]
+        Over the connection's own libpq handle (no worker thread), the columns as array
+        literals; shielded like a pop, and run again if chosen as a deadlock victim."""
+        params = [_pg_array(column) for column in _ack_arrays(items)]
+        for attempt in range(_DEADLOCK_ATTEMPTS):
+            try:
+                with trio.CancelScope(shield=True):
+                    rows = await self.pool.query("queen_ack", _ACK_TEXT_SQL, params)
+                break
+            except StoreDeadlock:
+                if attempt == _DEADLOCK_ATTEMPTS - 1:
+                    raise
+                log.warning("deadlock detected; retrying the call")
+        results = []
+        for idx, success, error, queue, partition, released, dlq in rows:
+            assert idx is not None
+            index = int(idx) - 1
+            results.append(
+                AckResult(
+                    index,
+                    items[index].transaction_id,
+                    success == b"t",
+                    _text(error),
+                    _text(queue),
+                    _text(partition),
+                    released == b"t",
+                    dlq == b"t",
+                )
+            )
         return sorted(results, key=_by_index)
 
     async def extend_lease(
@@ -432,6 +450,49 @@ def _retrying(
     return call
 
 
+def _text_params(values: Sequence[Any]) -> list[bytes | None]:
+    """Parameters in PostgreSQL's text format (the statement casts each to its type)."""
+    out: list[bytes | None] = []
+    for value in values:
+        if value is None:
+            out.append(None)
+        elif isinstance(value, bool):
+            out.append(b"true" if value else b"false")
+        elif isinstance(value, datetime):
+            out.append(value.isoformat().encode())
+        else:
+            out.append(str(value).encode())
+    return out
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
+
+
+def _delivered(row: Sequence[bytes | None]) -> Delivered:
+    """One message of a pop's text row (the columns of ``_POP_TEXT_SQL``)."""
+    (pid, queue, partition, offset, message_id, txid, payload, sub, trace, retries) = row[:10]
+    assert pid is not None and queue is not None and partition is not None
+    assert offset is not None and message_id is not None and txid is not None
+    assert payload is not None and retries is not None
+    return Delivered(
+        int(pid),
+        queue.decode(),
+        partition.decode(),
+        int(offset),
+        message_id.decode(),
+        txid.decode(),
+        payload.decode(),
+        _text(sub),
+        _text(trace),
+        int(retries),
+    )
+
+
+def _utc(text: bytes) -> datetime:
+    return datetime.fromisoformat(text.decode()).replace(tzinfo=UTC)
+
+
 def _ack_arrays(items: Sequence[AckItem]) -> tuple[list[Any], ...]:
     return (
         [i.consumer_group for i in items],
@@ -443,20 +504,17 @@ def _ack_arrays(items: Sequence[AckItem]) -> tuple[list[Any], ...]:
     )
 
 
-def _ack_joined(arrays: tuple[list[Any], ...]) -> tuple[str, ...] | None:
-    """The ack columns as separator-joined texts (None and "" both travel as ""), or None
-    when a value contains the separator. Under two items the arrays are sent: the server
-    would read one empty text as no element at all, not as one NULL."""
-    if len(arrays[0]) < 2:
-        return None
-    out: list[str] = []
-    for column in arrays:
-        texts = ["" if v is None else str(v) for v in column]
-        text = SEP.join(texts)
-        if text.count(SEP) != len(texts) - 1:
-            return None
-        out.append(text)
-    return tuple(out)
+def _pg_array(values: Sequence[Any]) -> bytes:
+    """A one-dimensional array literal in PostgreSQL's text format: every element quoted
+    (backslash and double quote escaped), None as NULL."""
+    parts = []
+    for value in values:
+        if value is None:
+            parts.append("NULL")
+        else:
+            text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+            parts.append(f'"{text}"')
+    return ("{" + ",".join(parts) + "}").encode()
 
 
 def _push_arrays(

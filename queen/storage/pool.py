@@ -39,7 +39,7 @@ import trio
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from queen.errors import StoreError, StoreUnavailable
+from queen.errors import StoreDeadlock, StoreError, StoreUnavailable
 
 log = logging.getLogger("queen.storage")
 
@@ -47,6 +47,7 @@ T = TypeVar("T")
 
 # SQLSTATE classes that mean "the server is not there for us right now".
 _UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "57P", "53")
+_DEADLOCK_SQLSTATE = "40P01"
 
 
 # Settings of every session the broker opens. JIT compilation pays off for long analytical
@@ -428,7 +429,10 @@ def _checked(pg: pq.abc.PGconn, results: list[pq.abc.PGresult]) -> list[pq.abc.P
                 or pg.status == pq.ConnStatus.BAD
             ):
                 raise StoreUnavailable(f"PostgreSQL unavailable: {message}")
-            raise StoreError(f"database error: {message.splitlines()[0] if message else sqlstate}")
+            text = f"database error: {message.splitlines()[0] if message else sqlstate}"
+            if sqlstate == _DEADLOCK_SQLSTATE:
+                raise StoreDeadlock(text)
+            raise StoreError(text)
     return results
 
 
