@@ -355,8 +355,8 @@ async def _run_workers(
     failure: list[str] = []
     children: dict[int, WorkerProcess] = {}
 
-    def start(worker: int) -> WorkerProcess:
-        child = WorkerProcess(
+    def start(worker: int) -> None:
+        children[worker] = WorkerProcess(
             [sys.executable, "-m", "queen.cli", "serve", "--workers", "1"],
             env=worker_environ(
                 settings, conninfo, worker, listen_fd=sock.fileno(), metrics_dir=metrics_dir
@@ -364,8 +364,6 @@ async def _run_workers(
             pass_fds=(sock.fileno(),),
             preexec_fn=_die_with_parent,
         )
-        children[worker] = child
-        return child
 
     def stop_all() -> None:
         stop.set()

@@ -1,10 +1,10 @@
 """A small pool of synchronous psycopg connections, driven from Trio on two paths.
 
 psycopg's async API is built on asyncio and does not run under Trio. :meth:`ConnectionPool.run`
-runs a plain function ``fn(connection)`` in a worker thread while the Trio task waits (every
-call but the push path's); :meth:`ConnectionPool.query` drives the connection's libpq handle
-from the Trio thread, waiting on its socket (the push statement and the batches of partition
-ids: no thread hop). A call holds one connection for its whole duration; one call is one
+runs a plain function ``fn(connection)`` in a worker thread while the Trio task waits;
+:meth:`ConnectionPool.query` drives the connection's libpq handle from the Trio thread,
+waiting on its socket (the push statement, the batches of partition ids, pops and acks: no
+thread hop). A call holds one connection for its whole duration; one call is one
 round trip. Why two paths: ``docs/architecture.md``, "Database access from Trio".
 
 **Deadlines.** Every call has a client-side deadline, ``call_timeout_s`` from its start
@@ -16,7 +16,7 @@ thread still blocked on it is woken by shutting the socket down, and closes it i
 **Cancellation.** A worker-thread call that has started is not abandoned when its caller is
 cancelled (a client going away): the write is allowed to finish, within the deadline. The
 libpq path of :meth:`ConnectionPool.query` runs in the Trio thread; cancelling it closes its
-connection.
+connection (callers that must finish, pops and acks, shield it).
 
 Failures are translated at this boundary: a connection that cannot be opened, that breaks or
 that passes its deadline becomes :class:`StoreUnavailable` (and is discarded); any other
