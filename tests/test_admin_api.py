@@ -319,6 +319,31 @@ async def test_the_dashboard_dlq_page_shows_each_dead_letter(client: Any, queue:
     assert "unparsable order" in page and "dead-1" in page and queue in page
 
 
+async def test_the_dashboard_dlq_page_filters_by_failure_time(client: Any, queue: str) -> None:
+    await push(client, queue, "p", "dead-t")
+    (message,) = await pop(client, queue, 1)
+    failed = {**message, "status": "dlq", "error": "late order"}
+    assert (await client.post("/api/v1/ack", json=failed)).status_code == 200
+    past, future = "2000-01-01T00:00:00Z", "2999-01-01T00:00:00Z"
+
+    async def page(query: str) -> str:
+        resp = await client.get(f"/dashboard/view/dlq?queue={queue}&{query}")
+        assert resp.status_code == 200
+        return str(await resp.get_data(as_text=True))
+
+    since_past = await page(f"from={past}&to={future}")
+    assert "dead-t" in since_past
+    # the form keeps the range, and "retry all" retries only that range
+    assert f'value="{past}"' in since_past and f'value="{future}"' in since_past
+    assert f'"from": "{past}"' in since_past.replace("&#34;", '"')
+    assert f"that failed from {past} until {future}" in since_past
+    assert "dead-t" not in await page(f"from={future}")
+    assert "dead-t" not in await page(f"to={past}")
+    bad = await client.get(f"/dashboard/view/dlq?queue={queue}&from=yesterday")
+    assert bad.status_code == 400
+    assert "from must be an ISO-8601 timestamp" in await bad.get_data(as_text=True)
+
+
 async def test_the_dashboard_shows_traces_by_name_and_on_their_message(
     client: Any, queue: str
 ) -> None:

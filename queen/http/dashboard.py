@@ -225,7 +225,7 @@ async def dlq() -> Response:
         "dlq.html",
         d=render.dlq_page(found),
         page=params.Page(query.limit, query.offset),
-        extra=_extra("queue", "consumerGroup"),
+        extra=_extra("queue", "consumerGroup", "from", "to"),
     )
 
 
