@@ -295,7 +295,7 @@ async def _running(parts: Parts, stores: Stores) -> AsyncIterator[Broker]:
         if parts.spool is not None and parts.spool.replayer is not None:
             await loops.start("spool-replay", parts.spool.replayer.run)
         await loops.start("admin-history", parts.admin.history.run)
-        await loops.start("group-lag-history", parts.admin.run_lag_history)
+        await loops.start("group-lag-history", parts.admin.consumer_groups.run_lag_history)
         if parts.ops.figures.shared:
             await loops.start("metrics-publish", parts.ops.run_figures)
         try:

@@ -157,7 +157,8 @@ async def test_the_service_answers_typed_values(client: Any, broker: Broker, que
     [view] = [g for g in detail.consumer_groups if g.name == f"g-{queue}"]
     assert view.leased is False and view.consumed is False  # its lease holds t1 only
     assert view.lease_expires_at is not None and view.lease_expires_at > datetime.now(UTC)
-    [group] = [g for g in await broker.admin.groups({"queue": queue}) if g.name == f"g-{queue}"]
+    standings = await broker.admin.consumer_groups.standings({"queue": queue})
+    [group] = [g for g in standings if g.name == f"g-{queue}"]
     assert (group.lag, group.leased, group.partitions) == (2, 1, 1)
     deleted = await broker.admin.delete_message(str(newest.partition_id), "t2")
     assert deleted.outcome == "deleted"

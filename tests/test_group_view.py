@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from queen.admin.groups import STUCK_IDLE_S, stuck_reason
 from queen.admin.history import LagHistory
-from queen.admin.service import STUCK_IDLE_S, stuck_reason
 from queen.broker import Broker
 from tests.conftest import Db
 from tests.consuming import Api
@@ -91,9 +91,9 @@ async def test_the_group_detail_marks_stuck_partitions_and_the_page_shows_them(
     assert parts["b"]["stuck"] == "never popped, oldest message waiting 60 min"
     assert parts["c"]["stuck"] is None and parts["c"]["offsetLag"] == 0
 
-    await broker.admin.sample_lag()
-    await broker.admin.sample_lag()
-    samples = broker.admin.lag_history.series(group, queue)
+    await broker.admin.consumer_groups.sample_lag()
+    await broker.admin.consumer_groups.sample_lag()
+    samples = broker.admin.consumer_groups.lag_history.series(group, queue)
     assert [lag for _, lag in samples] == [3, 3]  # a's two and b's one
 
     page = await client.get(f"/dashboard/view/group/{group}")  # type: ignore[attr-defined]

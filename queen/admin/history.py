@@ -135,7 +135,7 @@ class History:
 class LagHistory:
     """Each consumer group's lag on each queue it reads, every ``step_s`` for ``span_s``
     (rings per (group, queue); a pair not seen for ``span_s`` is forgotten). Fed by
-    :meth:`queen.admin.service.AdminService.sample_lag` from its loop."""
+    :meth:`queen.admin.groups.ConsumerGroups.sample_lag` from its loop."""
 
     def __init__(self, *, step_s: float = 30.0, span_s: float = 3600.0) -> None:
         self.step_s = step_s

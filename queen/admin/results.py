@@ -541,3 +541,8 @@ class GroupOnQueue:
 
     standing: GroupStanding
     partitions: list[GroupPartition]
+
+
+def age_s(moment: datetime | None, now: datetime) -> float:
+    """Seconds from ``moment`` to ``now``, to the millisecond; 0 for none (or the future)."""
+    return 0.0 if moment is None else round(max(0.0, (now - moment).total_seconds()), 3)

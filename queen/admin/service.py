@@ -15,16 +15,14 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from typing import Any
-
-import trio
 
 from queen.admin import params
 from queen.admin.actions import AdminActions
-from queen.admin.history import History, LagHistory
+from queen.admin.groups import ConsumerGroups, standing
+from queen.admin.history import History
 from queen.admin.params import Page
 from queen.admin.payloads import decode_payload
 from queen.admin.results import (
@@ -34,12 +32,8 @@ from queen.admin.results import (
     Depth,
     Grouping,
     Groupings,
-    GroupOnQueue,
     GroupPage,
-    GroupPartition,
-    GroupStanding,
     GroupView,
-    LaggingPartition,
     MessageCounts,
     MessageDeletion,
     MessageDetail,
@@ -64,10 +58,10 @@ from queen.admin.results import (
     StoredMessage,
     TableSize,
     TimeRange,
+    age_s,
 )
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.service import ConsumeService
-from queen.errors import StoreError
 from queen.metrics import Figures, LocalFigures, Metrics
 from queen.operations import Operations
 from queen.push import PushService
@@ -76,9 +70,6 @@ from queen.settings import Settings
 from queen.storage.admin import PgAdminStore, Row
 
 GAUGE_CACHE_S = 10.0
-# How a stored subscription start reads back: as the pop asked for it (and as the original
-# broker names it).
-SUBSCRIPTION_MODES = {"all": "all", "now": "new", "at": "timestamp"}
 MAX_GAUGE_QUEUES = 1000
 RETENTION_COUNTERS = (
     "retention_passes",
@@ -86,11 +77,6 @@ RETENTION_COUNTERS = (
     "retention_messages_removed",
     "dedup_rows_pruned",
 )
-
-
-def age_s(moment: datetime | None, now: datetime) -> float:
-    """Seconds from ``moment`` to ``now``, to the millisecond; 0 for none (or the future)."""
-    return 0.0 if moment is None else round(max(0.0, (now - moment).total_seconds()), 3)
 
 
 def _counts(row: Row, dead_letter: int | None = None) -> MessageCounts:
@@ -112,29 +98,6 @@ def _options(row: Row) -> QueueOptions:
         f.name: row[f.name] for f in dataclasses.fields(QueueOptions) if f.name != "dedup_window_s"
     }
     return QueueOptions(**values, dedup_window_s=row["dedup_window_seconds"])
-
-
-def _group_partition(p: Row, now: datetime) -> GroupPartition:
-    return GroupPartition(
-        partition=p["partition_name"],
-        partition_id=int(p["partition_id"]),
-        cursor_offset=int(p["cursor_offset"]),
-        next_offset=int(p["next_offset"]),
-        lag=int(p["lag"]),
-        time_lag_s=age_s(p["oldest_at"], now),
-        lease_expires_at=p["lease_expires_at"],
-        last_consumed_at=p["delivered_at"],
-        oldest_at=p["oldest_at"],
-        lease_expired_at=p["lease_expired_at"],
-        stuck=stuck_reason(
-            int(p["lag"]),
-            lease=p["lease_expires_at"],
-            lease_expired=p["lease_expired_at"],
-            last_pop=p["delivered_at"],
-            waiting_s=age_s(p["oldest_at"], now),
-            now=now,
-        ),
-    )
 
 
 def _whole(counters: Mapping[str, float]) -> dict[str, float]:
@@ -179,7 +142,7 @@ class AdminService:
         self._consume = consume
         self.figures: Figures = figures or LocalFigures(metrics)
         self.history = history or History(self.figures)
-        self.lag_history = LagHistory()
+        self.consumer_groups = ConsumerGroups(store)
         self._gauges: tuple[float, QueueGauges] | None = None
         self.actions = AdminActions(store, push)
 
@@ -282,7 +245,7 @@ class AdminService:
         figures = await self._figures(queue, args)
         groups = await self.store.groups(group=None, queue=name, limit=params.MAX_LIMIT, offset=0)
         now = datetime.now(UTC)
-        return QueueStatus(figures, [self._standing(g, now) for g in groups])
+        return QueueStatus(figures, [standing(g, now) for g in groups])
 
     async def _groupings(self, by: str) -> list[Grouping]:
         return [
@@ -420,7 +383,7 @@ class AdminService:
             offset=page.offset,
         )
         now = datetime.now(UTC)
-        return GroupPage([self._standing(r, now) for r in rows], page)
+        return GroupPage([standing(r, now) for r in rows], page)
 
     async def queue_ops(self, args: Mapping[str, Any]) -> QueuePage:
         """``GET /api/v1/analytics/queue-ops``: per queue, depth and flow figures now."""
@@ -599,104 +562,6 @@ class AdminService:
         )
         return MessageDeletion(checked, transaction_id, found)
 
-    # --- consumer groups ---------------------------------------------------------------------
-
-    @staticmethod
-    def _standing(r: Row, now: datetime) -> GroupStanding:
-        return GroupStanding(
-            name=r["consumer_group"],
-            queue=r["queue_name"],
-            partitions=int(r["partitions"]),
-            leased=int(r["leased"]),
-            lag=int(r["lag"]),
-            max_time_lag_s=age_s(r["oldest_at"], now),
-            oldest_pending_at=r["oldest_at"],
-            last_consumed_at=r["last_delivered_at"],
-            subscription_mode=SUBSCRIPTION_MODES.get(
-                r["subscription_mode"], r["subscription_mode"]
-            ),
-            subscribed_at=r["subscribed_at"],
-            subscription_created_at=r["subscription_created_at"],
-        )
-
-    async def sample_lag(self) -> None:
-        """Record every group's lag on every queue (the first 1,000 pairs) in
-        :attr:`lag_history`."""
-        rows = await self.store.groups(group=None, queue=None, limit=params.MAX_LIMIT, offset=0)
-        self.lag_history.record(
-            time.time(), {(r["consumer_group"], r["queue_name"]): int(r["lag"]) for r in rows}
-        )
-
-    async def run_lag_history(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Sample the groups' lag every ``lag_history.step_s`` until cancelled; a sample the
-        database cannot answer is skipped. Without PostgreSQL there is nothing to sample."""
-        task_status.started()
-        if self._store is None:
-            return
-        while True:
-            try:
-                await self.sample_lag()
-            except StoreError as exc:
-                log.debug("group lag not sampled: %s", exc)
-            await trio.sleep(self.lag_history.step_s)
-
-    async def groups(self, args: Mapping[str, Any]) -> list[GroupStanding]:
-        """``GET /api/v1/consumer-groups``: one entry per (group, queue), one page (without a
-        ``limit``, the most a page holds: the original answers every group, and its clients
-        ask without one)."""
-        page = params.page(args, default_limit=params.MAX_LIMIT)
-        rows = await self.store.groups(
-            group=None,
-            queue=params.optional_name(args, "queue"),
-            limit=page.limit,
-            offset=page.offset,
-        )
-        now = datetime.now(UTC)
-        return [self._standing(r, now) for r in rows]
-
-    async def group(self, name: str, args: Mapping[str, Any]) -> list[GroupOnQueue] | None:
-        """``GET /api/v1/consumer-groups/{g}``: per queue, the group's partitions (a page)."""
-        page = params.page(args)
-        rows = await self.store.groups(group=name, queue=None, limit=params.MAX_LIMIT, offset=0)
-        if not rows:
-            return None
-        now = datetime.now(UTC)
-        found = []
-        for r in rows:
-            parts = await self.store.group_partitions(
-                name, int(r["queue_id"]), limit=page.limit, offset=page.offset
-            )
-            partitions = [_group_partition(p, now) for p in parts]
-            found.append(GroupOnQueue(self._standing(r, now), partitions))
-        return found
-
-    async def lagging(self, args: Mapping[str, Any]) -> list[LaggingPartition]:
-        """``GET /api/v1/consumer-groups/lagging?minLagSeconds=N``: per (group, queue,
-        partition), as the original answers, the partitions whose oldest unconsumed message
-        is at least N seconds old, oldest first: all of them, as the original answers, or one
-        page when ``limit`` or ``offset`` is given."""
-        threshold = params.min_lag_seconds(args)
-        paged = "limit" in args or "offset" in args
-        page = params.page(args)
-        rows = await _every_row(partial(self.store.groups, group=None, queue=None))
-        now = datetime.now(UTC)
-        found: list[LaggingPartition] = []
-        for r in rows:
-            standing = self._standing(r, now)
-            if int(r["lag"]) <= 0 or standing.max_time_lag_s < threshold:
-                continue
-            parts = await _every_row(
-                partial(self.store.group_partitions, standing.name, int(r["queue_id"]))
-            )
-            for p in parts:
-                partition = _group_partition(p, now)
-                if partition.lag > 0 and partition.time_lag_s >= threshold:
-                    found.append(LaggingPartition(standing, partition))
-        found.sort(key=lambda x: x.partition.time_lag_s, reverse=True)
-        return found[page.offset : page.offset + page.limit] if paged else found
-
     # --- gauges ------------------------------------------------------------------------------
 
     async def queue_gauges(self) -> QueueGauges:
@@ -710,7 +575,7 @@ class AdminService:
         groups = await self.store.groups(group=None, queue=None, limit=params.MAX_LIMIT, offset=0)
         now = datetime.now(UTC)
         gauges = QueueGauges(
-            [self._queue_summary(r, now) for r in rows], [self._standing(g, now) for g in groups]
+            [self._queue_summary(r, now) for r in rows], [standing(g, now) for g in groups]
         )
         self._gauges = (now_mono, gauges)
         return gauges
@@ -724,53 +589,3 @@ def check_name(value: str, what: str) -> str:
     if checked is None:  # pragma: no cover - required=True never returns None
         raise InvalidRequest(f"{what} is required")
     return checked
-
-
-STUCK_IDLE_S = 300.0  # a partition with messages for a group and no pop this long is stuck
-
-
-def stuck_reason(
-    lag: int,
-    *,
-    lease: datetime | None,
-    lease_expired: datetime | None,
-    last_pop: datetime | None,
-    waiting_s: float,
-    now: datetime,
-) -> str | None:
-    """Why a group's partition looks stuck, or None: it holds messages for the group, no live
-    lease covers them, and either a lease ran out there (its consumer went away holding
-    messages) or its oldest message has waited ``STUCK_IDLE_S`` (``waiting_s``) with no pop
-    there for as long (or ever)."""
-    if lag <= 0 or lease is not None:
-        return None
-    if lease_expired is not None:
-        return f"lease expired {_ago(now - lease_expired)} ago, not popped since"
-    if waiting_s < STUCK_IDLE_S:
-        return None
-    if last_pop is None:
-        return f"never popped, oldest message waiting {_ago(timedelta(seconds=waiting_s))}"
-    idle = now - last_pop
-    if idle.total_seconds() >= STUCK_IDLE_S:
-        return f"no pop for {_ago(idle)}"
-    return None
-
-
-def _ago(span: timedelta) -> str:
-    seconds = int(span.total_seconds())
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h"
-
-
-async def _every_row(fetch: Callable[..., Awaitable[Sequence[Any]]]) -> list[Any]:
-    """Every row of a paged store read, ``fetch(limit=..., offset=...)`` a page of
-    :data:`params.MAX_LIMIT` at a time."""
-    rows: list[Any] = []
-    while True:
-        got = await fetch(limit=params.MAX_LIMIT, offset=len(rows))
-        rows.extend(got)
-        if len(got) < params.MAX_LIMIT:
-            return rows

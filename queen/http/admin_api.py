@@ -206,19 +206,21 @@ async def postgres_stats() -> Response:
 
 @blueprint.get("/api/v1/consumer-groups")
 async def consumer_groups() -> Response:
-    return json_response(render.group_standings(await admin().groups(request.args)))
+    return json_response(
+        render.group_standings(await admin().consumer_groups.standings(request.args))
+    )
 
 
 @blueprint.get("/api/v1/consumer-groups/lagging")
 async def lagging() -> Response:
-    return json_response(render.lagging(await admin().lagging(request.args)))
+    return json_response(render.lagging(await admin().consumer_groups.lagging(request.args)))
 
 
 @blueprint.get("/api/v1/consumer-groups/<group_detail:group>")
 async def consumer_group(group: str) -> Response:
     name = check_name(group, "consumer group")
     return _found(
-        await admin().group(name, request.args),
+        await admin().consumer_groups.detail(name, request.args),
         render.group_detail,
         f"consumer group {name!r}",
     )

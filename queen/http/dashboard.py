@@ -232,9 +232,8 @@ async def dlq() -> Response:
 @blueprint.get("/dashboard/view/groups")
 @remembered()
 async def groups() -> Response:
-    admin = _admin()
     group = params.optional_name(request.args, "group")
-    listed = await admin.groups(request.args)
+    listed = await _admin().consumer_groups.standings(request.args)
     if group is not None:
         listed = [g for g in listed if g.name == group]
     top = sorted(listed, key=lambda g: g.lag, reverse=True)[:8]
@@ -255,13 +254,13 @@ async def groups() -> Response:
 @remembered()
 async def group(group: str) -> Response:
     name = check_name(group, "group")
-    admin = _admin()
-    found = await admin.group(name, request.args)
+    groups = _admin().consumer_groups
+    found = await groups.detail(name, request.args)
     if found is None:
         return Response(f"consumer group {name} does not exist", status=404, content_type=HTML)
     lag_charts = {}
     for g in found:
-        samples = admin.lag_history.series(name, g.standing.queue)
+        samples = groups.lag_history.series(name, g.standing.queue)
         lag_charts[g.standing.queue] = charts.line_chart(
             [("lag", [float(lag) for _, lag in samples])],
             title=f"lag of {name} on {g.standing.queue} (messages, 30 s samples)",
