@@ -20,6 +20,7 @@ import trio
 
 from queen.admin import params
 from queen.admin.history import LagHistory
+from queen.admin.params import Page
 from queen.admin.results import (
     GroupOnQueue,
     GroupPartition,
@@ -53,11 +54,14 @@ class ConsumerGroups:
             raise ConsumeUnavailable("the admin API needs the PostgreSQL store")
         return self._store
 
-    async def standings(self, args: Mapping[str, Any]) -> list[GroupStanding]:
-        """``GET /api/v1/consumer-groups``: one entry per (group, queue), one page (without a
-        ``limit``, the most a page holds: the original answers every group, and its clients
-        ask without one)."""
-        page = params.page(args, default_limit=params.MAX_LIMIT)
+    async def standings(
+        self, args: Mapping[str, Any], *, page: Page | None = None
+    ) -> list[GroupStanding]:
+        """``GET /api/v1/consumer-groups``: one entry per (group, queue) of ``args``' queue
+        (or every queue), one page: ``page``, else the page ``args`` ask (without a ``limit``,
+        the most a page holds: the original answers every group, and its clients ask
+        without one)."""
+        page = page or params.page(args, default_limit=params.MAX_LIMIT)
         rows = await self.store.groups(
             group=None,
             queue=params.optional_name(args, "queue"),

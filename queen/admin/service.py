@@ -376,14 +376,7 @@ class AdminService:
         """``GET /api/v1/analytics/queue-lag``: per (group, queue), messages behind and the age
         of the oldest of them, now."""
         page = params.page(args)
-        rows = await self.store.groups(
-            group=None,
-            queue=params.optional_name(args, "queue"),
-            limit=page.limit,
-            offset=page.offset,
-        )
-        now = datetime.now(UTC)
-        return GroupPage([standing(r, now) for r in rows], page)
+        return GroupPage(await self.consumer_groups.standings(args, page=page), page)
 
     async def queue_ops(self, args: Mapping[str, Any]) -> QueuePage:
         """``GET /api/v1/analytics/queue-ops``: per queue, depth and flow figures now."""
