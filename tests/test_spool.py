@@ -21,7 +21,7 @@ from queen.broker import Broker
 from queen.model import PartitionKey
 from queen.settings import Settings
 from queen.spool import files
-from queen.spool.format import SpoolRecord, encode
+from queen.spool.format import SpoolRecord, encode, read_records
 from queen.spool.writer import SpoolWriter, _ActiveFile
 from tests.fakes import MemoryStore
 
@@ -415,6 +415,56 @@ def test_sweep_removes_leftovers_but_not_a_file_being_created(tmp_path: Path) ->
         os.close(fd)
     assert len(removed) == 2
     assert [p.name for p in tmp_path.iterdir()] == [held.name]
+
+
+async def test_a_file_swept_before_its_writer_locked_it_is_created_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's replay sweeps the new file in the instant between its creation and
+    its lock (it looks like one whose writer died): the append still lands, in a file of
+    its own, and is answered; before the fix its rename failed and the push answered
+    ``failed``."""
+    from queen.metrics import Metrics
+    from queen.spool import writer as writer_module
+    from queen.spool.index import SpoolIndex
+
+    real_flock = fcntl.flock
+    swept: list[str] = []
+    sweeping = False
+
+    def flock_after_a_sweep(fd: int, operation: int) -> None:
+        nonlocal sweeping
+        if not swept and not sweeping and operation == fcntl.LOCK_EX:
+            sweeping = True  # the other process, just before our lock (its own locks pass)
+            swept.extend(files.sweep(tmp_path))
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(writer_module.fcntl, "flock", flock_after_a_sweep)
+    writer = SpoolWriter(
+        tmp_path,
+        SpoolIndex(),
+        Metrics(),
+        group_max_records=16,
+        file_max_bytes=1 << 20,
+        file_max_age_s=3600,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        with trio.fail_after(10):
+            await writer.append([one_record(1)])
+        active = writer.active_name
+        nursery.cancel_scope.cancel()
+    assert len(swept) == 1 and swept[0].endswith(files.CREATING_SUFFIX)
+    assert active is not None and files.creating_name(active) != swept[0]
+    assert [p.name for p in files_in(tmp_path)] == [active]
+    read = list(read_records((tmp_path / active).read_bytes()))
+    assert [r[2].transaction_ids for r in read if isinstance(r, tuple)] == [["t1"]]
+    assert len(read) == 1
+    assert writer.healthy
+
+
+def files_in(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.is_file())
 
 
 async def test_damaged_file_replays_every_complete_record(

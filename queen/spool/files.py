@@ -125,6 +125,16 @@ def probe_writable(directory: Path) -> None:
             probe.unlink()
 
 
+def names_descriptor(path: Path, fd: int) -> bool:
+    """Whether ``path`` is (still) the file open as ``fd``."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+
 def fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:

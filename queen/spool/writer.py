@@ -23,7 +23,9 @@ the host, was stamped before it: the replay merges files by stamp (see
 :mod:`queen.spool.replay`).
 
 A new file is created as ``.new``, locked, then renamed to ``.log``: a ``.log`` file is
-either locked by its writer or sealed for good.
+either locked by its writer or sealed for good. A replaying process sweeps away ``.new`` files
+nobody holds (their writer died); one caught in the instant before its lock is noticed by its
+writer, which starts again with a new name.
 
 The active file is sealed (closed, so a replayer can take it) when it reaches
 ``file_max_bytes``, when it has been open ``file_max_age_s`` with records in it, or on request
@@ -50,6 +52,8 @@ from queen.spool.format import SpoolRecord, encode
 from queen.spool.index import SpoolIndex
 
 log = logging.getLogger("queen.spool")
+
+_OPEN_ATTEMPTS = 8  # new names tried when the one being created is swept away
 
 
 class SpoolError(Exception):
@@ -223,23 +227,34 @@ class SpoolWriter:
     # --- file operations: run in a worker thread, one at a time ----------------------------
 
     def _open(self) -> _ActiveFile:
-        name = files.new_name()
-        self.own_names.add(name)  # before the file exists: a scan that sees it knows it
-        creating = self.directory / files.creating_name(name)
-        path = self.directory / name
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
-        fd = os.open(creating, flags, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.rename(creating, path)
-            files.fsync_directory(self.directory)
-        except OSError:
-            os.close(fd)
-            creating.unlink(missing_ok=True)
-            path.unlink(missing_ok=True)
-            self.own_names.discard(name)
-            raise
-        return _ActiveFile(name=name, fd=fd, opened=time.monotonic())
+        # Between creating the ``.new`` file and locking it, the file is unlocked: a replaying
+        # process's sweep may take it for one whose writer died and remove it. Locked, it is
+        # safe from the sweep; so once locked, make sure the name is still ours, else begin
+        # again with a new name (nothing was written to the one swept away).
+        for _ in range(_OPEN_ATTEMPTS):
+            name = files.new_name()
+            self.own_names.add(name)  # before the file exists: a scan that sees it knows it
+            creating = self.directory / files.creating_name(name)
+            path = self.directory / name
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+            fd = os.open(creating, flags, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if not files.names_descriptor(creating, fd):
+                    os.close(fd)
+                    self.own_names.discard(name)
+                    log.info("spool file %s was swept while being created; creating another", name)
+                    continue
+                os.rename(creating, path)
+                files.fsync_directory(self.directory)
+            except OSError:
+                os.close(fd)
+                creating.unlink(missing_ok=True)
+                path.unlink(missing_ok=True)
+                self.own_names.discard(name)
+                raise
+            return _ActiveFile(name=name, fd=fd, opened=time.monotonic())
+        raise OSError(errno.EAGAIN, "every new spool file was swept away while being created")
 
     def _stamp(self) -> int:
         stamp = max(time.time_ns(), self._last_stamp + 1)
