@@ -210,6 +210,102 @@ CPU_HEADERS = [
 ]
 
 
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "-"
+
+
+def ceiling_rows(doc: Doc) -> list[list[str]]:
+    """The push shapes against the HTTP stack alone, beside the original and ours."""
+    rows = []
+    for name, shape in (doc.get("shapes") or {}).items():
+        steps = shape.get("steps") or {}
+        if not steps.get("stack") and not steps.get("hypercorn"):
+            continue
+        mo, mu = (
+            avg(steps.get("original", []), "msg_per_s"),
+            avg(steps.get("ours", []), "msg_per_s"),
+        )
+        ms = avg(steps.get("stack", []), "msg_per_s")
+        mh = avg(steps.get("hypercorn", []), "msg_per_s")
+        rows.append(
+            [
+                name,
+                _n(mo),
+                _n(mu),
+                _n(ms),
+                _n(mh),
+                _ratio(mu, ms),
+                _ratio(ms, mo),
+                _ratio(mh, mo),
+                _pair(
+                    avg(steps.get("stack", []), "server_cores"),
+                    avg(steps.get("hypercorn", []), "server_cores"),
+                    ".2f",
+                ),
+            ]
+        )
+    return rows
+
+
+CEILING_HEADERS = [
+    "shape",
+    "original msg/s",
+    "ours msg/s",
+    "our HTTP stack alone msg/s",
+    "bare Hypercorn msg/s",
+    "ours ÷ our stack",
+    "our stack ÷ original",
+    "bare Hypercorn ÷ original",
+    "server cores (our stack / Hypercorn)",
+]
+
+
+def pipeline_bound_rows(doc: Doc) -> list[list[str]]:
+    """What the machine's cores hold in the pipeline if the broker cost nothing: the clients'
+    and PostgreSQL's CPU per message as measured with each server."""
+    shape = (doc.get("shapes") or {}).get("PIPE")
+    cores = (doc.get("machine") or {}).get("cores")
+    if not shape or not cores:
+        return []
+    steps = shape.get("steps") or {}
+    measured_original = avg(steps.get("original", []), "msg_per_s")
+    rows = []
+    for side in SIDES:
+        side_steps = steps.get(side, [])
+        client = avg(side_steps, "client_cpu_s_per_100k")
+        db = avg(side_steps, "db_cpu_s_per_100k")
+        broker = avg(side_steps, "server_cpu_s_per_100k")
+        if client is None or db is None:
+            continue
+        bound = cores * 100_000 / (client + db) if client + db > 0 else None
+        total = client + db + (broker or 0.0)
+        rows.append(
+            [
+                side,
+                _n(client, ".0f"),
+                _n(db, ".0f"),
+                _n(broker, ".0f"),
+                _n(cores * 100_000 / total if total else None),
+                _n(avg(side_steps, "msg_per_s")),
+                _n(bound),
+                _ratio(bound, measured_original),
+            ]
+        )
+    return rows
+
+
+PIPELINE_BOUND_HEADERS = [
+    "with",
+    "clients CPU s/100k",
+    "PG server CPU s/100k",
+    "broker CPU s/100k",
+    "msg/s the cores hold at these costs",
+    "measured msg/s",
+    "msg/s the cores hold with a broker costing nothing",
+    "that ÷ original's measured",
+]
+
+
 def pipeline_rows(doc: Doc) -> list[list[str]]:
     shape = (doc.get("shapes") or {}).get("PIPE")
     if not shape:
@@ -295,10 +391,32 @@ def _tables(doc: Doc, *, markdown: bool) -> list[str]:
         "",
         table(CPU_HEADERS, cpu_rows(doc), markdown=markdown),
     ]
+    rows = ceiling_rows(doc)
+    if rows:
+        out += [
+            "",
+            "The push shapes against the HTTP stack alone (same wrk load, ours' process count, no",
+            "broker, no database): our Quart-Trio app and serving layer answering the push",
+            "(`bench/http_ceiling.py`), and a bare ASGI callable on Hypercorn with its defaults",
+            "(`bench/hypercorn_floor.py`). What bare Hypercorn reaches bounds any server built on",
+            "it on this machine:",
+            "",
+            table(CEILING_HEADERS, rows, markdown=markdown),
+        ]
     rows = pipeline_rows(doc)
     if rows:
         out += ["", "The pipeline, run by run (analyze.js):", ""]
         out += [table(PIPELINE_HEADERS, rows, markdown=markdown)]
+    rows = pipeline_bound_rows(doc)
+    if rows:
+        out += [
+            "",
+            "What the machine's cores hold in the pipeline (cores x 100k ÷ CPU seconds per 100k",
+            "messages of everything on them), at the costs measured with each server, and with",
+            "a broker that cost nothing (the clients' and PostgreSQL's costs as measured):",
+            "",
+            table(PIPELINE_BOUND_HEADERS, rows, markdown=markdown),
+        ]
     return out
 
 

@@ -32,11 +32,23 @@ from bench.peer_consume import HttpConsume
 from bench.peer_measure import Meter, per_100k
 from bench.pipeline import PipelineShape
 from bench.scenarios import Load
-from bench.servers import Database, Server, open_database, start_broker
+from bench.servers import (
+    Database,
+    Server,
+    open_database,
+    start_broker,
+    start_http_ceiling,
+    start_hypercorn_floor,
+)
 from bench.wrk import WrkReport, ensure_wrk, run_wrk, wrk_version
+from queen.settings import Settings
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("original", "ours")
+# At the push shapes, the HTTP stack alone, with ours' process count and no database: "stack"
+# is our Quart-Trio app and serving layer answering the push without a broker
+# (bench.http_ceiling), "hypercorn" a bare ASGI callable on Hypercorn (bench.hypercorn_floor).
+CEILINGS = ("stack", "hypercorn")
 
 PUSH: dict[str, Load] = {
     "S1": Load(1, 64, 100),
@@ -85,6 +97,7 @@ class PeerOptions:
     database_url: str | None = None
     pg_bin: Path | None = None
     ours_workers: int = 0  # queen serve's default: one process per core
+    ceilings: bool = True  # the push shapes' HTTP stack alone (CEILINGS)
 
 
 class PeerRun:
@@ -118,7 +131,7 @@ class PeerRun:
         shapes = self._usable()
         started = datetime.now(UTC)
         before = machine.describe()
-        total = len(shapes) * o.rounds * len(SIDES)
+        total = sum(len(self._sides(name)) for name in shapes) * o.rounds
         self.log(f"peer benchmark {self.run_id}: {total} steps ({', '.join(shapes)})")
         workdir = Path(tempfile.mkdtemp(prefix="queen-peer-"))
         failed = True
@@ -128,7 +141,7 @@ class PeerRun:
                 number = 0
                 for name in shapes:
                     for rnd in range(o.rounds):
-                        for side in SIDES:
+                        for side in self._sides(name):
                             number += 1
                             self.log(f"[{number}/{total}] {name} {side} (round {rnd + 1})")
                             record = self._step(name, side, rnd, server, workdir)
@@ -161,6 +174,8 @@ class PeerRun:
                 "pipeline_warmup_s": o.pipeline_warmup_s,
                 "wrk_threads": o.wrk_threads,
                 "ours_workers": o.ours_workers,
+                "ours_processes": ours_processes(o.ours_workers),
+                "ceilings": o.ceilings,
             },
             "machine": before,
             "load_average_after": [round(v, 2) for v in os.getloadavg()],
@@ -179,12 +194,17 @@ class PeerRun:
             },
         }
 
+    def _sides(self, name: str) -> tuple[str, ...]:
+        return SIDES + CEILINGS if name in PUSH and self.options.ceilings else SIDES
+
     # --- one step ---------------------------------------------------------------------------
 
     def _step(
         self, name: str, side: str, rnd: int, server_db: Database, workdir: Path
     ) -> dict[str, Any]:
         o = self.options
+        if side in CEILINGS:
+            return self._ceiling(name, side, rnd, server_db, workdir)
         dbname = f"peer_{name.lower()}_{rnd + 1}_{side}"
         with peer.fresh_database(server_db, dbname) as db:
             if side == "original":
@@ -204,6 +224,20 @@ class PeerRun:
             finally:
                 server.stop()
         return record
+
+    def _ceiling(
+        self, name: str, side: str, rnd: int, server_db: Database, workdir: Path
+    ) -> dict[str, Any]:
+        """The push shape against the HTTP stack alone (no broker, no database)."""
+        label = f"peer_{name.lower()}_{rnd + 1}_{side}"
+        processes = ours_processes(self.options.ours_workers)
+        start = start_http_ceiling if side == "stack" else start_hypercorn_floor
+        server = start(workers=processes, workdir=workdir, name=label)
+        try:
+            server.wait_ready()
+            return self._push(name, server, Meter(server, server_db, label), label)
+        finally:
+            server.stop()
 
     def _push(self, name: str, server: Server, meter: Meter, tag: str) -> dict[str, Any]:
         o, load = self.options, PUSH[name]
@@ -269,6 +303,11 @@ class PeerRun:
         return record
 
 
+def ours_processes(workers: int) -> int:
+    """How many processes ``queen serve`` runs with ``--workers workers`` (0: its default)."""
+    return Settings(database_url="memory://").with_changes(workers=workers).processes()
+
+
 def _original() -> dict[str, Any]:
     path = peer.binary()
     head = subprocess.run(
@@ -307,6 +346,7 @@ def options(args: argparse.Namespace) -> PeerOptions:
         database_url=os.environ.get("DATABASE_URL") or None,
         pg_bin=args.pg_bin,
         ours_workers=args.ours_workers,
+        ceilings=not args.no_http_ceiling,
     )
 
 

@@ -226,6 +226,17 @@ def start_http_ceiling(*, workers: int, workdir: Path, name: str) -> Server:
     return Server(f"HTTP ceiling ({name})", procs, port, workers, log_path)
 
 
+def start_hypercorn_floor(*, workers: int, workdir: Path, name: str) -> Server:
+    """``workers`` processes of :mod:`bench.hypercorn_floor` sharing one free port."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "QUEEN_WORKER_ID"}
+    env.update({"QUEEN_HOST": "127.0.0.1", "QUEEN_PORT": str(port)})
+    log_path = workdir / f"{name}.log"
+    argv = [sys.executable, "-m", "bench.hypercorn_floor"]
+    procs = [_spawn(argv, env, log_path) for _ in range(workers)]
+    return Server(f"bare Hypercorn ({name})", procs, port, workers, log_path)
+
+
 def vacuum(db: Database) -> None:
     """Reclaim what a step's deleted rows left in the broker's tables, then checkpoint: the
     next step must not pay for flushing the previous one's pages (after S3, a checkpoint

@@ -444,3 +444,109 @@ async def test_consume_scenario_drains_for_real(broker: Any) -> None:
     assert record["single_pop_ms"]["p50"] > 0 and record["pop_ms"]["p99"] > 0
     left = await broker.pop("bench-smoke-t", batch=10, consumer_group="bench-second")
     assert not left
+
+
+def _peer_doc() -> dict[str, Any]:
+    def steps(*rates: float, **figures: float) -> list[dict[str, Any]]:
+        return [{"msg_per_s": r, **figures} for r in rates]
+
+    return {
+        "machine": {"cores": 2},
+        "shapes": {
+            "S1": {
+                "description": "push",
+                "steps": {
+                    "original": steps(5000.0, 7000.0, server_cores=0.5),
+                    "ours": steps(3000.0, server_cores=1.6),
+                    "stack": steps(4500.0, server_cores=1.9),
+                    "hypercorn": steps(5400.0, 5600.0, server_cores=1.8),
+                },
+            },
+            "C1": {"description": "consume", "steps": {"original": steps(10.0)}},
+            "PIPE": {
+                "description": "pipeline",
+                "steps": {
+                    "original": steps(
+                        500.0,
+                        client_cpu_s_per_100k=200.0,
+                        db_cpu_s_per_100k=200.0,
+                        server_cpu_s_per_100k=100.0,
+                    ),
+                    "ours": steps(
+                        200.0,
+                        client_cpu_s_per_100k=300.0,
+                        db_cpu_s_per_100k=200.0,
+                        server_cpu_s_per_100k=500.0,
+                    ),
+                },
+            },
+        },
+    }
+
+
+def test_peer_report_sets_the_push_shapes_beside_the_http_stack_alone() -> None:
+    from bench import peer_report
+
+    rows = peer_report.ceiling_rows(_peer_doc())
+    assert [r[0] for r in rows] == ["S1"]  # only shapes measured against the stack
+    (s1,) = rows
+    assert s1[1:5] == ["6,000", "3,000", "4,500", "5,500"]  # means over the rounds
+    assert s1[5:8] == ["0.67", "0.75", "0.92"]  # ours ÷ stack, stack and Hypercorn ÷ original
+    assert s1[8] == "1.90 / 1.80"
+    assert "bare Hypercorn" in peer_report.terminal(_peer_doc())
+
+
+def test_peer_report_says_what_the_cores_hold_in_the_pipeline() -> None:
+    from bench import peer_report
+
+    rows = {r[0]: r for r in peer_report.pipeline_bound_rows(_peer_doc())}
+    # original: 2 cores x 100k ÷ 500 s at its costs, ÷ 400 s without its broker
+    assert rows["original"][4] == "400" and rows["original"][6] == "500"
+    assert rows["original"][7] == "1.00"
+    # ours: 2 x 100k ÷ 1,000 s; with a broker costing nothing, ÷ 500 s: 400 = 0.80 x 500
+    assert rows["ours"][4] == "200" and rows["ours"][6] == "400"
+    assert rows["ours"][7] == "0.80"
+
+
+def test_peer_run_measures_the_http_stack_only_at_the_push_shapes() -> None:
+    from bench.peer_run import CEILINGS, SIDES, PeerOptions, PeerRun
+
+    run = PeerRun(PeerOptions(shapes=["S1", "C1", "PIPE"]))
+    assert run._sides("S1") == SIDES + CEILINGS
+    assert run._sides("C1") == SIDES and run._sides("PIPE") == SIDES
+    bare = PeerRun(PeerOptions(shapes=["S1"], ceilings=False))
+    assert bare._sides("S1") == SIDES
+
+
+async def test_bare_hypercorn_floor_answers_a_push_as_the_broker_does() -> None:
+    import orjson
+
+    from bench.hypercorn_floor import app
+
+    async def call(method: str, path: str, body: bytes) -> tuple[int, Any]:
+        sent: list[dict[str, Any]] = []
+        chunks = [
+            {"type": "http.request", "body": body[:5], "more_body": True},
+            {"type": "http.request", "body": body[5:], "more_body": False},
+        ]
+
+        async def receive() -> dict[str, Any]:
+            return chunks.pop(0)
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": method, "path": path}
+        await app(scope, receive, send)  # type: ignore[arg-type]
+        return sent[0]["status"], orjson.loads(sent[1]["body"])
+
+    body = orjson.dumps({"items": [{"queue": "q", "payload": 1, "transactionId": "t"}, {}]})
+    status, answer = await call("POST", "/api/v1/push", body)
+    assert status == 201
+    first = answer[0]
+    assert (first["index"], first["transactionId"], first["status"]) == (0, "t", "queued")
+    assert (
+        answer[1]["partition"] == "Default" and answer[1]["transactionId"] == answer[1]["messageId"]
+    )
+    status, _ = await call("POST", "/api/v1/push", b"not json at all")
+    assert status == 400

@@ -1,0 +1,117 @@
+"""The floor of the HTTP server the broker runs on: a bare ASGI callable served by Hypercorn's
+Trio worker with Hypercorn's default configuration. No Quart, no serving layer of ours, no
+broker: it reads the body, decodes it with orjson, mints one message id per item and answers
+201 with the broker's answer shape (as :mod:`bench.http_ceiling` does, without Quart-Trio).
+
+What it reaches under a load is the most any application served by Hypercorn can answer on
+this machine with these processes; the peer run measures it beside the original at each push
+shape.
+
+    python -m bench.hypercorn_floor       # QUEEN_HOST / QUEEN_PORT say where to listen
+
+Several processes can share the port (``SO_REUSEPORT``), like ``queen serve --workers``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any
+
+import orjson
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
+
+from queen.ids import mint_ids
+from queen.model import DEFAULT_PARTITION
+from queen.server import listen_socket
+from queen.settings import Settings
+
+_JSON = [(b"content-type", b"application/json")]
+
+
+async def _answer(send: ASGISendCallable, status: int, body: bytes) -> None:
+    headers = [*_JSON, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def push_answer(body: bytes) -> bytes:
+    """The broker's answer to a push body, every item ``queued``."""
+    items: list[dict[str, Any]] = orjson.loads(body).get("items") or []
+    results = []
+    for index, (item, message_id) in enumerate(zip(items, mint_ids(len(items)), strict=True)):
+        transaction_id = item.get("transactionId") or message_id
+        results.append(
+            {
+                "index": index,
+                "message_id": message_id,
+                "messageId": message_id,
+                "transaction_id": transaction_id,
+                "transactionId": transaction_id,
+                "queueName": item.get("queue"),
+                "partition": item.get("partition", DEFAULT_PARTITION),
+                "status": "queued",
+            }
+        )
+    return orjson.dumps(results)
+
+
+async def app(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    if scope["type"] != "http":
+        return
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return  # the client left
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    if scope["method"] == "POST" and scope["path"] == "/api/v1/push":
+        try:
+            await _answer(send, 201, push_answer(b"".join(chunks)))
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            await _answer(send, 400, b'{"error":"bad push body"}')
+    elif scope["path"] == "/health":
+        await _answer(send, 200, b'{"status":"healthy"}')
+    else:
+        await _answer(send, 404, b'{"error":"not found"}')
+
+
+async def serve(settings: Settings) -> None:
+    """Serve until SIGINT/SIGTERM on a socket other processes may share."""
+    sock = listen_socket(settings.host, settings.port, reuse_port=True)
+    config = Config()
+    config.bind = [f"fd://{sock.fileno()}"]
+    stop = trio.Event()
+
+    async def stop_on_signal() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                stop.set()
+                return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop_on_signal)
+        await hypercorn_serve(app, config, shutdown_trigger=stop.wait)
+        nursery.cancel_scope.cancel()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING)
+    trio.run(serve, Settings.from_env())
+
+
+if __name__ == "__main__":
+    main()
