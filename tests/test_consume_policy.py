@@ -215,6 +215,11 @@ def test_ack_items_accept_the_client_shapes() -> None:
         {"transactionId": "t", "partitionId": "p-uuid", "status": "failed", "leaseId": "not-a-uuid"}
     )
     assert foreign.partition_id is None and foreign.lease_id == NEVER_LEASE
+    for spelling in ("0190AAAA-0000-7000-8000-000000000001", "{0190aaaa000070008000000000000001}"):
+        again = ack_item(
+            {"transactionId": "t", "partitionId": "12", "status": "completed", "leaseId": spelling}
+        )
+        assert again.lease_id == "0190aaaa-0000-7000-8000-000000000001"  # as PostgreSQL writes it
     batch = ack_batch(
         {
             "acknowledgments": [{"transactionId": "t", "partitionId": "3", "status": "retry"}],

@@ -7,6 +7,7 @@ so both refuse the same input with the same messages (:class:`InvalidRequest`, H
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -169,6 +170,13 @@ def _lease_id(value: Any, where: str) -> str | None:
         return None
     if type(value) is not str:
         raise InvalidRequest(f"{where}leaseId must be a string")
+    return _canonical_lease(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _canonical_lease(value: str) -> str:
+    """A lease id as PostgreSQL writes the uuid (NEVER_LEASE when it is none). The acks of one
+    batch mostly share one lease id: they parse it once."""
     try:
         return str(uuid.UUID(value))
     except ValueError:

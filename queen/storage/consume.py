@@ -511,9 +511,11 @@ def _pg_array(values: Sequence[Any]) -> bytes:
     for value in values:
         if value is None:
             parts.append("NULL")
-        else:
-            text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-            parts.append(f'"{text}"')
+            continue
+        text = value if type(value) is str else str(value)
+        if "\\" in text or '"' in text:
+            text = text.replace("\\", "\\\\").replace('"', '\\"')
+        parts.append(f'"{text}"')
     return ("{" + ",".join(parts) + "}").encode()
 
 

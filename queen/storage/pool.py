@@ -387,9 +387,8 @@ class ConnectionPool:
             raise StoreUnavailable(f"PostgreSQL unavailable: {_short(exc)}") from exc
         rows: list[tuple[bytes | None, ...]] = []
         for res in results:
-            rows.extend(
-                tuple(res.get_value(r, c) for c in range(res.nfields)) for r in range(res.ntuples)
-            )
+            get, columns = res.get_value, range(res.nfields)
+            rows.extend(tuple([get(r, c) for c in columns]) for r in range(res.ntuples))
         return rows
 
     async def aclose(self) -> None:
