@@ -227,6 +227,7 @@ def ceiling_rows(doc: Doc) -> list[list[str]]:
         )
         ms = avg(steps.get("stack", []), "msg_per_s")
         mh = avg(steps.get("hypercorn", []), "msg_per_s")
+        bound = hypercorn_bound(steps, (doc.get("machine") or {}).get("cores"))
         rows.append(
             [
                 name,
@@ -242,9 +243,25 @@ def ceiling_rows(doc: Doc) -> list[list[str]]:
                     avg(steps.get("hypercorn", []), "server_cores"),
                     ".2f",
                 ),
+                _n(bound),
+                _ratio(bound, mo),
             ]
         )
     return rows
+
+
+def hypercorn_bound(steps: Mapping[str, Any], cores: int | None) -> float | None:
+    """msg/s the machine's cores hold for a broker that costs nothing beyond bare Hypercorn:
+    cores x 100k ÷ (bare Hypercorn's CPU and its load generator's per 100k messages +
+    PostgreSQL's, as cheap as the cheaper of the two servers made it)."""
+    floor = steps.get("hypercorn", [])
+    http = avg(floor, "server_cpu_s_per_100k")
+    client = avg(floor, "client_cpu_s_per_100k")
+    pg = [avg(steps.get(side, []), "db_cpu_s_per_100k") for side in SIDES]
+    known = [v for v in pg if v is not None]
+    if not cores or http is None or client is None or not known:
+        return None
+    return cores * 100_000 / (http + client + min(known))
 
 
 CEILING_HEADERS = [
@@ -257,6 +274,8 @@ CEILING_HEADERS = [
     "our stack ÷ original",
     "bare Hypercorn ÷ original",
     "server cores (our stack / Hypercorn)",
+    "msg/s the cores hold: bare Hypercorn + wrk + PostgreSQL",
+    "that ÷ original",
 ]
 
 
@@ -399,7 +418,9 @@ def _tables(doc: Doc, *, markdown: bool) -> list[str]:
             "broker, no database): our Quart-Trio app and serving layer answering the push",
             "(`bench/http_ceiling.py`), and a bare ASGI callable on Hypercorn with its defaults",
             "(`bench/hypercorn_floor.py`). What bare Hypercorn reaches bounds any server built on",
-            "it on this machine:",
+            "it on this machine; the last columns add what PostgreSQL spends per message (the",
+            "cheaper server's figure) to bare Hypercorn's and wrk's CPU: the msg/s the cores hold",
+            "for a broker that costs nothing beyond Hypercorn:",
             "",
             table(CEILING_HEADERS, rows, markdown=markdown),
         ]

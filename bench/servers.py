@@ -217,24 +217,21 @@ def start_broker(
 
 def start_http_ceiling(*, workers: int, workdir: Path, name: str) -> Server:
     """``workers`` processes of :mod:`bench.http_ceiling` sharing one free port."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "QUEEN_WORKER_ID"}
-    env.update({"QUEEN_HOST": "127.0.0.1", "QUEEN_PORT": str(port)})
-    log_path = workdir / f"{name}.log"
-    argv = [sys.executable, "-m", "bench.http_ceiling"]
-    procs = [_spawn(argv, env, log_path) for _ in range(workers)]
-    return Server(f"HTTP ceiling ({name})", procs, port, workers, log_path)
+    return _start_http_stack("bench.http_ceiling", "HTTP ceiling", workers, workdir, name)
 
 
 def start_hypercorn_floor(*, workers: int, workdir: Path, name: str) -> Server:
     """``workers`` processes of :mod:`bench.hypercorn_floor` sharing one free port."""
+    return _start_http_stack("bench.hypercorn_floor", "bare Hypercorn", workers, workdir, name)
+
+
+def _start_http_stack(module: str, label: str, workers: int, workdir: Path, name: str) -> Server:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "QUEEN_WORKER_ID"}
     env.update({"QUEEN_HOST": "127.0.0.1", "QUEEN_PORT": str(port)})
     log_path = workdir / f"{name}.log"
-    argv = [sys.executable, "-m", "bench.hypercorn_floor"]
-    procs = [_spawn(argv, env, log_path) for _ in range(workers)]
-    return Server(f"bare Hypercorn ({name})", procs, port, workers, log_path)
+    procs = [_spawn([sys.executable, "-m", module], env, log_path) for _ in range(workers)]
+    return Server(f"{label} ({name})", procs, port, workers, log_path)
 
 
 def vacuum(db: Database) -> None:

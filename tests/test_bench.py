@@ -456,10 +456,16 @@ def _peer_doc() -> dict[str, Any]:
             "S1": {
                 "description": "push",
                 "steps": {
-                    "original": steps(5000.0, 7000.0, server_cores=0.5),
-                    "ours": steps(3000.0, server_cores=1.6),
+                    "original": steps(5000.0, 7000.0, server_cores=0.5, db_cpu_s_per_100k=6.0),
+                    "ours": steps(3000.0, server_cores=1.6, db_cpu_s_per_100k=8.0),
                     "stack": steps(4500.0, server_cores=1.9),
-                    "hypercorn": steps(5400.0, 5600.0, server_cores=1.8),
+                    "hypercorn": steps(
+                        5400.0,
+                        5600.0,
+                        server_cores=1.8,
+                        server_cpu_s_per_100k=30.0,
+                        client_cpu_s_per_100k=4.0,
+                    ),
                 },
             },
             "C1": {"description": "consume", "steps": {"original": steps(10.0)}},
@@ -493,6 +499,8 @@ def test_peer_report_sets_the_push_shapes_beside_the_http_stack_alone() -> None:
     assert s1[1:5] == ["6,000", "3,000", "4,500", "5,500"]  # means over the rounds
     assert s1[5:8] == ["0.67", "0.75", "0.92"]  # ours ÷ stack, stack and Hypercorn ÷ original
     assert s1[8] == "1.90 / 1.80"
+    # 2 cores x 100k ÷ (30 s bare Hypercorn + 4 s wrk + 6 s PostgreSQL, the cheaper side's)
+    assert s1[9:] == ["5,000", "0.83"]
     assert "bare Hypercorn" in peer_report.terminal(_peer_doc())
 
 
