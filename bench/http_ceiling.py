@@ -19,18 +19,17 @@ from __future__ import annotations
 import logging
 import signal
 from functools import partial
-from typing import Any
 
 import orjson
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from bench.hypercorn_floor import push_results
+from queen.gctune import tune_gc
 from queen.http.asgi import RequestConnection
 from queen.http.responses import error_response, json_response
-from queen.ids import mint_ids
-from queen.model import DEFAULT_PARTITION
-from queen.server import listen_socket, tune_gc
+from queen.server import listen_socket
 from queen.serving import serve_app
 from queen.settings import Settings
 
@@ -47,23 +46,7 @@ def create_app(max_body_bytes: int) -> QuartTrio:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             return error_response(400, f"malformed JSON: {exc}")
-        items: list[dict[str, Any]] = body.get("items") or []
-        ids = mint_ids(len(items))
-        results = []
-        for index, (item, message_id) in enumerate(zip(items, ids, strict=True)):
-            transaction_id = item.get("transactionId") or message_id
-            results.append(
-                {
-                    "index": index,
-                    "message_id": message_id,
-                    "messageId": message_id,
-                    "transaction_id": transaction_id,
-                    "transactionId": transaction_id,
-                    "queueName": item.get("queue"),
-                    "partition": item.get("partition", DEFAULT_PARTITION),
-                    "status": "queued",
-                }
-            )
+        results = push_results(body.get("items") or [])
         return json_response(results, status=201)
 
     @app.get("/health")

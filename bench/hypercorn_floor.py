@@ -38,9 +38,8 @@ async def _answer(send: ASGISendCallable, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def push_answer(body: bytes) -> bytes:
-    """The broker's answer to a push body, every item ``queued``."""
-    items: list[dict[str, Any]] = orjson.loads(body).get("items") or []
+def push_results(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The broker's answer to a push of ``items``, every item ``queued``."""
     results = []
     for index, (item, message_id) in enumerate(zip(items, mint_ids(len(items)), strict=True)):
         transaction_id = item.get("transactionId") or message_id
@@ -56,7 +55,7 @@ def push_answer(body: bytes) -> bytes:
                 "status": "queued",
             }
         )
-    return orjson.dumps(results)
+    return results
 
 
 async def app(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
@@ -80,7 +79,8 @@ async def app(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
             break
     if scope["method"] == "POST" and scope["path"] == "/api/v1/push":
         try:
-            await _answer(send, 201, push_answer(b"".join(chunks)))
+            body = orjson.loads(b"".join(chunks))
+            await _answer(send, 201, orjson.dumps(push_results(body.get("items") or [])))
         except (orjson.JSONDecodeError, AttributeError, TypeError):
             await _answer(send, 400, b'{"error":"bad push body"}')
     elif scope["path"] == "/health":
