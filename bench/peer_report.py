@@ -432,9 +432,11 @@ def _tables(doc: Doc, *, markdown: bool) -> list[str]:
     if rows:
         out += [
             "",
-            "What the machine's cores hold in the pipeline (cores x 100k ÷ CPU seconds per 100k",
-            "messages of everything on them), at the costs measured with each server, and with",
-            "a broker that cost nothing (the clients' and PostgreSQL's costs as measured):",
+            "What the machine's cores sustain in the pipeline (cores x 100k ÷ CPU seconds per",
+            "100k messages of everything on them, over the stages and the drain), at the costs",
+            "measured with each server, and with a broker that cost nothing (the clients' and",
+            "PostgreSQL's costs as measured). A measured rate above what the cores sustain means",
+            "the consumers fell behind while the producer ran and caught up in the drain:",
             "",
             table(PIPELINE_BOUND_HEADERS, rows, markdown=markdown),
         ]

@@ -422,21 +422,18 @@ async def test_a_file_swept_before_its_writer_locked_it_is_created_again(
 ) -> None:
     """Another process's replay sweeps the new file in the instant between its creation and
     its lock (it looks like one whose writer died): the append still lands, in a file of
-    its own, and is answered; before the fix its rename failed and the push answered
-    ``failed``."""
+    its own, and is answered (a writer that did not check after locking would fail its
+    rename, and the push would be answered ``failed``)."""
     from queen.metrics import Metrics
     from queen.spool import writer as writer_module
     from queen.spool.index import SpoolIndex
 
     real_flock = fcntl.flock
     swept: list[str] = []
-    sweeping = False
 
     def flock_after_a_sweep(fd: int, operation: int) -> None:
-        nonlocal sweeping
-        if not swept and not sweeping and operation == fcntl.LOCK_EX:
-            sweeping = True  # the other process, just before our lock (its own locks pass)
-            swept.extend(files.sweep(tmp_path))
+        if not swept and operation == fcntl.LOCK_EX:  # the sweep's own locks are shared
+            swept.extend(files.sweep(tmp_path))  # the other process, just before our lock
         real_flock(fd, operation)
 
     monkeypatch.setattr(writer_module.fcntl, "flock", flock_after_a_sweep)
@@ -456,15 +453,11 @@ async def test_a_file_swept_before_its_writer_locked_it_is_created_again(
         nursery.cancel_scope.cancel()
     assert len(swept) == 1 and swept[0].endswith(files.CREATING_SUFFIX)
     assert active is not None and files.creating_name(active) != swept[0]
-    assert [p.name for p in files_in(tmp_path)] == [active]
+    assert os.listdir(tmp_path) == [active]
     read = list(read_records((tmp_path / active).read_bytes()))
     assert [r[2].transaction_ids for r in read if isinstance(r, tuple)] == [["t1"]]
     assert len(read) == 1
     assert writer.healthy
-
-
-def files_in(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.iterdir() if p.is_file())
 
 
 async def test_damaged_file_replays_every_complete_record(
