@@ -17,7 +17,6 @@ Several processes can share the port (``SO_REUSEPORT``), like ``queen serve --wo
 from __future__ import annotations
 
 import logging
-import signal
 from functools import partial
 
 import orjson
@@ -25,7 +24,7 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from bench.hypercorn_floor import push_results
+from bench.hypercorn_floor import push_results, set_on_signal
 from queen.gctune import tune_gc
 from queen.http.asgi import RequestConnection
 from queen.http.responses import error_response, json_response
@@ -61,15 +60,8 @@ async def serve(settings: Settings) -> None:
     app = create_app(settings.max_body_bytes)
     sock = listen_socket(settings.host, settings.port, reuse_port=True)
     stop = trio.Event()
-
-    async def stop_on_signal() -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                stop.set()
-                return
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(stop_on_signal)
+        nursery.start_soon(set_on_signal, stop)
         await nursery.start(partial(serve_app, app, settings, sock, shutdown_trigger=stop.wait))
         await stop.wait()
         nursery.cancel_scope.cancel()

@@ -95,17 +95,18 @@ async def serve(settings: Settings) -> None:
     config = Config()
     config.bind = [f"fd://{sock.fileno()}"]
     stop = trio.Event()
-
-    async def stop_on_signal() -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                stop.set()
-                return
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(stop_on_signal)
+        nursery.start_soon(set_on_signal, stop)
         await hypercorn_serve(app, config, shutdown_trigger=stop.wait)
         nursery.cancel_scope.cancel()
+
+
+async def set_on_signal(stop: trio.Event) -> None:
+    """Set ``stop`` at the first SIGINT or SIGTERM."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            stop.set()
+            return
 
 
 def main() -> None:

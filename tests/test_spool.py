@@ -209,6 +209,22 @@ async def test_fsyncs_are_grouped(
             assert len(synced) == 40
 
 
+def lone_writer(directory: Path, **options: Any) -> SpoolWriter:
+    """A spool writer outside any broker: groups of 16 records, no size or age limit."""
+    from queen.metrics import Metrics
+    from queen.spool.index import SpoolIndex
+
+    return SpoolWriter(
+        directory,
+        SpoolIndex(),
+        Metrics(),
+        group_max_records=16,
+        file_max_bytes=1 << 20,
+        file_max_age_s=3600,
+        **options,
+    )
+
+
 def one_record(i: int) -> SpoolRecord:
     mid = f"0190c7e0-0000-7000-8000-{i:012x}"
     return SpoolRecord(PartitionKey("q", "p"), 0, [mid], [f"t{i}"], [b"1"])
@@ -231,18 +247,7 @@ async def test_an_append_is_answered_only_after_the_fsync_of_its_record_returned
         release.wait()
         os.fsync(fd)
 
-    from queen.metrics import Metrics
-    from queen.spool.index import SpoolIndex
-
-    writer = SpoolWriter(
-        tmp_path,
-        SpoolIndex(),
-        Metrics(),
-        group_max_records=16,
-        file_max_bytes=1 << 20,
-        file_max_age_s=3600,
-        fsync=held_fsync,
-    )
+    writer = lone_writer(tmp_path, fsync=held_fsync)
     answered = trio.Event()
     first_step = trio.Event()  # whichever comes first: the fsync or the answer
 
@@ -424,9 +429,7 @@ async def test_a_file_swept_before_its_writer_locked_it_is_created_again(
     its lock (it looks like one whose writer died): the append still lands, in a file of
     its own, and is answered (a writer that did not check after locking would fail its
     rename, and the push would be answered ``failed``)."""
-    from queen.metrics import Metrics
     from queen.spool import writer as writer_module
-    from queen.spool.index import SpoolIndex
 
     real_flock = fcntl.flock
     swept: list[str] = []
@@ -437,14 +440,7 @@ async def test_a_file_swept_before_its_writer_locked_it_is_created_again(
         real_flock(fd, operation)
 
     monkeypatch.setattr(writer_module.fcntl, "flock", flock_after_a_sweep)
-    writer = SpoolWriter(
-        tmp_path,
-        SpoolIndex(),
-        Metrics(),
-        group_max_records=16,
-        file_max_bytes=1 << 20,
-        file_max_age_s=3600,
-    )
+    writer = lone_writer(tmp_path)
     async with trio.open_nursery() as nursery:
         await nursery.start(writer.run)
         with trio.fail_after(10):
