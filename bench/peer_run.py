@@ -203,9 +203,9 @@ class PeerRun:
         self, name: str, side: str, rnd: int, server_db: Database, workdir: Path
     ) -> dict[str, Any]:
         o = self.options
-        if side in CEILINGS:
-            return self._ceiling(name, side, rnd, server_db, workdir)
         dbname = f"peer_{name.lower()}_{rnd + 1}_{side}"
+        if side in CEILINGS:
+            return self._ceiling(name, side, dbname, server_db, workdir)
         with peer.fresh_database(server_db, dbname) as db:
             if side == "original":
                 server = peer.start_original(db, workdir=workdir, name=dbname)
@@ -226,10 +226,9 @@ class PeerRun:
         return record
 
     def _ceiling(
-        self, name: str, side: str, rnd: int, server_db: Database, workdir: Path
+        self, name: str, side: str, label: str, server_db: Database, workdir: Path
     ) -> dict[str, Any]:
         """The push shape against the HTTP stack alone (no broker, no database)."""
-        label = f"peer_{name.lower()}_{rnd + 1}_{side}"
         processes = ours_processes(self.options.ours_workers)
         start = start_http_ceiling if side == "stack" else start_hypercorn_floor
         server = start(workers=processes, workdir=workdir, name=label)
