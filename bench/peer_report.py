@@ -11,6 +11,7 @@ from bench.report import _n, table
 
 Doc = Mapping[str, Any]
 SIDES = ("original", "ours")
+CEILINGS = ("stack", "hypercorn")  # the HTTP stack alone (see bench.peer_run)
 
 METHOD = """\
 - **Alternation**: every shape runs original, ours, original, ours, ... (`--rounds` each), each
@@ -219,14 +220,9 @@ def ceiling_rows(doc: Doc) -> list[list[str]]:
     rows = []
     for name, shape in (doc.get("shapes") or {}).items():
         steps = shape.get("steps") or {}
-        if not steps.get("stack") and not steps.get("hypercorn"):
+        if not any(steps.get(side) for side in CEILINGS):
             continue
-        mo, mu = (
-            avg(steps.get("original", []), "msg_per_s"),
-            avg(steps.get("ours", []), "msg_per_s"),
-        )
-        ms = avg(steps.get("stack", []), "msg_per_s")
-        mh = avg(steps.get("hypercorn", []), "msg_per_s")
+        mo, mu, ms, mh = (avg(steps.get(side, []), "msg_per_s") for side in (*SIDES, *CEILINGS))
         bound = hypercorn_bound(steps, (doc.get("machine") or {}).get("cores"))
         rows.append(
             [
@@ -238,11 +234,7 @@ def ceiling_rows(doc: Doc) -> list[list[str]]:
                 _ratio(mu, ms),
                 _ratio(ms, mo),
                 _ratio(mh, mo),
-                _pair(
-                    avg(steps.get("stack", []), "server_cores"),
-                    avg(steps.get("hypercorn", []), "server_cores"),
-                    ".2f",
-                ),
+                _pair(*(avg(steps.get(side, []), "server_cores") for side in CEILINGS), ".2f"),
                 _n(bound),
                 _ratio(bound, mo),
             ]

@@ -30,6 +30,7 @@ import trio
 from bench import machine, peer, peer_consume, peer_report, pipeline
 from bench.peer_consume import HttpConsume
 from bench.peer_measure import Meter, per_100k
+from bench.peer_report import CEILINGS, SIDES
 from bench.pipeline import PipelineShape
 from bench.scenarios import Load
 from bench.servers import (
@@ -44,11 +45,10 @@ from bench.wrk import WrkReport, ensure_wrk, run_wrk, wrk_version
 from queen.settings import Settings
 
 HERE = Path(__file__).resolve().parent
-SIDES = ("original", "ours")
-# At the push shapes, the HTTP stack alone, with ours' process count and no database: "stack"
-# is our Quart-Trio app and serving layer answering the push without a broker
-# (bench.http_ceiling), "hypercorn" a bare ASGI callable on Hypercorn (bench.hypercorn_floor).
-CEILINGS = ("stack", "hypercorn")
+# At the push shapes, besides SIDES, the HTTP stack alone (CEILINGS), with ours' process count
+# and no database: "stack" is our Quart-Trio app and serving layer answering the push without a
+# broker (bench.http_ceiling), "hypercorn" a bare ASGI callable on Hypercorn
+# (bench.hypercorn_floor).
 
 PUSH: dict[str, Load] = {
     "S1": Load(1, 64, 100),
