@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -68,27 +69,87 @@ async def push_one(http: httpx.AsyncClient, queue: str, partition: str, seq: int
     return status
 
 
+async def second_serve(env: dict[str, str]) -> tuple[int, str]:
+    """Run another `queen serve`; its exit status and log. One that starts serving instead of
+    being refused is stopped at once (SIGTERM: it stops what it thinks it owns) and reported
+    with status -1."""
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "queen.cli", "serve"],
+        env={**os.environ, **env, "QUEEN_PORT": "0"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    log = b""
+    with trio.fail_after(60):
+        async for chunk in proc.stderr:
+            log += chunk
+            if b"listening on http" in log:
+                proc.send_signal(signal.SIGTERM)
+                async for rest in proc.stderr:
+                    log += rest
+                await proc.wait()
+                return -1, log.decode(errors="replace")
+        await proc.wait()
+    return proc.returncode, log.decode(errors="replace")
+
+
+async def check_first_still_owns(first: BrokerProcess, data: Path, postmaster: int | None) -> None:
+    """The first broker's database was left alone: the same postmaster stores its pushes, and
+    the first broker stops it when it stops."""
+    server = EmbeddedPostgres(data)
+    assert server.is_running() and server.postmaster_pid() == postmaster
+    async with httpx.AsyncClient(base_url=first.base, timeout=30) as http:
+        assert await push_one(http, "owned", "p", 0) == "queued"
+    await first.stop()
+    assert first.proc is not None and first.proc.returncode == 0
+    assert not server.is_running()
+
+
 async def test_a_second_broker_on_the_same_data_directory_is_refused(
     data_dir: Path, tmp_path: Path, nursery: trio.Nursery
 ) -> None:
     first = BrokerProcess(embedded_env(data_dir, tmp_path / "spool-1"))
     await first.start(nursery)
     assert first.proc is not None
-    second = await trio.run_process(
-        [sys.executable, "-m", "queen.cli", "serve"],
-        env={**os.environ, **embedded_env(data_dir, tmp_path / "spool-2"), "QUEEN_PORT": "0"},
-        capture_stderr=True,
-        check=False,
-    )
-    assert second.returncode == 2
-    stderr = second.stderr.decode()
-    assert f"{data_dir} is in use by another queen serve (pid {first.proc.pid})" in stderr
-    # the first one's database is untouched: it still stores pushes, and stops it when it stops
-    async with httpx.AsyncClient(base_url=first.base, timeout=30) as http:
-        assert await push_one(http, "owned", "p", 0) == "queued"
-    await first.stop()
-    assert first.proc.returncode == 0
-    assert not EmbeddedPostgres(data_dir).is_running()
+    postmaster = EmbeddedPostgres(data_dir).postmaster_pid()
+    status, log = await second_serve(embedded_env(data_dir, tmp_path / "spool-2"))
+    assert status == 2, log
+    assert f"{data_dir} is in use by another queen serve (pid {first.proc.pid})" in log
+    await check_first_still_owns(first, data_dir, postmaster)
+
+
+async def test_a_second_broker_through_a_symbolic_link_to_the_data_directory_is_refused(
+    data_dir: Path, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    first = BrokerProcess(embedded_env(data_dir, tmp_path / "spool-1"))
+    await first.start(nursery)
+    assert first.proc is not None
+    postmaster = EmbeddedPostgres(data_dir).postmaster_pid()
+    alias = data_dir.parent / "alias"
+    alias.symlink_to(data_dir, target_is_directory=True)
+    status, log = await second_serve(embedded_env(alias, tmp_path / "spool-2"))
+    assert status == 2, f"a broker through {alias} was not refused:\n{log}"
+    assert f"{data_dir} is in use by another queen serve (pid {first.proc.pid})" in log
+    assert f"{alias} leads to it" in log
+    await check_first_still_owns(first, data_dir, postmaster)
+
+
+async def test_a_second_broker_is_refused_when_the_lock_file_was_removed(
+    data_dir: Path, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """A cleaner removes ``<data dir>.lock`` under a running broker: the next broker makes a
+    new lock file and takes it, but the directory itself is still held."""
+    first = BrokerProcess(embedded_env(data_dir, tmp_path / "spool-1"))
+    await first.start(nursery)
+    assert first.proc is not None
+    postmaster = EmbeddedPostgres(data_dir).postmaster_pid()
+    EmbeddedPostgres(data_dir).lock_file.unlink()
+    status, log = await second_serve(embedded_env(data_dir, tmp_path / "spool-2"))
+    assert status == 2, f"a broker on {data_dir} was not refused:\n{log}"
+    assert f"{data_dir} is in use by another queen serve (pid {first.proc.pid})" in log
+    await check_first_still_owns(first, data_dir, postmaster)
 
 
 async def test_a_server_left_by_a_killed_broker_is_adopted_by_the_next(

