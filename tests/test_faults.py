@@ -4,6 +4,7 @@ the middle of a replay, an unwritable spool. Nothing is lost and nothing is stor
 from __future__ import annotations
 
 import resource
+import shutil
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -331,3 +332,26 @@ async def test_torn_spool_record_is_quarantined_and_reported(
     assert health["spool"]["quarantined"] == {"ranges": 1, "bytes": len(torn)}
     assert damaged == 1
     assert kept_gauge == len(torn)
+
+
+async def test_spool_directory_removed_under_a_running_broker_serves_the_next_outage(
+    own_pg: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    broker = BrokerProcess(broker_env(own_pg, spool))
+    body = {"items": [{"queue": "gone-dir", "payload": 1, "transactionId": "during"}]}
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery)
+        async with httpx.AsyncClient(base_url=broker.base, timeout=30) as http:
+            shutil.rmtree(spool)
+            await trio.to_thread.run_sync(own_pg.stop, "immediate")
+            resp = await http.post("/api/v1/push", json=body)
+            assert [r["status"] for r in resp.json()] == ["buffered"]
+            assert len(spool_files(spool)) == 1
+            assert (await http.get("/health")).json()["spool"]["healthy"] is True
+            await trio.to_thread.run_sync(own_pg.start)
+            await broker.wait_spool_empty()
+        await broker.stop()
+    frames = await Db(own_pg.conninfo).frames("gone-dir", "Default")
+    assert [f["transaction_id"] for f in frames] == ["during"]
+    assert spool_files(spool) == []

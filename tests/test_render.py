@@ -132,6 +132,7 @@ def test_health_says_database_and_adds_the_spool_only_when_there_is_one() -> Non
         "oldestAgeSeconds": 1.5,
         "replayRate": 0.0,
         "healthy": True,
+        "problem": None,
         "quarantined": {"ranges": 1, "bytes": 300},
     }
     assert orjson.loads(orjson.dumps(with_spool)) == with_spool

@@ -304,6 +304,7 @@ PROCESS_WIRE = {
         "oldestAgeSeconds": 0.0,
         "replayRate": 0.0,
         "healthy": True,
+        "problem": None,
         "quarantined": {"ranges": 0, "bytes": 0},
     },
     "counters": {"push_requests": 5, "acks": 2},

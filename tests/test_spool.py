@@ -6,6 +6,8 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shutil
+import stat
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -18,6 +20,8 @@ import trio.testing
 
 from queen import open_broker
 from queen.broker import Broker
+from queen.http import render
+from queen.http.app import create_app
 from queen.model import PartitionKey
 from queen.settings import Settings
 from queen.spool import files
@@ -531,3 +535,89 @@ async def test_spool_directory_that_cannot_be_created_names_the_variable(tmp_pat
     with pytest.raises(SpoolError, match="FILE_BUFFER_DIR"):
         async with open_broker(settings, store=MemoryStore()):
             pass
+
+
+async def test_a_spool_directory_removed_under_the_broker_is_made_again_for_the_next_outage(
+    tmp_path: Path, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    directory.chmod(0o750)
+    synced: list[Path] = []  # directories whose entries were made durable
+    fsync_directory = files.fsync_directory
+
+    def noting_fsync(path: Path) -> None:
+        synced.append(Path(path))
+        fsync_directory(path)
+
+    monkeypatch.setattr(files, "fsync_directory", noting_fsync)
+    async with open_broker(fast(tmp_path), store=store) as broker:
+        assert (await broker.push([item("p", "a")]))[0].status == "queued"
+        shutil.rmtree(directory)  # an operator, or a cleaner of temporary files
+        store.unavailable = True
+        during = await broker.push([item("p", "b"), item("p", "c")])
+        assert [r.status for r in during] == ["buffered", "buffered"]
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o750  # made again as it was
+        assert files.list_spool_files(directory) != []
+        # its entry in its parent made durable before the spool file's entry in it
+        assert synced.index(tmp_path) < synced.index(directory)
+        store.unavailable = False
+        await until(drained(broker), broker)
+        assert not any(broker.ops.loops.errors().values())  # the replay loop never failed
+        health = render.health(await broker.ops.health())
+    assert stored(store, "p") == ["a", "b", "c"]
+    assert health["spool"]["healthy"] is True and health["spool"]["problem"] is None
+    assert files.list_spool_files(directory) == []
+
+
+async def test_a_spool_file_removed_while_being_written_is_not_answered_buffered(
+    tmp_path: Path, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The directory goes with the file this process is still writing: a record appended to
+    the removed file would be answered ``buffered`` and never replayed."""
+    async with open_broker(fast(tmp_path, spool_file_max_age_s=3600), store=store) as broker:
+        await broker.set_maintenance(True)
+        assert (await broker.push([item("p", "a")]))[0].status == "buffered"
+        assert broker.spool is not None and broker.spool.writer.active_name is not None
+        shutil.rmtree(tmp_path / "spool")
+        assert (await broker.push([item("p", "b")]))[0].status == "buffered"
+        assert len(files.list_spool_files(tmp_path / "spool")) == 1
+        await broker.set_maintenance(False)
+        await until(drained(broker), broker)
+    assert stored(store, "p") == ["b"]  # "a" went with the directory
+    assert any(
+        "answered buffered from it before (1) went with it" in r.message for r in caplog.records
+    )
+
+
+async def test_health_reports_the_spool_unhealthy_while_its_directory_cannot_be_made(
+    tmp_path: Path, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    parent = tmp_path / "parent"
+    directory = parent / "spool"
+    async with open_broker(fast(tmp_path, file_buffer_dir=str(directory)), store=store) as broker:
+        http = create_app(broker).test_client()
+        assert broker.spool is not None
+        writer = broker.spool.writer
+        shutil.rmtree(parent)
+        parent.write_text("a regular file where the spool's parent was\n")  # mkdir: ENOTDIR
+        await until(lambda: not writer.healthy, broker)  # no push needed to notice
+        spool = (await (await http.get("/health")).get_json())["spool"]
+        assert spool["healthy"] is False
+        assert spool["problem"] == (
+            f"spool directory {directory} is missing and cannot be made: Not a directory"
+        )
+        store.unavailable = True
+        assert (await broker.push([item("p", "a")]))[0].status == "failed"
+        parent.unlink()
+        await until(lambda: writer.healthy, broker)  # made again by the writer's own probe
+        spool = (await (await http.get("/health")).get_json())["spool"]
+        assert spool["healthy"] is True and spool["problem"] is None
+        assert directory.is_dir()
+        assert (await broker.push([item("p", "b")]))[0].status == "buffered"
+        store.unavailable = False
+        await until(drained(broker), broker)
+        assert not any(broker.ops.loops.errors().values())
+    assert stored(store, "p") == ["b"]
+    # no directory is no spool file to count, not an error to log at every look
+    assert not [r.message for r in caplog.records if "could not be read" in r.message]

@@ -412,6 +412,7 @@ def spool_state(s: SpoolState) -> dict[str, Any]:
         "oldestAgeSeconds": s.oldest_age_s,
         "replayRate": s.replay_rate,
         "healthy": s.healthy,
+        "problem": s.problem,
         "quarantined": {"ranges": s.quarantined_ranges, "bytes": s.quarantined_bytes},
     }
 

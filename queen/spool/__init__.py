@@ -55,9 +55,10 @@ class SpoolState:
     pending_bytes: int  # size of the files that still hold items to replay
     oldest_age_s: float
     replay_rate: float  # items per second of the last replay pass
-    healthy: bool  # the last append could be written and synced
+    healthy: bool  # the last append could be written and synced, and the directory is there
     quarantined_ranges: int  # damaged byte ranges set aside
     quarantined_bytes: int
+    problem: str | None = None  # why it is not healthy
 
 
 def spool_state(index: SpoolIndex, writer: SpoolWriter, replayer: Replayer | None) -> SpoolState:
@@ -73,6 +74,7 @@ def spool_state(index: SpoolIndex, writer: SpoolWriter, replayer: Replayer | Non
         healthy=writer.healthy,
         quarantined_ranges=ranges,
         quarantined_bytes=size,
+        problem=writer.problem,
     )
 
 

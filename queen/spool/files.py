@@ -21,6 +21,7 @@ without a lock, only to learn which partitions they hold.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
@@ -74,7 +75,7 @@ def created_ns(name: str) -> int:
 def list_spool_files(directory: Path) -> list[str]:
     try:
         return sorted(n for n in os.listdir(directory) if is_spool_file(n))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
 
 
@@ -87,7 +88,7 @@ def signature(directory: Path) -> Signature:
     found: list[tuple[str, int, int, bool]] = []
     try:
         entries = list(os.scandir(directory))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return ()
     for entry in entries:
         if is_spool_file(entry.name) or entry.name.endswith(PROGRESS_SUFFIX):
@@ -107,6 +108,33 @@ def ensure_writable(directory: Path) -> None:
     probe = directory / f".queen-write-test-{os.getpid()}"  # processes may check at once
     probe.write_bytes(b"")
     probe.unlink()
+
+
+def make_directory(directory: Path, mode: int) -> bool:
+    """Create ``directory`` (a symbolic link's target, if it is one) and every missing parent,
+    each made durable: the parent of each directory created is fsynced, so a file whose own
+    entry is then fsynced in ``directory`` survives a crash. ``directory`` gets ``mode``
+    whatever the umask (its parents mkdir's default). True if this call created it; raises
+    OSError if it cannot be made."""
+    target = Path(os.path.realpath(directory))
+    missing: list[Path] = []
+    path = target
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    made = False
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, mode if path == target else 0o777)
+        except FileExistsError:  # another process sharing the spool made it meanwhile
+            continue
+        if path == target:
+            os.chmod(path, mode)
+            made = True
+        fsync_directory(path.parent)
+    if not os.path.isdir(target):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(target))
+    return made
 
 
 def probe_writable(directory: Path) -> None:
@@ -129,7 +157,7 @@ def names_descriptor(path: Path, fd: int) -> bool:
     """Whether ``path`` is (still) the file open as ``fd``."""
     try:
         st = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     own = os.fstat(fd)
     return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)

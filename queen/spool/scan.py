@@ -67,7 +67,7 @@ class SpoolScanner:
         dropped = False
         try:
             mtime: int | None = os.stat(self._dir).st_mtime_ns
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no directory: no files
             mtime = None
         if not check_seals and not self._growing and self._trusted and mtime == self._mtime:
             return False  # the common case: nothing changed

@@ -17,6 +17,16 @@ opens a new file. While the last write failed, the writer proves every ``probe_s
 directory takes data again (a probe file written, fsynced and removed), so ``healthy`` comes
 back when the disk does, without waiting for the next push.
 
+The directory may be removed under the writer (an operator, a cleaner of temporary files). A
+new file is created only in a directory that is there: one that is gone is made again (and its
+parents), with the mode it had at start, each new directory's entry fsynced in its parent
+before a file is created in it. An append is answered only once its file is still in the
+directory after the fsync; a file removed meanwhile is let go and the group written again to a
+new file (the records answered earlier from it went with it: that is logged). While idle the
+writer looks for the directory every ``probe_s`` and makes it again at once; if it cannot
+(a regular file where a parent should be, no permission), ``healthy`` turns false and
+``problem`` says why, until it can.
+
 Every record gets its **order stamp** as it is written: Unix nanoseconds, strictly increasing
 within the process. A record answered before another record is created, in any process of
 the host, was stamped before it: the replay merges files by stamp (see
@@ -34,10 +44,12 @@ The active file is sealed (closed, so a replayer can take it) when it reaches
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,7 +120,9 @@ class SpoolWriter:
         # Makes the active file's data durable (called in a worker thread, after the group was
         # written and before any of its appends is answered).
         self.fsync = fsync
-        self.healthy = True  # False while the last write failed
+        self.healthy = True  # False while the last write failed, or the directory cannot be made
+        self.problem: str | None = None  # why it is not healthy
+        self._mode = 0o755  # the directory's mode at start: what it gets if made again
 
     @property
     def active_name(self) -> str | None:
@@ -119,6 +133,7 @@ class SpoolWriter:
         naming the setting if it does not."""
         try:
             files.ensure_writable(self.directory)
+            self._mode = stat.S_IMODE(os.stat(self.directory).st_mode)
         except OSError as exc:
             raise SpoolError(
                 f"FILE_BUFFER_DIR={str(self.directory)!r} cannot be used: {exc.strerror or exc}"
@@ -162,20 +177,28 @@ class SpoolWriter:
                 await trio.to_thread.run_sync(self._close)
 
     async def _next(self) -> _Append | _Seal | None:
-        """The next request; None when the active file's age limit passed (then seal it) or
-        when a probe of an unhealthy spool was due (then probe)."""
+        """The next request; None when the active file's age limit passed (then seal it), when
+        a probe of an unhealthy spool was due (then probe), or when a look at the directory
+        was due (then make it again if it is gone)."""
         if not self.healthy:
             with trio.move_on_after(self._probe_s):
                 return await self._recv.receive()
             await self._probe()
             return None
         active = self._active
-        if active is None or active.records == 0:
+        remaining: float | None = None
+        if active is not None and active.records > 0:
+            remaining = max(0.0, active.opened + self._file_max_age_s - time.monotonic())
+        sealing = remaining is not None and remaining <= self._probe_s
+        with trio.move_on_after(remaining if remaining is not None and sealing else self._probe_s):
             return await self._recv.receive()
-        remaining = active.opened + self._file_max_age_s - time.monotonic()
-        with trio.move_on_after(max(0.0, remaining)):
-            return await self._recv.receive()
-        await trio.to_thread.run_sync(self._close)
+        if sealing:
+            await trio.to_thread.run_sync(self._close)
+            return None
+        try:  # one stat per probe_s while idle
+            await trio.to_thread.run_sync(self._ensure_directory)
+        except OSError as exc:
+            self._unhealthy(exc.strerror or str(exc))
         return None
 
     async def _handle(self, group: list[_Append | _Seal]) -> None:
@@ -192,14 +215,27 @@ class SpoolWriter:
         await self._write_chunk(chunk)
 
     async def _probe(self) -> None:
-        """After a failed write: mark the spool healthy again once it takes data."""
+        """While unhealthy: mark the spool healthy again once its directory is there (made
+        again if it is gone) and takes data."""
+        try:
+            await trio.to_thread.run_sync(self._ensure_directory)
+        except OSError as exc:
+            self._unhealthy(exc.strerror or str(exc))
+            return
         try:
             await trio.to_thread.run_sync(files.probe_writable, self.directory)
         except OSError as exc:
             log.debug("spool directory %s still not writable: %s", self.directory, exc)
             return
         self.healthy = True
+        self.problem = None
         log.info("spool directory %s takes writes again", self.directory)
+
+    def _unhealthy(self, problem: str) -> None:
+        if problem != self.problem:
+            log.error("%s", problem)
+        self.healthy = False
+        self.problem = problem
 
     async def _write_chunk(self, chunk: list[_Append]) -> None:
         if not chunk:
@@ -210,13 +246,15 @@ class SpoolWriter:
             )
         except OSError as exc:
             self.healthy = False
+            self.problem = f"spool write failed: {exc.strerror or exc}"
             self._metrics.spool_write_failures += 1
             log.error("spool write failed in %s: %s", self.directory, exc.strerror or exc)
-            error = SpoolError(f"spool write failed: {exc.strerror or exc}")
+            error = SpoolError(self.problem)
             for request in chunk:
                 request.reply.fail(error)
             return
         self.healthy = True
+        self.problem = None
         self._metrics.spool_fsyncs += 1
         for request in chunk:
             for record in request.records:
@@ -226,11 +264,28 @@ class SpoolWriter:
 
     # --- file operations: run in a worker thread, one at a time ----------------------------
 
+    def _ensure_directory(self) -> None:
+        """Make the spool directory again if it is gone (raises OSError naming it if it
+        cannot be made)."""
+        if os.path.isdir(self.directory):
+            return
+        try:
+            made = files.make_directory(self.directory, self._mode)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"spool directory {self.directory} is missing and cannot be made: "
+                f"{exc.strerror or exc}",
+            ) from exc
+        if made:
+            log.warning("spool directory %s was missing: made it again", self.directory)
+
     def _open(self) -> _ActiveFile:
         # Between creating the ``.new`` file and locking it, the file is unlocked: a replaying
         # process's sweep may take it for one whose writer died and remove it. Locked, it is
         # safe from the sweep; so once locked, make sure the name is still ours, else begin
         # again with a new name (nothing was written to the one swept away).
+        self._ensure_directory()
         for _ in range(_OPEN_ATTEMPTS):
             name = files.new_name()
             self.own_names.add(name)  # before the file exists: a scan that sees it knows it
@@ -262,33 +317,65 @@ class SpoolWriter:
         return stamp
 
     def _write_durably(self, groups: list[list[SpoolRecord]]) -> str:
-        if self._active is None:
-            self._active = self._open()
-        active = self._active
         encoded: list[bytes] = []
         for records in groups:
             for record in records:
                 record.stamp = self._stamp()
                 encoded.append(encode(record))
         data = b"".join(encoded)
-        start = active.size
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(active.fd, view)
-                if written == 0:
-                    raise OSError(errno.ENOSPC, "no space left on device")
-                view = view[written:]
-            self.fsync(active.fd)
-        except OSError:
-            self._abandon(start)
-            raise
+        for _ in range(_OPEN_ATTEMPTS):
+            if self._active is None:
+                self._active = self._open()
+            active = self._active
+            start = active.size
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(active.fd, view)
+                    if written == 0:
+                        raise OSError(errno.ENOSPC, "no space left on device")
+                    view = view[written:]
+                self.fsync(active.fd)
+                kept = files.names_descriptor(self.directory / active.name, active.fd)
+            except OSError:
+                self._abandon(start)
+                raise
+            if kept:
+                break
+            self._let_go_removed()
+        else:
+            raise OSError(errno.ENOENT, "every spool file was removed as it was written")
         active.size += len(data)
         active.records += len(encoded)
         name = active.name
         if active.size >= self._file_max_bytes:
             self._close()
         return name
+
+    def _let_go_removed(self) -> None:
+        """The active file is no longer in the directory (removed with it, most likely): what
+        it holds is out of the replay's reach. Close it and forget it; the caller writes its
+        group again to a new file."""
+        active, self._active = self._active, None
+        if active is None:
+            return
+        os.close(active.fd)
+        self._index.drop(active.name)
+        self.own_names.discard(active.name)
+        if active.records:
+            log.error(
+                "spool file %s was removed from %s while this process wrote it: the records "
+                "answered buffered from it before (%d) went with it; writing to a new file",
+                active.name,
+                self.directory,
+                active.records,
+            )
+        else:
+            log.warning(
+                "spool file %s was removed from %s as it was written; writing to a new file",
+                active.name,
+                self.directory,
+            )
 
     def _abandon(self, good_size: int) -> None:
         """After a failed write: cut the file back to its last durable size and close it."""
@@ -312,5 +399,6 @@ class SpoolWriter:
             return
         os.close(active.fd)  # releases the lock: the file is now replayable
         if active.size == 0:  # never counted in the index: nothing was durable in it
-            (self.directory / active.name).unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                (self.directory / active.name).unlink()
             self.own_names.discard(active.name)
