@@ -13,9 +13,24 @@ from werkzeug.routing import Map, Rule
 from queen.broker import Broker
 from queen.http.app import create_app
 
-# Values tried for every placeholder: plain, numeric, the literal words of the routes, and
-# (for placeholders that span segments) a value holding a slash.
-SAMPLES = ("x", "1", "queues", "seek", "subscription", "partitions", "by-name", "names", "a/b")
+# Values tried for every placeholder: plain, numeric, the literal words of the routes, (for
+# placeholders that span segments) a value holding a slash, and one holding an encoded slash
+# as the app routes it (queen.http.paths).
+SAMPLES = (
+    "x",
+    "1",
+    "queues",
+    "seek",
+    "subscription",
+    "partitions",
+    "partition",
+    "clear",
+    "messages",
+    "by-name",
+    "names",
+    "a/b",
+    "a%2Fb",
+)
 VERBS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 
@@ -108,3 +123,42 @@ async def test_a_group_named_with_slashes_is_still_one_group(broker: Broker) -> 
     assert (endpoint, args) == ("traces.traces_by_name", {"name": "a/b"})
     endpoint, args = adapter.match("/api/v1/traces/12/tx/with/slashes", method="GET")
     assert args == {"partition_id": 12, "transaction_id": "tx/with/slashes"}
+
+
+async def test_names_with_slashes_reach_their_routes(broker: Broker) -> None:
+    """Encoded (``%2F``, kept in its segment by queen.http.paths) everywhere; unquoted where
+    the official clients send it so."""
+    adapter = create_app(broker).url_map.bind("localhost")
+
+    def match(path: str, method: str = "GET") -> tuple[str, dict[str, Any]]:
+        endpoint, args = adapter.match(path, method=method)
+        return str(endpoint), args
+
+    assert match("/api/v1/pop/queue/a/b/partition/p/q") == (
+        "consume.pop_partition",
+        {"queue": "a/b", "partition": "p/q"},
+    )
+    assert match("/api/v1/pop/queue/a%2Fpartition%2Fb") == (
+        "consume.pop_queue",
+        {"queue": "a/partition/b"},
+    )
+    assert match("/api/v1/queues/a/clear/clear", "DELETE") == (
+        "admin_api.clear_queue",
+        {"queue": "a/clear"},
+    )
+    assert match("/api/v1/status/queues/a%2Fmessages") == (
+        "admin_api.status_queue",
+        {"queue": "a/messages"},
+    )
+    assert match("/api/v1/status/queues/a%2Fb/messages") == (
+        "admin_api.status_queue_messages",
+        {"queue": "a/b"},
+    )
+    assert match("/api/v1/consumer-groups/g%2Fqueues%2Fx/queues/a%2Fb", "DELETE") == (
+        "groups.delete_consumer_group_on_queue",
+        {"group": "g/queues/x", "queue": "a/b"},
+    )
+    assert match("/api/v1/messages/7/tx%2F1%252F") == (
+        "admin_api.message",
+        {"partition_id": "7", "transaction_id": "tx/1%2F"},
+    )

@@ -42,7 +42,7 @@ async def configure() -> Response:
     return json_response(render.configured(answer))
 
 
-@blueprint.delete("/api/v1/resources/queues/<queue>")
+@blueprint.delete("/api/v1/resources/queues/<path:queue>")
 async def delete_queue(queue: str) -> Response:
     checked = requests.name(queue, "queue")
     assert checked is not None

@@ -53,7 +53,7 @@ async def list_queues() -> Response:
     return json_response(render.queue_page(await admin().queues(request.args)))
 
 
-@blueprint.get("/api/v1/resources/queues/<queue>")
+@blueprint.get("/api/v1/resources/queues/<path:queue>")
 async def queue_resources(queue: str) -> Response:
     name = check_name(queue, "queue")
     return _found(
@@ -131,7 +131,7 @@ async def retry_dead_letters() -> Response:
     )
 
 
-@blueprint.delete("/api/v1/queues/<queue>/clear")
+@blueprint.delete("/api/v1/queues/<path:queue>/clear")
 async def clear_queue(queue: str) -> Response:
     name = check_name(queue, "queue")
     partition = params.optional_name(request.args, "partition")

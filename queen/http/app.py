@@ -29,6 +29,7 @@ from queen.http import (
     groups,
     health,
     maintenance,
+    paths,
     push,
     streams,
     traces,
@@ -51,6 +52,7 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     # (16 MiB by default) must not answer first.
     app.config["MAX_CONTENT_LENGTH"] = broker.settings.max_body_bytes
     app.config["JSON_SORT_KEYS"] = False
+    app.url_map.converters.update(paths.CONVERTERS)
     app.url_map.converters["group"] = groups.GroupName
     app.url_map.converters["group_detail"] = admin_api.GroupDetailName
     app.config["QUEEN_ADMIN"] = broker.admin

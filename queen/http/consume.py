@@ -2,7 +2,8 @@
 
 Thin: read the request, validate it with :mod:`queen.consume.requests`, call the broker's
 consume service, render the answer (:mod:`queen.http.render`). An empty pop answers 204.
-Path parameters arrive percent-decoded.
+Path parameters arrive percent-decoded; the queue and partition names of the pop routes may
+span segments (:class:`queen.http.paths.QueueName`: the official clients leave them unquoted).
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ def _pop_request(queue: str | None, partition: str | None = None) -> PopRequest:
     )
 
 
-@blueprint.get("/api/v1/pop/queue/<queue>")
+@blueprint.get("/api/v1/pop/queue/<queue:queue>")
 async def pop_queue(queue: str) -> Response:
     return await _pop(_pop_request(queue))
 
 
-@blueprint.get("/api/v1/pop/queue/<queue>/partition/<partition>")
+@blueprint.get("/api/v1/pop/queue/<queue:queue>/partition/<path:partition>")
 async def pop_partition(queue: str, partition: str) -> Response:
     return await _pop(_pop_request(queue, partition))
 

@@ -7,7 +7,9 @@ Thin: validate with :mod:`queen.consume.requests`, call the broker, render the a
 A group name may hold ``/`` (the official clients leave it unquoted in the path), so these
 routes take it with :class:`GroupName`, which spans segments but never a segment ``queues``:
 ``/consumer-groups/<g>/queues/<q>`` therefore always reaches the per-queue routes, and no rule
-here matches another rule's path.
+here matches another rule's path. A ``/`` sent as ``%2F`` stays inside its segment
+(:mod:`queen.http.paths`); the queue and partition names here take one segment, ``%2F`` for
+a ``/`` in them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from werkzeug.routing import BaseConverter
 from queen.broker import Broker
 from queen.consume import requests
 from queen.http import render
+from queen.http.paths import spanning, unescape
 from queen.http.responses import json_body, json_response
 
 blueprint = Blueprint("groups", __name__)
@@ -29,7 +32,10 @@ class GroupName(BaseConverter):
     """One or more path segments, none of them ``queues``."""
 
     part_isolating = False
-    regex = r"(?!queues(?![^/]))[^/]+(?:/(?!queues(?![^/]))[^/]+)*"
+    regex = spanning("queues")
+
+    def to_python(self, value: str) -> str:
+        return unescape(value)
 
 
 def _broker() -> Broker:
