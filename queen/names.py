@@ -1,4 +1,5 @@
-"""Names: what a queue, partition or consumer group name may be (one rule, everywhere)."""
+"""Names: what a queue, partition or consumer group name may be (one rule, everywhere), and
+what any other text bound for a text column may hold."""
 
 from __future__ import annotations
 
@@ -23,3 +24,14 @@ def name_problem(value: object) -> str | None:
     if CONTROL.search(value):
         return BAD_CHARS
     return None
+
+
+# What PostgreSQL text (and jsonb) cannot hold at all: NUL and unpaired surrogates.
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+UNSTORABLE_CHARS = "must not contain NUL or unpaired surrogates"
+
+
+def text_problem(value: str) -> str | None:
+    """Why a free text (a transaction id, an error message, a search) cannot be stored or
+    looked up (a phrase to follow the field's name), or None."""
+    return UNSTORABLE_CHARS if UNSTORABLE.search(value) else None

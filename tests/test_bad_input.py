@@ -1,15 +1,20 @@
 """Hostile and malformed push bodies: each gets a 4xx with an error text, the server stays up,
-and nothing is stored."""
+and nothing is stored. A NUL (which PostgreSQL text cannot hold) in any route's path, query
+string or text field gets 400 and changes nothing."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
 import pytest
+from werkzeug.routing import Rule
 
 from queen import open_broker
+from queen.auth import AccessGate
 from queen.broker import Broker
 from queen.http.app import create_app
 from queen.settings import Settings
@@ -140,3 +145,149 @@ async def test_unknown_route_and_method_answer_json(client: Any) -> None:
     wrong = await client.get("/api/v1/push")
     assert wrong.status_code == 405
     assert "error" in await wrong.get_json()
+
+
+# --- NUL, which PostgreSQL text cannot hold: in a path, a query string or a text field ------
+
+FINGERPRINTED = (
+    "queen.queues",
+    "queen.partitions",
+    "queen.segments",
+    "queen.dedup",
+    "queen.cursors",
+    "queen.cursor_marks",
+    "queen.failures",
+    "queen.dlq",
+    "queen.consumer_groups",
+    "queen.traces",
+    "queen.system_state",
+    "queen_streams.queries",
+    "queen_streams.state",
+)
+
+
+async def fingerprint(db: Db) -> dict[str, str]:
+    """Every row of the tables a request could change (one digest per table)."""
+    digests = " UNION ALL ".join(
+        f"SELECT '{table}', md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), ''))"
+        f" FROM {table} t"
+        for table in FINGERPRINTED
+    )
+    return {table: digest for table, digest in await db.rows(digests)}
+
+
+# A value for every kind of placeholder, so that only the one under test is wrong.
+SAMPLE_ARGS = {"partition_id": "1", "lease": "0190a000-0000-7000-8000-000000000000"}
+NUL_IN_URL = "a%00b"
+
+
+def _routes() -> list[tuple[str, Rule]]:
+    stub: Any = SimpleNamespace(settings=Settings(), admin=None)
+    app = create_app(stub, gate=AccessGate.disabled())
+    return sorted(
+        (
+            (method, rule)
+            for rule in app.url_map.iter_rules()
+            for method in rule.methods or ()
+            if method not in ("HEAD", "OPTIONS")
+        ),
+        key=lambda pair: (pair[1].rule, pair[0]),
+    )
+
+
+def _url(rule: Rule, wrong: str | None) -> str:
+    def value(match: re.Match[str]) -> str:
+        converter, name = match[1] or "", match[2]
+        if name == wrong:
+            return NUL_IN_URL
+        return "1" if converter == "int" else SAMPLE_ARGS.get(name, f"nul-{name}")
+
+    return re.sub(r"<(?:(\w+):)?(\w+)>", value, rule.rule)
+
+
+def _nul_urls(rule: Rule) -> list[str]:
+    """The rule's URL with NUL in each text placeholder in turn, then in a query parameter."""
+    texts = [a for a in sorted(rule.arguments) if not re.search(rf"<int:{a}>", rule.rule)]
+    return [_url(rule, arg) for arg in texts] + [f"{_url(rule, None)}?search={NUL_IN_URL}"]
+
+
+ROUTES = _routes()
+
+
+@pytest.mark.parametrize(
+    ("method", "rule"), ROUTES, ids=[f"{method} {rule.rule}" for method, rule in ROUTES]
+)
+async def test_nul_in_a_path_or_a_query_is_refused_and_changes_nothing(
+    client: Any, db: Db, method: str, rule: Rule
+) -> None:
+    before = await fingerprint(db)
+    for url in _nul_urls(rule):
+        resp = await client.open(url, method=method, json={})
+        assert resp.status_code == 400, (url, await resp.get_data(as_text=True))
+        assert "NUL" in (await resp.get_json())["error"]
+    assert await fingerprint(db) == before
+
+
+async def test_nul_in_a_query_parameters_name_is_refused(client: Any) -> None:
+    resp = await client.get(f"/api/v1/resources/queues?{NUL_IN_URL}=1")
+    assert resp.status_code == 400
+    assert (await resp.get_json())["error"] == "a query parameter's name must not contain NUL (%00)"
+
+
+def _ack(tx: str, pid: str, lease: str) -> dict[str, Any]:
+    return {"transactionId": tx, "partitionId": pid, "leaseId": lease, "status": "failed"}
+
+
+# (route, body with NUL in one text field) for every body field bound for a text column that is
+# not a name (names: see CASES above and the name rule); pid, lease and tx are a live message's.
+NUL_BODY_CASES: list[tuple[str, str, Any]] = [
+    ("ack transactionId", "/api/v1/ack", lambda m: _ack("a\x00b", *m[1:]) | {"error": "x"}),
+    ("ack error", "/api/v1/ack", lambda m: _ack(*m) | {"error": "a\x00b"}),
+    (
+        "ack batch transactionId",
+        "/api/v1/ack/batch",
+        lambda m: {"acknowledgments": [_ack("a\x00b", *m[1:])], "consumerGroup": "g"},
+    ),
+    (
+        "ack batch error",
+        "/api/v1/ack/batch",
+        lambda m: {"acknowledgments": [_ack(*m) | {"error": "a\x00b"}], "consumerGroup": "g"},
+    ),
+    (
+        "transaction ack transactionId",
+        "/api/v1/transaction",
+        lambda m: {"operations": [{"type": "ack", **_ack("a\x00b", *m[1:])}]},
+    ),
+    (
+        "transaction ack error",
+        "/api/v1/transaction",
+        lambda m: {"operations": [{"type": "ack", **_ack(*m), "error": "a\x00b"}]},
+    ),
+    (
+        "dead letter errorMessage",
+        "/api/v1/messages/{pid}/{tx}/dlq",
+        lambda m: {"errorMessage": "a\x00b"},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "make_body"),
+    [(path, body) for _, path, body in NUL_BODY_CASES],
+    ids=[name for name, _, _ in NUL_BODY_CASES],
+)
+async def test_nul_in_a_text_field_is_refused_and_changes_nothing(
+    client: Any, db: Db, queue: str, path: str, make_body: Any
+) -> None:
+    pushed = await client.post(
+        "/api/v1/push", json={"items": [{"queue": queue, "transactionId": "tx", "payload": 1}]}
+    )
+    assert pushed.status_code == 201
+    popped = await client.get(f"/api/v1/pop/queue/{queue}?consumerGroup=g&wait=false")
+    message = (await popped.get_json())["messages"][0]
+    live = (message["transactionId"], message["partitionId"], message["leaseId"])
+    before = await fingerprint(db)
+    resp = await client.post(path.format(tx=live[0], pid=live[1]), json=make_body(live))
+    assert resp.status_code == 400, await resp.get_data(as_text=True)
+    assert "NUL" in (await resp.get_json())["error"]
+    assert await fingerprint(db) == before

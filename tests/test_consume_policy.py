@@ -14,6 +14,7 @@ from queen.consume.requests import (
     NEVER_LEASE,
     ack_batch,
     ack_item,
+    checked_ack,
     dlq_query,
     enabled_flag,
     lease_seconds,
@@ -22,7 +23,14 @@ from queen.consume.requests import (
     transaction_request,
 )
 from queen.ids import mint_id, timestamp_of
-from queen.records import QUEUE_MODE, QueueOptions, Subscription, SubscriptionStart, options_to_wire
+from queen.records import (
+    QUEUE_MODE,
+    AckItem,
+    QueueOptions,
+    Subscription,
+    SubscriptionStart,
+    options_to_wire,
+)
 
 # --- options --------------------------------------------------------------------------------
 
@@ -249,6 +257,20 @@ def test_ack_items_accept_the_client_shapes() -> None:
 def test_bad_acks_are_refused(body: object, message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         ack_item(body)
+
+
+@pytest.mark.parametrize("text", ["a\x00b", "a\ud800b"])
+def test_texts_postgresql_cannot_hold_are_refused_in_acks(text: str) -> None:
+    for body, field in (
+        ({"transactionId": text, "partitionId": "1"}, "transactionId"),
+        ({"transactionId": "t", "partitionId": "1", "error": text}, "error"),
+    ):
+        with pytest.raises(InvalidRequest, match=f"{field} must not contain NUL"):
+            ack_item(body, default_status="failed")
+    with pytest.raises(InvalidRequest, match="transactionId must not contain NUL"):
+        checked_ack(AckItem(transaction_id=text, partition_id=1, status="completed"))
+    with pytest.raises(InvalidRequest, match="error must not contain NUL"):
+        checked_ack(AckItem(transaction_id="t", partition_id=1, status="failed", error=text))
 
 
 def test_ack_batch_needs_an_array() -> None:

@@ -103,3 +103,9 @@ def test_keys_and_values_postgresql_cannot_hold_are_refused(text: str) -> None:
     ):
         with pytest.raises(InvalidRequest, match="NUL or unpaired surrogates"):
             cycle_request({"query_id": QID, "partition_id": "1", "state_ops": ops})
+
+
+@pytest.mark.parametrize("text", ["a\x00b", "a\ud800b"])
+def test_an_acked_transaction_id_postgresql_cannot_hold_is_refused(text: str) -> None:
+    with pytest.raises(InvalidRequest, match=r"ack\.transactionId cannot contain NUL"):
+        cycle_request({"query_id": QID, "partition_id": "1", "ack": {"transactionId": text}})

@@ -75,7 +75,7 @@ def transaction_id(args: Mapping[str, Any]) -> str | None:
         return None
     if len(value) > 256:
         raise InvalidRequest("transactionId must be at most 256 characters")
-    return str(value)
+    return requests.text(str(value), "transactionId")
 
 
 def partition_id(value: str) -> int:
@@ -178,4 +178,6 @@ def dead_letter_request(body: Any) -> DeadLetterRequest:
         raise InvalidRequest("errorMessage must be a string")
     if error is not None and len(error) > MAX_ERROR_MESSAGE:
         raise InvalidRequest(f"errorMessage must be at most {MAX_ERROR_MESSAGE} characters")
+    if error is not None:
+        requests.text(error, "errorMessage")
     return DeadLetterRequest(_body_name(fields, "consumerGroup") or QUEUE_MODE, error or None)

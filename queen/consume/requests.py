@@ -17,7 +17,7 @@ from queen.consume.errors import InvalidRequest
 from queen.consume.policy import parse_timestamp, subscription_of
 from queen.intake import prepare_push
 from queen.model import InvalidPush
-from queen.names import name_problem
+from queen.names import name_problem, text_problem
 from queen.records import (
     QUEUE_MODE,
     AckItem,
@@ -55,6 +55,15 @@ def name(value: Any, what: str, *, required: bool = True) -> str | None:
     if problem is not None:
         raise InvalidRequest(f"{what} {problem}")
     return value  # type: ignore[no-any-return]
+
+
+def text(value: str, what: str) -> str:
+    """A free text bound for a text column (a transaction id, an error message): refused when
+    it holds what PostgreSQL text cannot (NUL, unpaired surrogates)."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidRequest(f"{what} {problem}")
+    return value
 
 
 def group_of(value: Any) -> str:
@@ -192,12 +201,15 @@ def ack_item(raw: Any, *, where: str = "", group: Any = None, default_status: st
         transaction_id = raw.get("id")
     if type(transaction_id) is not str or not transaction_id:
         raise InvalidRequest(f"{where}transactionId is required")
+    text(transaction_id, f"{where}transactionId")
     status_text = raw.get("status", default_status) or default_status
     if type(status_text) is not str or status_text.lower() not in _STATUSES:
         raise InvalidRequest(f"{where}status must be one of completed, success, failed, dlq, retry")
     error = raw.get("error")
     if error is not None and type(error) is not str:
         raise InvalidRequest(f"{where}error must be a string or null")
+    if error is not None:
+        text(error, f"{where}error")
     return AckItem(
         transaction_id=transaction_id,
         partition_id=_partition_id(raw.get("partitionId"), where),
@@ -213,10 +225,13 @@ def checked_ack(item: AckItem) -> AckItem:
     status, a valid group name; a lease id that is not a UUID can never match a live lease."""
     if type(item.transaction_id) is not str or not item.transaction_id:
         raise InvalidRequest("transactionId is required")
+    text(item.transaction_id, "transactionId")
     if item.status not in ("completed", "failed", "dlq", "retry"):
         raise InvalidRequest("status must be one of completed, failed, dlq, retry")
     if item.error is not None and type(item.error) is not str:
         raise InvalidRequest("error must be a string or null")
+    if item.error is not None:
+        text(item.error, "error")
     return dataclasses.replace(
         item,
         consumer_group=group_of(item.consumer_group),

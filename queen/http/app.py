@@ -28,6 +28,7 @@ from queen.http import (
     dashboard,
     groups,
     health,
+    inputs,
     maintenance,
     paths,
     push,
@@ -58,6 +59,7 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.config["QUEEN_ADMIN"] = broker.admin
     cors.install(app, broker.settings.cors_origins)  # preflights are answered before the gate
     access.install(app, gate if gate is not None else build_gate(broker.settings))
+    inputs.install(app)  # no NUL in a path or a query string, for every route
     app.register_blueprint(push.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(maintenance.blueprint)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -19,13 +18,12 @@ from queen.consume.errors import InvalidRequest
 from queen.consume.requests import NEVER_LEASE, group_of, name
 from queen.intake import PreparedPush, prepare_push
 from queen.model import InvalidPush
+from queen.names import UNSTORABLE
 from queen.records import CycleAck, CycleRequest, RegisterRequest, StateQuery
 
 _MAX_BIGINT = (1 << 63) - 1
 MAX_TEXT = 1024
 """Longest query name, config hash or state key accepted."""
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-"""What PostgreSQL text and jsonb cannot hold: NUL and unpaired surrogates."""
 
 
 def _object(body: Any) -> dict[str, Any]:
@@ -43,7 +41,7 @@ def _text(value: Any, what: str, *, required: bool = True) -> str | None:
         raise InvalidRequest(f"{what} must be a string")
     if len(value) > MAX_TEXT:
         raise InvalidRequest(f"{what} is longer than {MAX_TEXT} characters")
-    if _UNSTORABLE.search(value):
+    if UNSTORABLE.search(value):
         raise InvalidRequest(f"{what} cannot contain NUL or unpaired surrogates")
     return value
 
@@ -109,11 +107,11 @@ def _json_text(value: Any, where: str) -> str:
 
 def _unstorable(value: Any) -> bool:
     if type(value) is str:
-        return _UNSTORABLE.search(value) is not None
+        return UNSTORABLE.search(value) is not None
     if type(value) is list:
         return any(_unstorable(v) for v in value)
     if type(value) is dict:
-        return any(_UNSTORABLE.search(k) or _unstorable(v) for k, v in value.items())
+        return any(UNSTORABLE.search(k) or _unstorable(v) for k, v in value.items())
     return False
 
 
@@ -159,6 +157,8 @@ def _ack(raw: Any) -> CycleAck | None:
     transaction_id = raw.get("transactionId")
     if type(transaction_id) is not str or not transaction_id:
         raise InvalidRequest("ack.transactionId is required")
+    if UNSTORABLE.search(transaction_id):
+        raise InvalidRequest("ack.transactionId cannot contain NUL or unpaired surrogates")
     status = raw.get("status", "completed")
     if status is None:
         status = "completed"
@@ -168,7 +168,7 @@ def _ack(raw: Any) -> CycleAck | None:
     error = raw.get("error")
     if error is not None and type(error) is not str:
         raise InvalidRequest("ack.error must be a string or null")
-    if error is not None and _UNSTORABLE.search(error):
+    if error is not None and UNSTORABLE.search(error):
         raise InvalidRequest("ack.error cannot contain NUL or unpaired surrogates")
     count = raw.get("count")
     if count is not None and (type(count) is not int or count < 0):
