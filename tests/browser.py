@@ -39,10 +39,26 @@ def missing() -> str | None:
     )
 
 
+# Run in every document before its own scripts (DevTools' scripts are exempt from the page's
+# policy): collects what the Content-Security-Policy refused, as the page reports it.
+_WATCH_POLICY = """
+window.__policyViolations = [];
+document.addEventListener("securitypolicyviolation", function (e) {
+  window.__policyViolations.push(e.violatedDirective + " " + (e.blockedURI || "inline"));
+});
+"""
+
+
+def policy_violations(driver: Any) -> list[str]:
+    """What the current document's Content-Security-Policy refused so far."""
+    return list(driver.execute_script("return window.__policyViolations || [];"))
+
+
 @contextmanager
 def chromium() -> Iterator[Any]:
     """A headless Chromium with a fresh profile; its console is readable with
-    ``driver.get_log("browser")``."""
+    ``driver.get_log("browser")``, and :func:`policy_violations` lists what the page's
+    Content-Security-Policy refused."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -56,6 +72,7 @@ def chromium() -> Iterator[Any]:
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
         driver.set_page_load_timeout(30)
+        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": _WATCH_POLICY})
         yield driver
     finally:
         driver.quit()

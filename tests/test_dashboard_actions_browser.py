@@ -110,6 +110,7 @@ def run_actions(base: str, queue: str, pid: str) -> dict[str, Any]:
         out["clear_confirm"] = click(driver, "#clear-queue", accept=True)
         out["clear_toast"] = toast(driver)
         out["errors"] = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        out["refused"] = browser.policy_violations(driver)
     return out
 
 
@@ -139,6 +140,7 @@ async def test_dead_letter_message_and_queue_actions_ask_first(
     assert out["clear_toast"].endswith(f"removed from {queue}")
     assert popped is None  # cleared: nothing left to pop
     assert out["errors"] == []
+    assert out["refused"] == []
 
 
 def run_refusals(base: str, expired: str, reader: str, queue: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import json
 import urllib.request
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import jwt
 import pytest
@@ -96,7 +97,7 @@ def console_errors(driver: Any) -> list[str]:
 
 
 def run_pages(base: str, queue: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"errors": {}, "headings": {}}
+    out: dict[str, Any] = {"errors": {}, "headings": {}, "refused": {}}
     browser.SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with browser.chromium() as driver:
         for page in PAGES:
@@ -107,6 +108,7 @@ def run_pages(base: str, queue: str) -> dict[str, Any]:
             name = page.split("?")[0].split("/")[0]
             driver.save_screenshot(str(browser.SCREENSHOTS / f"{name}.png"))
             out["errors"][page] = console_errors(driver)
+            out["refused"][page] = browser.policy_violations(driver)
             if page == "overview":
                 out["overview_text"] = main_text(driver)
             if page.startswith("traces"):
@@ -132,6 +134,7 @@ def run_pages(base: str, queue: str) -> dict[str, Any]:
         out["payload"] = json.loads(payload)
         driver.save_screenshot(str(browser.SCREENSHOTS / "message.png"))
         out["errors"]["message"] = console_errors(driver)
+        out["refused"]["message"] = browser.policy_violations(driver)
         # The view refreshes itself: a push shows up on the overview without a reload.
         driver.get(f"{base}/#/overview")
         wait_for(driver, view_loaded("/overview"), "overview")
@@ -153,6 +156,7 @@ async def test_every_page_loads_and_a_message_opens(
             out = await trio.to_thread.run_sync(run_pages, base, queue)
         nursery.cancel_scope.cancel()
     assert out["errors"] == {page: [] for page in (*PAGES, "message")}
+    assert out["refused"] == {page: [] for page in (*PAGES, "message")}
     assert out["headings"]["overview"] == "Overview"
     assert out["headings"]["queue/{q}"] == f"Queue {queue}"
     assert queue in out["overview_text"]
@@ -188,3 +192,51 @@ async def test_with_authentication_the_page_asks_for_a_token(
             out = await trio.to_thread.run_sync(run_with_token, base, token)
         nursery.cancel_scope.cancel()
     assert out == {"form": True, "heading": "Overview"}
+
+
+HOSTILE = "<img src=x onerror=\"window.__ran = 'handler'\">"
+
+
+def run_hostile(base: str) -> dict[str, Any]:
+    """A view opened straight from a link that names markup, then the same markup put into the
+    page by a script: neither runs."""
+    out: dict[str, Any] = {}
+    with browser.chromium() as driver:
+        driver.get(f"{base}/dashboard/view/group/{quote(HOSTILE, safe='')}")
+        out["direct_text"] = driver.execute_script("return document.body.textContent;")
+        out["direct_ran"] = driver.execute_script("return window.__ran || null;")
+        driver.get(f"{base}/#/group/{quote(HOSTILE, safe='')}")
+        out["shown"] = wait_for(
+            driver, view_loaded(f"/group/{quote(HOSTILE, safe='')}"), "the 404 in the page"
+        )
+        driver.execute_script(
+            "document.getElementById('main').insertAdjacentHTML('beforeend', arguments[0]);",
+            HOSTILE,
+        )
+        ran = "return window.__ran || null;"
+        wait_for(
+            driver,
+            lambda d: browser.policy_violations(d) or d.execute_script(ran),
+            "the policy's refusal (or the handler)",
+        )
+        out["refused"] = browser.policy_violations(driver)
+        out["injected_ran"] = driver.execute_script(ran)
+    return out
+
+
+async def test_markup_in_a_url_never_runs_in_the_dashboard(
+    need_browser: None, settings: Settings
+) -> None:
+    settings = settings.with_changes(host="127.0.0.1", port=0)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve, settings)
+        with trio.fail_after(120):
+            out = await trio.to_thread.run_sync(run_hostile, f"http://127.0.0.1:{port}")
+        nursery.cancel_scope.cancel()
+    # escaped: the markup is text, on the view alone and inside the page
+    assert out["direct_text"] == f"consumer group {HOSTILE} does not exist"
+    assert out["direct_ran"] is None
+    assert out["shown"] == f"404: consumer group {HOSTILE} does not exist"
+    # and had some reached the page as markup, its policy refuses inline handlers
+    assert out["refused"] == ["script-src-attr inline"]
+    assert out["injected_ran"] is None

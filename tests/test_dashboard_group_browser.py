@@ -63,6 +63,7 @@ def run_group_page(base: str, queue: str) -> dict[str, Any]:
         wait_for(driver, view_loaded(f"/group/g-{queue}"), "the page again")
         driver.save_screenshot(str(browser.SCREENSHOTS / "group.png"))
         out["errors"] = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        out["refused"] = browser.policy_violations(driver)
     return out
 
 
@@ -83,3 +84,4 @@ async def test_a_group_seeks_to_a_time_typed_into_its_page(
     assert not out["toast"].startswith("4")  # not refused
     assert out["lag_after"] == 6  # back before every message: all due again
     assert out["errors"] == []
+    assert out["refused"] == []

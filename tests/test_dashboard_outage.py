@@ -135,6 +135,7 @@ def browse_outage(base: str, stop_database: Callable[[], None]) -> dict[str, Any
         out["text"] = main_text(driver)
         driver.save_screenshot(str(browser.SCREENSHOTS / "outage.png"))
         out["errors"] = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        out["refused"] = browser.policy_violations(driver)
     return out
 
 
@@ -164,3 +165,4 @@ async def test_in_a_browser_the_overview_says_the_database_is_away_and_what_it_k
     assert "THIS PROCESS, FROM ITS OWN MEMORY" in shouting and "BACKGROUND LOOPS" in shouting
     assert "this page as it was" in text  # the figures from before, with their age
     assert out["errors"] == []
+    assert out["refused"] == []

@@ -84,6 +84,10 @@ async def test_a_queue_with_slashes_is_pushed_popped_cleared_and_deleted(
     assert sorted(m["transactionId"] for m in listed.json()["messages"]) == ["a", "b", "c"]
     view = await http.get(f"/dashboard/view/queue/{q}")
     assert view.status_code == 200 and f'Queue <span class="mono">{name}</span>' in view.text
+    # the page's own links and buttons name it as one segment
+    assert f'data-action="/api/v1/queues/{q}/clear"' in view.text
+    assert f'data-action="/api/v1/resources/queues/{q}"' in view.text
+    assert f'href="#/messages?queue={q}&partition={p}"' in view.text
 
     seek = await http.post(
         f"/api/v1/consumer-groups/g1/queues/{q}/partitions/{p}/seek", json={"toEnd": True}

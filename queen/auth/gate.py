@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Final
 
 from queen.auth.errors import AuthFailure
 from queen.auth.roles import describe_roles, satisfies
@@ -27,11 +28,19 @@ def parse_skip_paths(text: str) -> tuple[str, ...]:
     return tuple(entry.strip() for entry in text.split(",") if entry.strip())
 
 
+DASHBOARD_ASSETS: Final = "/dashboard/assets/"
+"""Where the dashboard page's script and style sheet are served: public whenever the page is."""
+
+
 def path_is_public(path: str, skip_paths: Iterable[str]) -> bool:
     """A skip entry matches its path exactly; an entry ending in ``/`` (other than ``/``
-    itself) also matches every path below it. The query string is not part of ``path``."""
+    itself) also matches every path below it, and ``/`` (the dashboard's page) the paths
+    below :data:`DASHBOARD_ASSETS` (the page's script and style sheet, which hold no data
+    either). The query string is not part of ``path``."""
     for entry in skip_paths:
         if path == entry:
+            return True
+        if entry == "/" and path.startswith(DASHBOARD_ASSETS):
             return True
         if len(entry) > 1 and entry.endswith("/") and path.startswith(entry):
             return True

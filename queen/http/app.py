@@ -27,6 +27,7 @@ from queen.http import (
     cors,
     dashboard,
     groups,
+    headers,
     health,
     inputs,
     maintenance,
@@ -57,6 +58,7 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.url_map.converters["group"] = groups.GroupName
     app.url_map.converters["group_detail"] = admin_api.GroupDetailName
     app.config["QUEEN_ADMIN"] = broker.admin
+    headers.install(app)  # nosniff on every answer, the dashboard's policy on HTML ones
     cors.install(app, broker.settings.cors_origins)  # preflights are answered before the gate
     access.install(app, gate if gate is not None else build_gate(broker.settings))
     inputs.install(app)  # no NUL in a path or a query string, for every route

@@ -1,26 +1,34 @@
-"""The dashboard: ``GET /`` serves one page (no data in it, public by default) whose small
-script asks for a token when the broker wants one, then loads the views below with it and
-refreshes them every few seconds without reloading the page.
+"""The dashboard: ``GET /`` serves one page (no data in it, public by default) whose script
+(``static/dashboard.js``, served with its style sheet under ``/dashboard/assets/``, public
+whenever the page is) asks for a token when the broker wants one, then loads the views below
+with it and refreshes them every few seconds without reloading the page. No page holds an
+inline script, event handler or style: their Content-Security-Policy
+(:mod:`queen.http.headers`) lets none run.
 
 Each view (``GET /dashboard/view/...``, read role) is HTML rendered here from the answers of
 :class:`queen.admin.service.AdminService` with the templates in ``templates/``: the templates
 read the API's JSON shapes (:mod:`queen.http.render_admin`), so a view shows what the API
 answers; charts are SVG drawn by :mod:`queen.admin.charts` from the typed values. Actions
 (delete, seek, maintenance switches) are buttons that call the API itself after a
-confirmation, so the API's access table decides who may.
+confirmation, so the API's access table decides who may. Everything a page shows is escaped
+(Jinja's autoescape, and :func:`_missing` for the short answers); a name in a URL the page
+builds goes through the ``segment`` filter, which encodes ``/`` too.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import orjson
+from markupsafe import escape
 from quart import Blueprint, Response, current_app, render_template, request
 
 from queen.admin import charts, params
@@ -36,6 +44,28 @@ blueprint = Blueprint("dashboard", __name__, template_folder="templates")
 REFRESH_MS = 5000
 HTML = "text/html; charset=utf-8"
 REMEMBERED_PAGES = 64
+ASSET_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+
+
+def _assets() -> dict[str, tuple[bytes, str, str]]:
+    """The files of ``static/`` by name: content, content type, entity tag."""
+    found = {}
+    for path in sorted((Path(__file__).parent / "static").iterdir()):
+        if path.suffix in ASSET_TYPES:
+            body = path.read_bytes()
+            tag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+            found[path.name] = (body, ASSET_TYPES[path.suffix], tag)
+    return found
+
+
+ASSETS = _assets()
+
+
+@blueprint.app_template_filter("segment")
+def segment(value: object) -> str:
+    """A value as one URL path segment (or query value): every reserved character encoded,
+    ``/`` included, so that a name holding one stays one segment."""
+    return quote(str(value), safe="")
 
 
 class PageMemory:
@@ -144,9 +174,29 @@ def _extra(*keys: str) -> str:
     return "&" + urlencode(kept) if kept else ""
 
 
+def _missing(message: str) -> Response:
+    """A view's 404: the message (which may repeat what the URL named), escaped."""
+    body = f'<div class="error-box">{escape(message)}</div>'
+    return Response(body, status=404, content_type=HTML)
+
+
 @blueprint.get("/")
 async def shell() -> Response:
     return await _page("dashboard.html", refresh_ms=REFRESH_MS)
+
+
+@blueprint.get("/dashboard/assets/<name>")
+async def asset(name: str) -> Response:
+    """The page's script and style sheet (public whenever ``/`` is: see
+    :func:`queen.auth.gate.path_is_public`); revalidated at each load of the page."""
+    found = ASSETS.get(name)
+    if found is None:
+        return _missing(f"no asset {name}")
+    body, content_type, tag = found
+    headers = {"ETag": tag, "Cache-Control": "no-cache"}
+    if request.headers.get("If-None-Match") == tag:
+        return Response(b"", status=304, headers=headers)
+    return Response(body, content_type=content_type, headers=headers)
 
 
 @blueprint.get("/dashboard/view/overview")
@@ -177,7 +227,7 @@ async def queue(queue: str) -> Response:
     admin = _admin()
     status = await admin.queue_status(name, request.args)
     if status is None:
-        return Response(f"queue {name} does not exist", status=404, content_type=HTML)
+        return _missing(f"queue {name} does not exist")
     return await _page(
         "queue.html",
         s=render_admin.queue_status(status),
@@ -205,7 +255,7 @@ async def messages() -> Response:
 async def message(partition_id: str, transaction_id: str) -> Response:
     found = await _admin().message(partition_id, transaction_id)
     if found is None:
-        return Response("message not found", status=404, content_type=HTML)
+        return _missing("message not found")
     pretty = orjson.dumps(found.payload.value, option=orjson.OPT_INDENT_2).decode()
     traces = await _broker().consume.traces.for_message(found.message.partition_id, transaction_id)
     return await _page(
@@ -257,7 +307,7 @@ async def group(group: str) -> Response:
     groups = _admin().consumer_groups
     found = await groups.detail(name, request.args)
     if found is None:
-        return Response(f"consumer group {name} does not exist", status=404, content_type=HTML)
+        return _missing(f"consumer group {name} does not exist")
     lag_charts = {}
     for g in found:
         samples = groups.lag_history.series(name, g.standing.queue)
