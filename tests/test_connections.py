@@ -1,11 +1,16 @@
 """The connection lifecycle of the real server, seen from raw sockets: when the server closes a
-connection, how long it waits for headers, what a refused body does to the connection, and how
-fast a graceful stop is when clients are idle."""
+connection, how long it waits for headers, what a refused body does to the connection, what
+happens when the client ends its side (half-closes, closes, resets), and how fast a graceful
+stop is when clients are idle or half-closed."""
 
 from __future__ import annotations
 
 import signal
+import socket
+import struct
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +18,12 @@ import h11
 import httpx
 import pytest
 import trio
+import trio.testing
 
-from queen.server import serve
+from queen.broker import Broker
+from queen.http.app import create_app
+from queen.server import listen_socket, serve
+from queen.serving import ConnectionCapacity, serve_app
 from queen.settings import Settings
 from tests.procs import BrokerProcess
 
@@ -43,6 +52,42 @@ async def server(settings: Settings) -> AsyncIterator[Any]:
 
         yield start
         nursery.cancel_scope.cancel()
+
+
+@dataclass
+class Served:
+    port: int
+    broker: Broker
+    capacity: ConnectionCapacity
+
+
+@pytest.fixture
+async def served(broker: Broker) -> AsyncIterator[Served]:
+    """The broker's app served on a real socket (``serve_app``), with a connection capacity the
+    test can read."""
+    sock = listen_socket("127.0.0.1", 0)
+    capacity = ConnectionCapacity(64)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            partial(
+                serve_app,
+                create_app(broker),
+                broker.settings,
+                sock,
+                shutdown_trigger=trio.sleep_forever,
+                capacity=capacity,
+            )
+        )
+        yield Served(sock.getsockname()[1], broker, capacity)
+        nursery.cancel_scope.cancel()
+
+
+async def no_connection_left(capacity: ConnectionCapacity) -> None:
+    """Once nothing is left to run (each connection is released by its own task as it
+    closes), the server holds no connection, busy or idle."""
+    with trio.fail_after(5):
+        await trio.testing.wait_all_tasks_blocked(0.01)
+    assert capacity.open == 0
 
 
 class Client:
@@ -107,6 +152,15 @@ def get(path: str, *extra: str, version: str = "1.1") -> bytes:
 def post_head(path: str, *extra: str) -> bytes:
     lines = [f"POST {path} HTTP/1.1", "Host: test", "Content-Type: application/json", *extra]
     return ("\r\n".join([*lines, "", ""])).encode()
+
+
+def push(queue: str, payload: int = 1) -> bytes:
+    body = f'{{"items": [{{"queue": "{queue}", "payload": {payload}}}]}}'.encode()
+    return post_head("/api/v1/push", f"Content-Length: {len(body)}") + body
+
+
+def long_poll(queue: str) -> bytes:
+    return get(f"/api/v1/pop/queue/{queue}?wait=true&timeout=60000")
 
 
 async def test_connection_close_is_honoured(server: Any, opened: list[trio.SocketStream]) -> None:
@@ -319,3 +373,82 @@ async def test_oversized_headers_are_refused_and_the_connection_closed(
     status, _, _ = await client.response()
     assert status == 431
     assert await client.closed_by_server()
+
+
+# --- the client's end: half-closed, closed, reset ------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["health", "push"])
+async def test_a_half_closed_client_gets_its_whole_answer_then_the_close(
+    served: Served, queue: str, opened: list[trio.SocketStream], what: str
+) -> None:
+    client = await Client.connect(served.port, opened)
+    await client.send(get("/health") if what == "health" else push(queue))
+    await client.stream.send_eof()  # shutdown(SHUT_WR): the request is whole, the client reads
+    status, _, body = await client.response()
+    if what == "health":
+        assert status == 200 and b"healthy" in body
+    else:
+        assert status == 201 and b'"queued"' in body
+    assert await client.closed_by_server(within_s=5)
+    await no_connection_left(served.capacity)
+
+
+async def test_a_half_closed_long_poll_is_answered_at_once_then_closed(
+    served: Served, queue: str, opened: list[trio.SocketStream]
+) -> None:
+    client = await Client.connect(served.port, opened)
+    await client.send(long_poll(queue))
+    await client.stream.send_eof()
+    with trio.fail_after(5):  # the poll may wait 60 s: only the client's end explains an answer
+        status, _, _ = await client.response()
+    assert status == 204
+    assert await client.closed_by_server(within_s=5)
+    await no_connection_left(served.capacity)
+    await served.broker.consume.wakeups.until_waiting(0)
+
+
+@pytest.mark.parametrize("how", ["closes", "resets"])
+async def test_a_client_gone_mid_request_frees_its_connection(
+    served: Served, queue: str, opened: list[trio.SocketStream], how: str
+) -> None:
+    client = await Client.connect(served.port, opened)
+    await client.send(long_poll(queue))
+    with trio.fail_after(5):
+        await served.broker.consume.wakeups.until_waiting(1)  # the request is in progress
+    if how == "resets":
+        linger_zero = struct.pack("ii", 1, 0)
+        client.stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger_zero)
+    await client.stream.aclose()
+    await no_connection_left(served.capacity)
+    with trio.fail_after(5):
+        await served.broker.consume.wakeups.until_waiting(0)
+
+
+async def test_graceful_stop_does_not_wait_for_a_half_closed_client(
+    pg_url: str, tmp_path: Path, queue: str, opened: list[trio.SocketStream]
+) -> None:
+    broker = BrokerProcess(
+        {
+            "DATABASE_URL": pg_url,
+            "FILE_BUFFER_DIR": str(tmp_path / "spool"),
+            "QUEEN_SHUTDOWN_GRACE_S": str(LONG_S),
+            "QUEEN_KEEP_ALIVE_TIMEOUT_S": str(LONG_S),
+        }
+    )
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery)
+        client = await Client.connect(broker.port, opened)
+        # Two requests at once, then the end of the client's side: the server is serving the
+        # second one (or has served it) once the first one is answered.
+        await client.send(get("/health") + push(queue))
+        await client.stream.send_eof()
+        assert (await client.response())[0] == 200
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(LONG_S / 6):  # the grace is 60 s
+            status, _, body = await client.response()
+            assert status == 201 and b'"queued"' in body
+            assert await client.closed_by_server(within_s=LONG_S / 6)
+            assert await broker.proc.wait() == 0
+        nursery.cancel_scope.cancel()

@@ -342,3 +342,39 @@ async def test_busy_connections_are_kept_and_a_newcomer_gets_503(
         assert await broker.metric("queen_http_connections_refused_total") == 1
     for stream in polls:
         await stream.aclose()
+
+
+@pytest.mark.slow
+async def test_a_burst_of_half_closed_requests_leaves_the_broker_answering(start: object) -> None:
+    assert callable(start)
+    broker: BrokerProcess = await start(
+        [sys.executable, "-m", "queen.cli", "serve"], QUEEN_MAX_CONNECTIONS="20"
+    )
+    pid = _pid(broker)
+    statuses: list[bytes] = []
+
+    async def half_closed() -> None:
+        stream = await trio.open_tcp_stream("127.0.0.1", broker.port)
+        answer = b""
+        with trio.move_on_after(3):
+            try:
+                await stream.send_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+                await stream.send_eof()  # the request is whole; the client still reads
+                while chunk := await stream.receive_some(65536):
+                    answer += chunk
+            except (trio.BrokenResourceError, OSError):
+                pass  # closed at once: refused while too many refusals were lingering
+        statuses.append(answer[9:12])
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(200):  # ten times the cap, 200 a second: a client's pace, not a flood
+            nursery.start_soon(half_closed)
+            await trio.sleep(0.005)
+    # every one has been answered and closed by the server (or refused at the cap), so a
+    # newcomer is served, not refused, and no connection is left half-open
+    async with httpx.AsyncClient(base_url=broker.base, timeout=10) as http:
+        status = (await http.get("/health")).status_code
+    assert status == 200, f"{status} after the burst; the burst's answers: {sorted(statuses)}"
+    await _wait_for(lambda: _close_wait_sockets(pid) == 0, "half-closed connections stay open")
+    assert b"200" in statuses

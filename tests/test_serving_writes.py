@@ -1,7 +1,8 @@
 """How an answer reaches the socket (:class:`queen.serving.connection.Connection`): one write
 per answer on a kept-alive connection, an informational ``100 Continue`` at once (before the
-client sends its body), and a whole answer before the server closes. Served by the real
-serving loop on a real socket; the server's writes are counted where they happen."""
+client sends its body), a whole answer before the server closes, and the close of a connection
+whose client leaves as soon as it has read its answer. Served by the real serving loop on a
+real socket; the server's writes are counted where they happen."""
 
 from __future__ import annotations
 
@@ -12,18 +13,27 @@ from typing import Any
 import h11
 import pytest
 import trio
+import trio.testing
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from queen.http.asgi import RequestConnection
 from queen.server import listen_socket
-from queen.serving import serve_app
+from queen.serving import ConnectionCapacity, serve_app
 from queen.settings import Settings
 
 
-def _app() -> QuartTrio:
+def _app(gate: trio.Event) -> QuartTrio:
     app = QuartTrio("writes-test", static_folder=None)
     app.asgi_http_class = RequestConnection
+
+    @app.get("/gated")
+    async def gated() -> Response:
+        async def body() -> AsyncIterator[bytes]:
+            yield b'{"ok":true}'
+            await gate.wait()  # the answer is out, the app has not finished sending it
+
+        return Response(body(), content_type="application/json", headers={"content-length": "11"})
 
     @app.get("/ping")
     async def ping() -> Response:
@@ -40,6 +50,8 @@ class Served:
     def __init__(self, port: int) -> None:
         self.port = port
         self.writes: list[bytes] = []
+        self.capacity = ConnectionCapacity(16)
+        self.gate = trio.Event()
 
 
 @pytest.fixture
@@ -57,7 +69,14 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
     settings = Settings(host="127.0.0.1", port=found.port, shutdown_grace_s=1)
     async with trio.open_nursery() as nursery:
         await nursery.start(
-            partial(serve_app, _app(), settings, sock, shutdown_trigger=trio.sleep_forever)
+            partial(
+                serve_app,
+                _app(found.gate),
+                settings,
+                sock,
+                shutdown_trigger=trio.sleep_forever,
+                capacity=found.capacity,
+            )
         )
         yield found
         nursery.cancel_scope.cancel()
@@ -133,3 +152,21 @@ async def test_an_answer_before_a_close_arrives_whole(served: Served) -> None:
         await stream.aclose()
     assert received.startswith(b"HTTP/1.1 200 ") and received.endswith(b'{"ok":true}')
     assert len(served.writes) == 1
+
+
+async def test_a_client_that_closes_right_after_its_answer_frees_its_connection(
+    served: Served,
+) -> None:
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", served.port)
+        parser = _client()
+        await stream.send_all(b"GET /gated HTTP/1.1\r\nHost: x\r\n\r\n")
+        parser.send(h11.Request(method="GET", target="/gated", headers=[("host", "x")]))
+        parser.send(h11.EndOfMessage())
+        assert await _answer(stream, parser) == (200, b'{"ok":true}')
+        await stream.aclose()
+        # the server has seen the client's end before the app finishes its answer
+        await trio.testing.wait_all_tasks_blocked(0.05)
+        served.gate.set()
+        await trio.testing.wait_all_tasks_blocked(0.05)
+    assert served.capacity.open == 0

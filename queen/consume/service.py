@@ -12,8 +12,9 @@ waiting:
   ends sooner), and not at all while nothing is pending and the push listener hears the
   other processes. Tickets are fired by this process's committed pushes (a batcher
   commit listener), by transactions and lease-releasing acks here, and by the push listener
-  (NOTIFY from every other broker process). A pop whose client disconnects is cancelled by
-  the HTTP server; cancellation only ever interrupts the wait, never a database call.
+  (NOTIFY from every other broker process). A pop whose client leaves is cancelled by the
+  HTTP layer (the pop route when the client ends its side, the server when the connection
+  breaks); cancellation only ever interrupts the wait, never a database call.
   Waiting pops of the same kind share their re-checks and wake-ups
   (:mod:`queen.consume.looks`): a hundred idle consumers cost one query per re-check, and a
   push of one message two queries, instead of a hundred.

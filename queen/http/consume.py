@@ -4,6 +4,9 @@ Thin: read the request, validate it with :mod:`queen.consume.requests`, call the
 consume service, render the answer (:mod:`queen.http.render`). An empty pop answers 204.
 Path parameters arrive percent-decoded; the queue and partition names of the pop routes may
 span segments (:class:`queen.http.paths.QueueName`: the official clients leave them unquoted).
+A waiting pop stops waiting when the client ends its side of the connection (it closed it, or
+half-closed it and may still read): it answers 204 at once rather than take a lease for a
+client that may be gone.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from quart import Blueprint, Response, current_app, request
 
 from queen.broker import Broker
 from queen.consume import requests
+from queen.consume.results import PopResult
 from queen.http import render
 from queen.http.access import producer_sub
 from queen.http.responses import json_body, json_response
 from queen.records import PopRequest
+from queen.serving import client_end
 
 blueprint = Blueprint("consume", __name__)
 
@@ -26,7 +31,13 @@ def _broker() -> Broker:
 
 
 async def _pop(pop: PopRequest) -> Response:
-    result = await _broker().consume.pop(pop)
+    end = client_end(request.scope) if pop.wait else None
+    if end is None:
+        result: PopResult | None = await _broker().consume.pop(pop)
+    else:
+        result = None
+        with end.cancels():  # (the wait is cancelled, never a database call)
+            result = await _broker().consume.pop(pop)
     if not result:
         return Response(b"", status=204)
     return json_response(render.pop(result))

@@ -1,11 +1,14 @@
 """Serving the HTTP app: Hypercorn's HTTP/1.1 machinery, our connection lifecycle.
 
 :func:`serve_app` accepts connections on one listening socket and serves each with
-:class:`~queen.serving.connection.Connection` (keep-alive and header deadlines, lingering
-close) and the app behind :class:`~queen.serving.guard.ConnectionGuard` (Quart-Trio kept out
-of Hypercorn's close path, request body bytes bounded by a :class:`BodyBudget`), within the
-process's :class:`ConnectionCapacity` (a cap on connections that keeps descriptors in reserve,
-the longest idle connection shed to make room).
+:class:`~queen.serving.connection.Connection` (keep-alive and header deadlines, the end of the
+client's side acted on, lingering close) and the app behind
+:class:`~queen.serving.guard.ConnectionGuard` (Quart-Trio kept out of Hypercorn's close path,
+request body bytes bounded by a :class:`BodyBudget`), within the process's
+:class:`ConnectionCapacity` (a cap on connections that keeps descriptors in reserve, the
+longest idle connection shed to make room). A request's scope carries its connection's
+:class:`ClientEnd` (:func:`client_end`), so that a long wait can stop when the client ends its
+side.
 """
 
 from __future__ import annotations
@@ -31,15 +34,17 @@ from queen.serving.capacity import (
     default_max_connections,
     raise_descriptor_limit,
 )
-from queen.serving.connection import Connection
+from queen.serving.connection import ClientEnd, Connection, client_end
 from queen.serving.guard import ConnectionGuard
 from queen.settings import Settings
 
 __all__ = [
     "BodyBudget",
+    "ClientEnd",
     "ConnectionCapacity",
     "ConnectionGuard",
     "capacity_for",
+    "client_end",
     "hypercorn_config",
     "raise_descriptor_limit",
     "serve_app",

@@ -1,5 +1,5 @@
-"""One HTTP connection: Hypercorn's TCP server with one idle watchdog, a header deadline, a
-close as soon as the client has gone, a place in the process's connection capacity, and a
+"""One HTTP connection: Hypercorn's TCP server with one idle watchdog, a header deadline, the
+end of the client's side acted on, a place in the process's connection capacity, and a
 lingering close.
 
 Hypercorn keeps an idle timer per connection, from the moment the connection is idle (just
@@ -12,10 +12,19 @@ per request was the largest single cost of a small request). It also adds:
 - **Header deadline.** Once the first byte of a request arrives, its headers must be complete
   within ``header_timeout_s``, however slowly the bytes come (Hypercorn's own read timeout
   would restart at every byte, and would also cut long polls).
-- **The client's end is acted on.** Once the client's side has ended (it closed, or half-closed,
-  its connection), nothing more can arrive: an idle connection is closed at once, and a busy
-  one as soon as its request ends (Hypercorn tells the app the client left). The descriptor
-  is free again right away instead of sitting in ``CLOSE-WAIT`` until the keep-alive timeout.
+- **The client's end is acted on.** Nothing more can arrive once the client's side has ended,
+  and the descriptor is freed as soon as nothing is left to write, instead of sitting in
+  ``CLOSE-WAIT`` until the keep-alive timeout:
+
+  - an *end of stream* (the client closed, or half-closed after its request: it may still be
+    reading) while idle closes the connection at once; during a request whose head has
+    arrived, the request goes on and is answered, then the connection closes. (Hypercorn
+    would tell the app the client left, Quart-Trio would cancel the request, and nothing
+    would ever close the connection.) A request cut short (an incomplete head or body) is
+    answered 400 and closed. Long waits can stop early: the request's scope carries the
+    connection's :class:`ClientEnd` (extension ``queen.client_end``);
+  - a *broken* connection (reset) cancels the request in progress (the app is told the client
+    left: no answer can reach it) and closes the connection at once.
 - **Capacity.** Every connection registers with the process's :class:`ConnectionCapacity`,
   says when it turns idle or busy, and closes when the capacity sheds it to make room. A new
   connection the capacity cannot admit (every connection busy) is answered 503 at once,
@@ -29,17 +38,86 @@ per request was the largest single cost of a small request). It also adds:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
 import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import AppWrapper, LifespanState
+from hypercorn.typing import (
+    AppWrapper,
+    ASGIReceiveCallable,
+    ASGISendCallable,
+    LifespanState,
+    Scope,
+)
 
 from queen.serving.capacity import ConnectionCapacity
 
 LINGER_S = 2.0
+# The ASGI scope extension under which a request finds its connection's ClientEnd (client_end).
+CLIENT_END = "queen.client_end"
+
+
+class ClientEnd:
+    """Whether the client has ended its side of the connection (closed it, or half-closed it
+    and may still read). A request that waits for something else (a long poll) stops waiting
+    then: :meth:`cancels` is a cancel scope that is cancelled when the end comes, or at once if
+    it has come already."""
+
+    __slots__ = ("_scopes", "ended")
+
+    def __init__(self) -> None:
+        self.ended = False
+        self._scopes: set[trio.CancelScope] = set()
+
+    @contextmanager
+    def cancels(self) -> Iterator[trio.CancelScope]:
+        with trio.CancelScope() as scope:
+            if self.ended:
+                scope.cancel()
+            self._scopes.add(scope)
+            try:
+                yield scope
+            finally:
+                self._scopes.discard(scope)
+
+    def end(self) -> None:
+        self.ended = True
+        for scope in self._scopes:
+            scope.cancel()
+
+
+class _WithClientEnd:
+    """The app, with the connection's :class:`ClientEnd` in each request's scope."""
+
+    __slots__ = ("app", "end")
+
+    def __init__(self, app: AppWrapper, end: ClientEnd) -> None:
+        self.app = app
+        self.end = end
+
+    async def __call__(
+        self,
+        scope: Scope,
+        receive: ASGIReceiveCallable,
+        send: ASGISendCallable,
+        sync_spawn: object,
+        call_soon: object,
+    ) -> None:
+        if scope["type"] == "http":
+            scope["extensions"][CLIENT_END] = {"end": self.end}
+        await self.app(scope, receive, send, sync_spawn, call_soon)  # type: ignore[arg-type]
+
+
+def client_end(scope: Mapping[str, Any]) -> ClientEnd | None:
+    """The :class:`ClientEnd` of the connection serving the request of ``scope``; None when the
+    server does not offer it."""
+    extension = (scope.get("extensions") or {}).get(CLIENT_END)
+    return extension.get("end") if isinstance(extension, dict) else None
 
 
 class Connection(TCPServer):
@@ -66,13 +144,16 @@ class Connection(TCPServer):
         self._request_started = False
         self._closed = False
         self._must_close = False
+        # The client's side: ended or broken (_peer_done), as the requests see it (_client_end).
         self._peer_done = trio.Event()
+        self._client_end = ClientEnd()
         # One write per answer: a request's response head is held (`_held`) and written with
         # what follows it, and empty writes are skipped.
         self._awaiting_head = False
         self._held: bytes | None = None
         self._raw = stream
-        super().__init__(app, config, context, state, stream)  # type: ignore[arg-type]
+        with_end = _WithClientEnd(app, self._client_end)
+        super().__init__(with_end, config, context, state, stream)  # type: ignore[arg-type]
 
     async def run(self) -> None:
         if not self._capacity.admit(self, self._shed):
@@ -108,25 +189,41 @@ class Connection(TCPServer):
         """Hypercorn's reader, noting the first byte of each request and the end of the
         client's side. It has no per-read timeout (Hypercorn's read timeout is off: the
         watchdog's deadlines replace it), so no cancel scope is opened per read."""
+        try:
+            ended = await self._read_until_end()
+        finally:
+            self._peer_done.set()
+        # Nothing more can arrive on this connection.
+        self._must_close = True
+        self._client_end.end()
+        if self._closed:
+            return
+        if ended:
+            # h11 learns that the client's side ended: a request cut short is answered 400
+            # and the connection closed; a complete one goes on (h11 has the client's side
+            # closed, so Hypercorn closes the connection after the answer).
+            await self.protocol.handle(RawData(b""))
+            if self._closed or not self._idle:
+                return
+        # Idle, or broken: the request in progress (if any) is told the client left, and the
+        # connection closes now.
+        await self.protocol.handle(Closed())
+        self._close_now()
+
+    async def _read_until_end(self) -> bool:
+        """Read and hand over what arrives until the client's side ends (True) or breaks
+        (False)."""
         receive_some = self._raw.receive_some
         handle = self.protocol.handle
         while True:
             try:
                 data = await receive_some(MAX_RECV)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._peer_done.set()
-                break
+                return False
             if not data:
-                self._peer_done.set()
-                await handle(RawData(b""))
-                break
+                return True
             self._data_arrived()
             await handle(RawData(data))
-        await handle(Closed())
-        # The client's side has ended (or broke): nothing more can arrive on this connection.
-        self._must_close = True
-        if self._idle:  # a request's headers that have begun can no longer complete either
-            self._watch.deadline = -math.inf
 
     async def protocol_send(self, event: Event) -> None:
         kind = type(event)  # (exact types: Hypercorn's events are final, and an ABC check costs)
