@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from queen.server import worker_environ
+from queen.serving.connection import LINGER_S
 from queen.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -231,6 +233,83 @@ def _external_env(pg_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
     env["DATABASE_URL"] = pg_url
     return env
+
+
+def _answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The head and body of the next answer on ``sock`` (its body has a Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {data!r}"
+        body += chunk
+    return head, body
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_big_body_refused_while_it_arrives_gets_its_503_not_a_reset(
+    pg_url: str, tmp_path: Path, workers: int
+) -> None:
+    """The body budget answers 503 as soon as a body's head arrives, and ends the server's
+    side; most clients read only once they have sent their whole body. The server must read
+    and drop the body for as long as it keeps coming (here longer than the pause that ends a
+    lingering close), or the client meets a reset instead of its answer."""
+    port = _free_port()
+    env = _external_env(pg_url)
+    env["QUEEN_MAX_BODY_BYTES"] = env["QUEEN_MAX_DECODING_BYTES"] = str(64 * 2**20)
+    proc = subprocess.Popen(
+        _serve_argv(port, tmp_path / "spool", "--workers", str(workers)), env=env
+    )
+    holders: dict[int, socket.socket] = {}
+    try:
+        assert len(_process_ids(f"http://127.0.0.1:{port}", workers, time.monotonic() + 60)) == (
+            workers
+        )
+        # In every worker a 40 MB body, begun and never finished, holds that much of the
+        # budget: a 50 MB body then fits in none.
+        for _ in range(50):
+            if len(holders) == workers:
+                break
+            holder = socket.create_connection(("127.0.0.1", port), timeout=10)
+            holder.sendall(b"GET /metrics HTTP/1.1\r\nhost: x\r\naccept: application/json\r\n\r\n")
+            pid = orjson.loads(_answer(holder)[1])["processId"]
+            if pid in holders:
+                holder.close()
+                continue
+            holder.sendall(
+                b"POST /api/v1/push HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                b"content-length: 40000000\r\nexpect: 100-continue\r\n\r\n"
+            )
+            # (the body is charged when its request starts, before this goes out)
+            assert holder.recv(65536).startswith(b"HTTP/1.1 100 ")
+            holders[pid] = holder
+        assert len(holders) == workers
+        body = b'{"items": [{"queue": "big", "payload": "' + b"x" * 50_000_000 + b'"}]}'
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(
+                b"POST /api/v1/push HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                b"content-length: " + str(len(body)).encode() + b"\r\n\r\n"
+            )
+            # A slow link: the body takes LINGER_S + 1 s to send, then the answer is read.
+            step = 1 << 20
+            pause = (LINGER_S + 1) / (len(body) / step)
+            for offset in range(0, len(body), step):
+                client.sendall(body[offset : offset + step])
+                time.sleep(pause)
+            head, answer = _answer(client)
+        assert head.startswith(b"HTTP/1.1 503 "), head
+        assert b"retry-after: 1" in head.lower() and b"retry later" in answer
+    finally:
+        for holder in holders.values():
+            holder.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
 
 
 def _children(pid: int) -> set[int]:

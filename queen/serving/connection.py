@@ -30,14 +30,19 @@ per request was the largest single cost of a small request). It also adds:
   connection the capacity cannot admit (every connection busy) is answered 503 at once,
   without its request being read, and closed.
 - **Lingering close.** When the server closes a connection whose client may still be sending
-  (a refused body), it first ends its own side, then goes on reading and discarding until
-  the client closes or ``LINGER_S`` passes. Closing at once with unread bytes would reset the
-  connection, and the client could lose the answer that says why.
+  (a refused body), it first ends its own side, then goes on reading and discarding until the
+  client ends its side, nothing arrives for ``LINGER_S``, or ``LINGER_MAX_S`` have passed.
+  Closing with unread bytes would reset the connection, and a client still sending its body
+  would lose the answer that says why; so the linger lasts as long as the body keeps coming,
+  however long after the answer that is.
 """
 
 from __future__ import annotations
 
+import fcntl
 import math
+import sys
+import termios
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -57,7 +62,9 @@ from hypercorn.typing import (
 
 from queen.serving.capacity import ConnectionCapacity
 
+# A lingering close ends when nothing has arrived for LINGER_S, and after LINGER_MAX_S at most.
 LINGER_S = 2.0
+LINGER_MAX_S = 30.0
 # The ASGI scope extension under which a request finds its connection's ClientEnd (client_end).
 CLIENT_END = "queen.client_end"
 
@@ -120,6 +127,15 @@ def client_end(scope: Mapping[str, Any]) -> ClientEnd | None:
     return extension.get("end") if isinstance(extension, dict) else None
 
 
+def _unread_bytes(sock: trio.socket.SocketType) -> int:
+    """Bytes that have arrived on ``sock`` and are not read yet."""
+    try:
+        raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return int.from_bytes(raw, sys.byteorder)
+
+
 class Connection(TCPServer):
     """Serves one accepted connection (``await Connection(...)``), then closes it."""
 
@@ -144,9 +160,16 @@ class Connection(TCPServer):
         self._request_started = False
         self._closed = False
         self._must_close = False
-        # The client's side: ended or broken (_peer_done), as the requests see it (_client_end).
+        # The client's side: ended or broken (_peer_done), as the requests see it (_client_end);
+        # the reader task and whether it runs; whether what arrives is now only discarded, and
+        # how many bytes were.
         self._peer_done = trio.Event()
         self._client_end = ClientEnd()
+        self._reader: trio.lowlevel.Task | None = None
+        self._reading = False
+        self._received = 0
+        self._discarding = False
+        self._shut = False
         # One write per answer: a request's response head is held (`_held`) and written with
         # what follows it, and empty writes are skipped.
         self._awaiting_head = False
@@ -189,9 +212,12 @@ class Connection(TCPServer):
         """Hypercorn's reader, noting the first byte of each request and the end of the
         client's side. It has no per-read timeout (Hypercorn's read timeout is off: the
         watchdog's deadlines replace it), so no cancel scope is opened per read."""
+        self._reader = trio.lowlevel.current_task()
+        self._reading = True
         try:
             ended = await self._read_until_end()
         finally:
+            self._reading = False
             self._peer_done.set()
         # Nothing more can arrive on this connection.
         self._must_close = True
@@ -212,7 +238,7 @@ class Connection(TCPServer):
 
     async def _read_until_end(self) -> bool:
         """Read and hand over what arrives until the client's side ends (True) or breaks
-        (False)."""
+        (False). Once the server has ended its own side, what arrives is only discarded."""
         receive_some = self._raw.receive_some
         handle = self.protocol.handle
         while True:
@@ -222,6 +248,9 @@ class Connection(TCPServer):
                 return False
             if not data:
                 return True
+            if self._discarding:
+                self._received += len(data)
+                continue
             self._data_arrived()
             await handle(RawData(data))
 
@@ -296,16 +325,52 @@ class Connection(TCPServer):
             await self._initiate_server_close()
 
     async def _close(self) -> None:
+        """End the server's side, linger while the client may still be sending, then close
+        (once: Hypercorn calls this again when the connection's tasks are done)."""
+        if self._shut:
+            return
+        self._shut = True
         try:
             try:
                 await self.stream.send_eof()
             except (trio.BrokenResourceError, trio.BusyResourceError, trio.ClosedResourceError):
                 pass
-            with trio.move_on_after(LINGER_S):
-                # The connection's reader goes on discarding what arrives meanwhile.
-                await self._peer_done.wait()
+            if not self._peer_done.is_set():
+                self._discarding = True
+                await self._linger()
         finally:
             await self.stream.aclose()
+
+    async def _linger(self) -> None:
+        """Discard what the client still sends until it ends its side, nothing arrives for
+        ``LINGER_S``, or ``LINGER_MAX_S`` pass. Bytes waiting unread after such a pause earn one
+        more: the process may have been too busy to read them. The reader discards; if the
+        reader itself is closing (a protocol error found in what it read), or is gone, the
+        reading is done here."""
+        here = not self._reading or trio.lowlevel.current_task() is self._reader
+        waited_on_unread = False
+        with trio.move_on_after(LINGER_MAX_S):
+            while not self._peer_done.is_set():
+                before = self._received
+                with trio.move_on_after(LINGER_S):
+                    if here:
+                        await self._discard_until_end()
+                    else:
+                        await self._peer_done.wait()
+                if self._received != before:
+                    waited_on_unread = False
+                elif waited_on_unread or not _unread_bytes(self._raw.socket):
+                    return
+                else:
+                    waited_on_unread = True
+
+    async def _discard_until_end(self) -> None:
+        try:
+            while data := await self._raw.receive_some(MAX_RECV):
+                self._received += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        self._peer_done.set()
 
     async def _refuse_busy(self) -> None:
         """Answer 503 without reading the request, then close; if too many refusals are
