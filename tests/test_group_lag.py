@@ -1,14 +1,20 @@
 """Consumer-group lag counts every message a group will still receive: partitions it has never
 popped count from where its subscription starts (the beginning, ``new``, a timestamp), in
-``GET /api/v1/consumer-groups``, a group's detail and ``queen_consumer_group_lag``."""
+``GET /api/v1/consumer-groups``, a group's detail and ``queen_consumer_group_lag``. Messages a
+clear removed are not counted, in the lag nor in the queue's figures, even while a lease kept
+a write below them."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
+import trio
+
+from queen.storage.postgres import migrate_sync
 from tests.conftest import Db
-from tests.consuming import Api, age_messages, data_of
+from tests.consuming import Api, age_messages, data_of, expire_leases
 
 
 async def standing(api: Api, queue: str, group: str) -> dict[str, Any]:
@@ -99,3 +105,111 @@ async def test_a_timestamp_group_that_never_popped_a_partition(
     assert row["subscriptionMode"] == "timestamp"
     assert await drain(api, queue, "t", subscriptionFrom=since) == ["b-new-1", "b-new-2"]
     assert (await standing(api, queue, "t"))["totalLag"] == 0
+
+
+async def queue_figures(api: Api, queue: str) -> dict[str, int]:
+    """Queue mode's totals of the queue's detail and its Prometheus depth."""
+    status, detail = await api.get(f"/api/v1/resources/queues/{queue}")
+    assert status == 200
+    status, _ = await api.post("/api/v1/stats/refresh")
+    assert status == 200
+    resp = await api.client.get("/metrics/prometheus")
+    text = (await resp.get_data()).decode()
+    wanted = f'queen_queue_depth{{queue="{queue}"}} '
+    [line] = [x for x in text.splitlines() if x.startswith(wanted)]
+    totals = detail["totals"]
+    return {
+        "total": totals["total"],
+        "pending": totals["pending"],
+        "processing": totals["processing"],
+        "depth": int(float(line.removeprefix(wanted))),
+    }
+
+
+async def test_what_a_clear_removed_is_not_counted_though_a_lease_kept_a_write_below_it(
+    api: Api, queue: str, db: Db
+) -> None:
+    await api.configure(queue, leaseTime=15)
+    for n in range(10):  # ten writes of ten messages: 0..99
+        await api.push(queue, "p", *range(n * 10, n * 10 + 10))
+    await api.push(queue, "r", *range(20))
+    taken = await api.messages(queue, "r", batch=5, consumerGroup="g")  # then g stops
+    assert data_of(taken) == list(range(5))
+    await api.ack_batch(taken, group="g")
+    assert len(await api.messages(queue, "p", batch=10)) == 10  # queue mode holds 0..9
+
+    status, body = await api.delete(f"/api/v1/queues/{queue}/clear")
+    assert (status, body["cleared"], body["kept"]) == (200, 110, 10)
+    figures = await queue_figures(api, queue)
+    assert figures == {"total": 10, "pending": 0, "processing": 10, "depth": 10}
+    assert (await standing(api, queue, "g"))["totalLag"] == 10  # p's kept write only
+    assert await prometheus_lag(api, queue, "g") == 10
+
+    await expire_leases(db, queue)
+    assert await drain(api, queue) == list(range(10))  # all there is
+    figures = await queue_figures(api, queue)
+    assert figures == {"total": 10, "pending": 0, "processing": 0, "depth": 0}
+    assert await prometheus_lag(api, queue, "__QUEUE_MODE__") == 0
+    status, detail = await api.get("/api/v1/consumer-groups/__QUEUE_MODE__")
+    assert status == 200
+    assert [p["offsetLag"] for p in detail[queue]["partitions"]] == [0, 0]
+
+    await api.push(queue, "p", "after")  # exactly what is left
+    assert (await queue_figures(api, queue))["depth"] == 1
+    assert await prometheus_lag(api, queue, "__QUEUE_MODE__") == 1
+    assert await drain(api, queue) == ["after"]
+
+
+async def test_a_pop_moves_a_cursor_past_what_was_removed_after_it(
+    api: Api, queue: str, db: Db
+) -> None:
+    await api.configure(queue, leaseTime=15)
+    for n in range(3):
+        await api.push(queue, "p", *range(n * 10, n * 10 + 10))
+    assert len(await api.messages(queue, "p", batch=10)) == 10
+    status, body = await api.delete(f"/api/v1/queues/{queue}/clear")
+    assert (status, body["kept"]) == (200, 10)
+    await expire_leases(db, queue)
+    assert len(await drain(api, queue)) == 10
+    # nothing is stored past the cursor: the pop that found nothing moved it to the end, so
+    # the partition is not pending (a waiting pop would otherwise look at it again and again)
+    cursor, end = (
+        await db.rows(
+            """SELECT c.next_offset, p.next_offset FROM queen.cursors c
+               JOIN queen.partitions p ON p.id = c.partition_id
+               JOIN queen.queues q ON q.id = p.queue_id
+               WHERE q.name = %s AND p.name = 'p' AND c.consumer_group = '__QUEUE_MODE__'""",
+            queue,
+        )
+    )[0]
+    assert (cursor, end) == (30, 30)
+
+
+async def test_a_deleted_message_and_gaps_from_before_they_were_booked_are_not_counted(
+    api: Api, queue: str, db: Db
+) -> None:
+    await api.configure(queue, leaseTime=15)
+    await api.push(queue, "p", "a", "b", "c", tx=["a", "b", "c"])
+    await api.push(queue, "p", "d", "e", tx=["d", "e"])
+    await api.push(queue, "p", "f", tx=["f"])
+    pid = (await api.messages(queue, "p", batch=1, autoAck=True))[0]["partitionId"]  # "a"
+    status, _ = await api.delete(f"/api/v1/messages/{pid}/c")
+    assert status == 200
+    assert data_of(await api.messages(queue, "p", batch=3)) == ["b", "d"]  # leased
+    status, body = await api.delete(f"/api/v1/queues/{queue}/clear?partition=p")
+    assert (status, body["cleared"], body["kept"]) == (200, 1, 4)  # "f" removed
+    wanted = {"total": 4, "pending": 1, "processing": 2, "depth": 3}
+    assert await queue_figures(api, queue) == wanted
+
+    # a database written before gaps were booked: they are found when the schema is applied
+    await db.rows("DROP TABLE queen.gaps")
+
+    def migrate() -> None:
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            migrate_sync(conn)
+
+    await trio.to_thread.run_sync(migrate)
+    assert await queue_figures(api, queue) == wanted
+    await expire_leases(db, queue)
+    assert await drain(api, queue) == ["b", "d", "e"]
+    assert await queue_figures(api, queue) == {**wanted, "pending": 0, "processing": 0, "depth": 0}

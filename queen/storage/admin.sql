@@ -7,45 +7,74 @@
 -- would compile every call, which costs more than the query.
 
 -- Per partition of the given queues: what it holds, and where queue mode stands.
---   held        messages stored (next_offset - lowest stored offset)
+--   held        messages stored (next_offset - lowest stored offset - the gaps above it)
 --   undone      of those, not done by queue mode (acked or dead-lettered)
 --   processing  of those, inside a live lease
 --   start_at    created_at of the segment holding the first undone message (null if none)
 --   newest_at   created_at of the newest segment (null if none)
+-- Offsets removed above the lowest stored one (queen.gaps: a clear or retention that kept a
+-- leased write below them, a deleted message) are no messages: every count leaves them out,
+-- and acks recorded ahead of the cursor count only where a message is still stored.
 CREATE OR REPLACE FUNCTION queen.admin_partition_stats(p_queue_ids bigint[])
 RETURNS TABLE (queue_id bigint, partition_id bigint, name text, created_at timestamptz,
                next_offset bigint, low_offset bigint, cursor_offset bigint, held bigint,
                undone bigint, processing bigint, failed bigint, lease_expires_at timestamptz,
                start_at timestamptz, newest_at timestamptz)
 LANGUAGE sql STABLE SET jit = off AS $fn$
-    SELECT p.queue_id, p.id, p.name, p.created_at, p.next_offset, b.low, b.start,
-           p.next_offset - b.low,
+    SELECT p.queue_id, p.id, p.name, p.created_at, p.next_offset, l.low, st.start,
+           p.next_offset - l.low - g.gap[1],
            b.undone,
            CASE WHEN c.lease_expires_at > now()
-                THEN least(b.undone, greatest(0, c.lease_end - b.start - b.ahead))
+                THEN least(b.undone,
+                           greatest(0, c.lease_end - st.start - g.gap[3] - b.ahead))
                 ELSE 0 END,
            (SELECT count(*) FROM queen.failures f
             WHERE f.partition_id = p.id AND f.consumer_group = '__QUEUE_MODE__'),
            CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END,
-           CASE WHEN b.undone > 0 THEN
-               (SELECT s.created_at FROM queen.segments s
-                WHERE s.partition_id = p.id AND s.first_offset <= b.start
-                ORDER BY s.first_offset DESC LIMIT 1) END,
+           CASE WHEN b.undone > 0 THEN coalesce(
+               (SELECT x.created_at
+                FROM (SELECT s.created_at, s.last_offset FROM queen.segments s
+                      WHERE s.partition_id = p.id AND s.first_offset <= st.start
+                      ORDER BY s.first_offset DESC LIMIT 1) x
+                WHERE x.last_offset >= st.start),
+               (SELECT s.created_at FROM queen.segments s      -- start is in a gap
+                WHERE s.partition_id = p.id AND s.first_offset > st.start
+                ORDER BY s.first_offset LIMIT 1)) END,
            (SELECT s.created_at FROM queen.segments s
             WHERE s.partition_id = p.id ORDER BY s.first_offset DESC LIMIT 1)
     FROM queen.partitions p
     LEFT JOIN queen.cursors c
            ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
-    CROSS JOIN LATERAL (
+    CROSS JOIN LATERAL (   -- OFFSET 0: computed once, not once per use
         SELECT coalesce((SELECT s.first_offset FROM queen.segments s
                          WHERE s.partition_id = p.id ORDER BY s.first_offset LIMIT 1),
-                        p.next_offset) AS low) l
+                        p.next_offset) AS low
+        OFFSET 0) l
     CROSS JOIN LATERAL (
-        SELECT l.low,
-               greatest(l.low, coalesce(c.next_offset, l.low)) AS start,
-               coalesce(cardinality(c.acked), 0) AS ahead,
-               greatest(0, p.next_offset - greatest(l.low, coalesce(c.next_offset, l.low))
-                           - coalesce(cardinality(c.acked), 0)) AS undone) b
+        SELECT greatest(l.low, coalesce(c.next_offset, l.low)) AS start) st
+    CROSS JOIN LATERAL (   -- offsets removed in [low, next), [start, next), [start, lease_end)
+        SELECT CASE WHEN p.id IN (SELECT x.partition_id FROM queen.gaps x)   -- usually not:
+               THEN (SELECT ARRAY[                                             -- one hashed look
+                        coalesce(sum(x.last_offset + 1 - greatest(x.first_offset, l.low)), 0),
+                        coalesce(sum(greatest(0, x.last_offset + 1
+                                                 - greatest(x.first_offset, st.start))), 0),
+                        coalesce(sum(greatest(0, least(x.last_offset + 1, c.lease_end)
+                                                 - greatest(x.first_offset, st.start))), 0)]
+                     FROM queen.gaps x
+                     WHERE x.partition_id = p.id AND x.last_offset >= l.low)
+               ELSE ARRAY[0, 0, 0]::bigint[] END AS gap
+        OFFSET 0) g
+    CROSS JOIN LATERAL (
+        SELECT a.ahead, greatest(0, p.next_offset - st.start - g.gap[2] - a.ahead) AS undone
+        FROM (SELECT CASE WHEN cardinality(c.acked) > 0 THEN
+                         (SELECT count(*) FROM unnest(c.acked) AS k (off)
+                          WHERE k.off >= st.start
+                            AND NOT EXISTS (SELECT 1 FROM queen.gaps x
+                                            WHERE x.partition_id = p.id
+                                              AND x.first_offset <= k.off
+                                              AND x.last_offset >= k.off))
+                         ELSE 0 END AS ahead) a
+        OFFSET 0) b
     WHERE p.queue_id = ANY (p_queue_ids)
 $fn$;
 
@@ -87,19 +116,22 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
 $fn$;
 
 -- Where groups stand on queues, per partition holding messages, cursor or not. start = the
--- first offset the group will still receive: its cursor; without one, where its first pop
+-- first offset the group will still receive: its cursor (or the lowest stored offset, when
+-- what was ahead of the cursor was removed); without one, where its first pop
 -- would start: the first segment stored at or after its subscription time (two probes of
 -- segments_by_age: the first such time, then the lowest offset stored then; queen.pop orders
 -- by offset, and a partition's segments are stored in offset order, so both find the same
--- segment), else the lowest stored offset. lag = messages
--- from start on that it has not done. So a partition a group never popped counts whole from
--- its subscription's start, and a group that stopped consuming shows the lag of every
--- partition created since.
--- Cost: a partition with a cursor costs what it did before (no probe). The partitions without
--- one are looked for among those created since the group's cursor mark (see queen.pop: every
+-- segment), else the lowest stored offset. lag = messages stored from start on that it has
+-- not done (offsets removed above start, queen.gaps, are no messages). So a partition a group
+-- never popped counts whole from its subscription's start, and a group that stopped
+-- consuming shows the lag of every partition created since.
+-- Cost: a partition with a cursor costs a probe of the segments and a hashed look at the
+-- partitions with gaps (the gaps' own probe only for those). The partitions without one are
+-- looked for among those created since the group's cursor mark (see queen.pop: every
 -- partition created before it holding messages got a cursor at the group's look), through
--- partitions_by_queue_created, and cost one probe of the cursors' key and one of the segments
--- each; a group without a mark (it only ever popped single partitions) looks at them all.
+-- partitions_by_queue_created, and cost one probe of the cursors' key and one of the
+-- segments each; a group without a mark (it only ever popped single partitions) looks at
+-- them all.
 CREATE OR REPLACE FUNCTION queen.admin_group_positions(
     p_groups text[], p_queue_ids bigint[], p_subscribed_at timestamptz[])
 RETURNS TABLE (consumer_group text, queue_id bigint, partition_id bigint, partition_name text,
@@ -114,17 +146,22 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
         FROM unnest(p_groups, p_queue_ids, p_subscribed_at) AS k (grp, qid, sub_at)
     ),
     had AS (   -- partitions the group has popped: from its cursor
-        SELECT k.grp, k.qid, p.id, p.name, p.next_offset, c.next_offset AS start, true AS cur,
-               greatest(0, p.next_offset - c.next_offset - cardinality(c.acked)) AS lag,
+        SELECT k.grp, k.qid, p.id, p.name, p.next_offset, greatest(c.next_offset, l.low) AS start,
+               true AS cur, c.acked,
                CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease,
                c.delivered_at
         FROM k
         JOIN queen.cursors c ON c.queue_id = k.qid AND c.consumer_group = k.grp
         JOIN queen.partitions p ON p.id = c.partition_id
+        CROSS JOIN LATERAL (   -- OFFSET 0: computed once, not once per use
+            SELECT coalesce((SELECT s.first_offset FROM queen.segments s
+                             WHERE s.partition_id = p.id
+                             ORDER BY s.first_offset LIMIT 1), p.next_offset) AS low
+            OFFSET 0) l
     ),
     fresh AS (   -- partitions it has never popped: from where its subscription starts
-        SELECT k.grp, k.qid, p.id, p.name, p.next_offset, st.start, false,
-               greatest(0, p.next_offset - st.start), NULL::timestamptz, NULL::timestamptz
+        SELECT k.grp, k.qid, p.id, p.name, p.next_offset, st.start, false, '{}'::bigint[],
+               NULL::timestamptz, NULL::timestamptz
         FROM k
         JOIN queen.partitions p
           ON p.queue_id = k.qid AND p.created_xid >= k.covered AND p.next_offset > 0
@@ -145,14 +182,38 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
             OFFSET 0) st
         WHERE NOT EXISTS (SELECT 1 FROM queen.cursors c
                           WHERE c.partition_id = p.id AND c.consumer_group = k.grp)
+    ),
+    pos AS MATERIALIZED (   -- lag is read twice below: computed once
+        SELECT x.*,
+               greatest(0, x.next_offset - x.start
+                           - CASE WHEN x.id IN (SELECT g.partition_id FROM queen.gaps g) THEN
+                                 (SELECT coalesce(sum(g.last_offset + 1
+                                                      - greatest(g.first_offset, x.start)), 0)
+                                  FROM queen.gaps g
+                                  WHERE g.partition_id = x.id AND g.last_offset >= x.start)
+                             ELSE 0 END
+                           - CASE WHEN cardinality(x.acked) > 0 THEN
+                                 (SELECT count(*) FROM unnest(x.acked) AS a (off)
+                                  WHERE a.off >= x.start
+                                    AND NOT EXISTS (SELECT 1 FROM queen.gaps g
+                                                    WHERE g.partition_id = x.id
+                                                      AND g.first_offset <= a.off
+                                                      AND g.last_offset >= a.off))
+                                 ELSE 0 END) AS lag
+        FROM (SELECT * FROM had UNION ALL SELECT * FROM fresh) x
     )
     SELECT x.grp, x.qid, x.id, x.name, x.next_offset, x.start, x.cur, x.lag,
-           CASE WHEN x.lag > 0 THEN
-               (SELECT s.created_at FROM queen.segments s
-                WHERE s.partition_id = x.id AND s.first_offset <= x.start
-                ORDER BY s.first_offset DESC LIMIT 1) END,
+           CASE WHEN x.lag > 0 THEN coalesce(
+               (SELECT y.created_at
+                FROM (SELECT s.created_at, s.last_offset FROM queen.segments s
+                      WHERE s.partition_id = x.id AND s.first_offset <= x.start
+                      ORDER BY s.first_offset DESC LIMIT 1) y
+                WHERE y.last_offset >= x.start),
+               (SELECT s.created_at FROM queen.segments s      -- start is in a gap
+                WHERE s.partition_id = x.id AND s.first_offset > x.start
+                ORDER BY s.first_offset LIMIT 1)) END,
            x.lease, x.delivered_at
-    FROM (SELECT * FROM had UNION ALL SELECT * FROM fresh) x
+    FROM pos x
 $fn$;
 
 -- Every consumer group's standing on every queue it reads (queue mode included, once it has
@@ -239,25 +300,28 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
         ORDER BY p.name
         LIMIT p_limit OFFSET p_offset
     ),
-    pos AS (
+    pos AS MATERIALIZED (   -- start is read several times below: computed once
         SELECT page.id, page.name, page.next_offset, c.partition_id IS NOT NULL AS cur,
-               coalesce(
-                   c.next_offset,
-                   CASE WHEN sub.at IS NULL THEN
-                       coalesce((SELECT s.first_offset FROM queen.segments s
-                                 WHERE s.partition_id = page.id
-                                 ORDER BY s.first_offset LIMIT 1), page.next_offset)
-                   ELSE
-                       coalesce((SELECT min(s.first_offset) FROM queen.segments s
-                                 WHERE s.partition_id = page.id
-                                   AND s.created_at = (SELECT f.created_at
-                                                       FROM queen.segments f
-                                                       WHERE f.partition_id = page.id
-                                                         AND f.created_at >= sub.at
-                                                       ORDER BY f.created_at LIMIT 1)),
-                                page.next_offset)
-                   END) AS start,
-               coalesce(cardinality(c.acked), 0) AS ahead,
+               CASE WHEN c.partition_id IS NOT NULL THEN
+                   greatest(c.next_offset,   -- what was ahead of the cursor may be removed
+                            coalesce((SELECT s.first_offset FROM queen.segments s
+                                      WHERE s.partition_id = page.id
+                                      ORDER BY s.first_offset LIMIT 1), page.next_offset))
+               WHEN sub.at IS NULL THEN
+                   coalesce((SELECT s.first_offset FROM queen.segments s
+                             WHERE s.partition_id = page.id
+                             ORDER BY s.first_offset LIMIT 1), page.next_offset)
+               ELSE
+                   coalesce((SELECT min(s.first_offset) FROM queen.segments s
+                             WHERE s.partition_id = page.id
+                               AND s.created_at = (SELECT f.created_at
+                                                   FROM queen.segments f
+                                                   WHERE f.partition_id = page.id
+                                                     AND f.created_at >= sub.at
+                                                   ORDER BY f.created_at LIMIT 1)),
+                            page.next_offset)
+               END AS start,
+               coalesce(c.acked, '{}') AS acked,
                CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease,
                c.delivered_at,
                -- a lease that ran out with messages still in it, and no pop since
@@ -268,16 +332,40 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                             WHERE g.queue_id = p_queue_id AND g.consumer_group = p_group) AS at
                    ) sub
         LEFT JOIN queen.cursors c ON c.partition_id = page.id AND c.consumer_group = p_group
+    ),
+    counted AS MATERIALIZED (   -- as in queen.admin_group_positions: removed offsets are no
+                                -- messages; lag is read twice below
+        SELECT pos.*,
+               greatest(0, pos.next_offset - pos.start
+                           - CASE WHEN pos.id IN (SELECT g.partition_id FROM queen.gaps g) THEN
+                                 (SELECT coalesce(sum(g.last_offset + 1
+                                                      - greatest(g.first_offset, pos.start)), 0)
+                                  FROM queen.gaps g
+                                  WHERE g.partition_id = pos.id AND g.last_offset >= pos.start)
+                             ELSE 0 END
+                           - CASE WHEN cardinality(pos.acked) > 0 THEN
+                                 (SELECT count(*) FROM unnest(pos.acked) AS a (off)
+                                  WHERE a.off >= pos.start
+                                    AND NOT EXISTS (SELECT 1 FROM queen.gaps g
+                                                    WHERE g.partition_id = pos.id
+                                                      AND g.first_offset <= a.off
+                                                      AND g.last_offset >= a.off))
+                                 ELSE 0 END) AS lag
+        FROM pos
     )
-    SELECT pos.id, pos.name, pos.next_offset, pos.start, pos.cur,
-           greatest(0, pos.next_offset - pos.start - pos.ahead),
-           CASE WHEN pos.next_offset - pos.start - pos.ahead > 0 THEN
-               (SELECT s.created_at FROM queen.segments s
-                WHERE s.partition_id = pos.id AND s.first_offset <= pos.start
-                ORDER BY s.first_offset DESC LIMIT 1) END,
-           pos.lease, pos.delivered_at, pos.expired
-    FROM pos
-    ORDER BY pos.name
+    SELECT x.id, x.name, x.next_offset, x.start, x.cur, x.lag,
+           CASE WHEN x.lag > 0 THEN coalesce(
+               (SELECT y.created_at
+                FROM (SELECT s.created_at, s.last_offset FROM queen.segments s
+                      WHERE s.partition_id = x.id AND s.first_offset <= x.start
+                      ORDER BY s.first_offset DESC LIMIT 1) y
+                WHERE y.last_offset >= x.start),
+               (SELECT s.created_at FROM queen.segments s      -- start is in a gap
+                WHERE s.partition_id = x.id AND s.first_offset > x.start
+                ORDER BY s.first_offset LIMIT 1)) END,
+           x.lease, x.delivered_at, CASE WHEN x.lag > 0 THEN x.expired END
+    FROM counted x
+    ORDER BY x.name
 $fn$;
 
 -- Stored messages, newest first: of the partitions matching the filters, the newest segments
@@ -503,10 +591,11 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
 $fn$;
 
 -- Remove one stored message: its segment is cut around it (offsets are kept; the pop steps
--- over the gap as it does over what retention removed). The partition's cursors are locked
--- FOR SHARE first, in the consume side's order, and a message inside a live lease is left
--- alone. Its dead letters (every group's) are removed with it, and so are those left of a
--- message retention already removed. Answers 'deleted', 'leased' or 'missing'.
+-- over the gap as it does over what retention removed, and the figures leave it out:
+-- queen.gaps). The partition's cursors are locked FOR SHARE first, in the consume side's
+-- order, and a message inside a live lease is left alone. Its dead letters (every group's)
+-- are removed with it, and so are those left of a message retention already removed.
+-- Answers 'deleted', 'leased' or 'missing'.
 CREATE OR REPLACE FUNCTION queen.admin_delete_message(p_partition_id bigint, p_txid text)
 RETURNS text
 LANGUAGE plpgsql SET jit = off AS $fn$
@@ -557,6 +646,7 @@ BEGIN
                 v_seg.payloads[v_i + 1 : v_n], v_seg.producer_subs[v_i + 1 : v_n],
                 v_seg.trace_ids[v_i + 1 : v_n]);
     END IF;
+    PERFORM queen.note_removed(ARRAY[p_partition_id], ARRAY[v_off], ARRAY[v_off]);
     RETURN 'deleted';
 END
 $fn$;
@@ -764,8 +854,8 @@ $fn$;
 -- Empty a queue (or one partition of it): every stored message goes, whatever the groups'
 -- cursors, except the writes (segments) holding a message inside a live lease, which are kept
 -- whole for their consumer (kept). Offsets are not reused: the next push continues after them,
--- and the pop steps over the gap. Dead letters and cursors stay. known is false for an unknown
--- queue or partition.
+-- the pop steps over the gap, and the figures leave it out (queen.gaps). Dead letters and
+-- cursors stay. known is false for an unknown queue or partition.
 CREATE OR REPLACE FUNCTION queen.admin_clear(
     p_queue text, p_partition text, OUT known boolean, OUT cleared bigint, OUT kept bigint)
 LANGUAGE plpgsql SET jit = off AS $fn$

@@ -269,7 +269,9 @@ $fn$;
 -- A partition is claimable when it has messages past the cursor, no live lease, no pending
 -- retry delay, its window buffer is quiet and (with delayed processing) its next message is
 -- old enough. Claiming locks the cursor row FOR UPDATE SKIP LOCKED: concurrent pops of one
--- group never wait for each other and never take the same partition.
+-- group never wait for each other and never take the same partition. A candidate with
+-- nothing stored from its cursor on (removed by a clear, retention or eviction) is no claim:
+-- its cursor moves to the partition's end and the next candidate is taken.
 --
 -- With p_ripe and nothing delivered, one more row (partition_id NULL) says when to look again:
 -- ripe_in_s NULL when the group has nothing pending in scope (only a push, or a cursor moved
@@ -305,6 +307,7 @@ DECLARE
     v_seen      integer;
     v_empty     xid8;
     v_made      integer := 0;
+    v_claimed   integer := 0;
     v_cands     refcursor;
 BEGIN
     IF p_queue IS NOT NULL THEN
@@ -425,7 +428,7 @@ BEGIN
                    ORDER BY s.first_offset DESC LIMIT 1)
                   <= now() - make_interval(secs => q.delayed_processing_s))
         ORDER BY cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT p_max_partitions
+        LIMIT p_max_partitions + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
     ELSE
         OPEN v_cands FOR
@@ -450,15 +453,17 @@ BEGIN
                    ORDER BY s.first_offset DESC LIMIT 1)
                   <= now() - make_interval(secs => q.delayed_processing_s))
         ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT p_max_partitions
+        LIMIT p_max_partitions + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
     END IF;
     LOOP
-        EXIT WHEN v_left <= 0;   -- before the fetch: a fetched candidate is a locked row
+        -- before the fetch: a fetched candidate is a locked row
+        EXIT WHEN v_left <= 0 OR v_claimed >= p_max_partitions;
         FETCH v_cands INTO c;
         EXIT WHEN NOT FOUND;
 
-        -- The first stored offset at or after the cursor (retention may have left a gap).
+        -- The first stored offset at or after the cursor (retention, eviction, a clear or a
+        -- deleted message may have left a gap).
         v_from := c.nxt;
         SELECT s.first_offset, s.last_offset INTO v_seg_first, v_seg_last
         FROM queen.segments s
@@ -469,9 +474,29 @@ BEGIN
             FROM queen.segments s
             WHERE s.partition_id = c.pid AND s.first_offset > v_from
             ORDER BY s.first_offset LIMIT 1;
-            CONTINUE WHEN NOT FOUND;
+            IF NOT FOUND THEN
+                -- Nothing is stored from the cursor on: it moves to the end, so the partition
+                -- is not pending for the group any more. One statement reads both the
+                -- partition's end and its segments: a push committed meanwhile is seen in
+                -- both, and then the cursor stays.
+                WITH moved AS (
+                    UPDATE queen.cursors cu SET next_offset = p.next_offset, acked = '{}'
+                    FROM queen.partitions p
+                    WHERE cu.partition_id = c.pid AND cu.consumer_group = p_group
+                      AND p.id = c.pid AND p.next_offset > cu.next_offset
+                      AND NOT EXISTS (SELECT 1 FROM queen.segments s
+                                      WHERE s.partition_id = c.pid AND s.first_offset > v_from)
+                    RETURNING cu.next_offset
+                )
+                DELETE FROM queen.failures f   -- of messages no longer stored
+                USING moved
+                WHERE f.partition_id = c.pid AND f.consumer_group = p_group
+                  AND f.msg_offset < moved.next_offset;
+                CONTINUE;   -- not a claim: the next candidate may take its place
+            END IF;
             v_from := v_seg_first;
         END IF;
+        v_claimed := v_claimed + 1;
 
         -- Nothing at or past v_upto is needed: the budget, plus offsets already acked.
         v_upto := v_from + v_left + cardinality(c.acked);

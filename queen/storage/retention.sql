@@ -46,15 +46,111 @@ CREATE TABLE IF NOT EXISTS queen.retention_totals (
     value bigint NOT NULL DEFAULT 0
 );
 
+-- Offsets removed above a partition's lowest stored offset: what a clear, retention or
+-- eviction took out while a write below it stayed (one held by a live lease, or not yet due),
+-- and single messages deleted. Offsets are never reused, so next_offset minus a position
+-- counts these too; the admin figures (admin.sql) subtract them. Rows below the partition's
+-- lowest stored offset no longer matter (every figure starts at or above it) and are tidied
+-- whenever that offset moves (queen.note_removed). Empty but for such gaps, so a figure costs
+-- one probe of an empty index per partition. Created with the gaps a database held before:
+-- between consecutive stored writes of a partition, and between its last stored write and
+-- next_offset (one pass over the segments' offsets, once).
+DO $do$
+BEGIN
+    IF to_regclass('queen.gaps') IS NULL THEN
+        CREATE TABLE queen.gaps (
+            partition_id bigint NOT NULL,
+            first_offset bigint NOT NULL,
+            last_offset  bigint NOT NULL,
+            PRIMARY KEY (partition_id, first_offset),
+            CHECK (last_offset >= first_offset)
+        );
+        INSERT INTO queen.gaps (partition_id, first_offset, last_offset)
+        SELECT x.partition_id, x.prev_last + 1, x.first_offset - 1
+        FROM (SELECT s.partition_id, s.first_offset,
+                     lag(s.last_offset) OVER (PARTITION BY s.partition_id
+                                              ORDER BY s.first_offset) AS prev_last
+              FROM queen.segments s) x
+        WHERE x.first_offset > x.prev_last + 1
+        UNION ALL
+        SELECT p.id, t.last_offset + 1, p.next_offset - 1
+        FROM queen.partitions p
+        CROSS JOIN LATERAL (SELECT s.last_offset FROM queen.segments s
+                            WHERE s.partition_id = p.id
+                            ORDER BY s.first_offset DESC LIMIT 1) t
+        WHERE t.last_offset < p.next_offset - 1;
+    END IF;
+END
+$do$;
+
+-- Rows of deleted partitions go with them.
+CREATE OR REPLACE FUNCTION queen.forget_gaps() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    DELETE FROM queen.gaps WHERE partition_id IN (SELECT g.id FROM gone g);
+    RETURN NULL;
+END
+$fn$;
+
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                   WHERE tgname = 'partitions_forget_gaps'
+                     AND tgrelid = 'queen.partitions'::regclass) THEN
+        CREATE TRIGGER partitions_forget_gaps
+            AFTER DELETE ON queen.partitions
+            REFERENCING OLD TABLE AS gone
+            FOR EACH STATEMENT EXECUTE FUNCTION queen.forget_gaps();
+    END IF;
+END
+$do$;
+
+-- Book the ranges (p_pids[i], p_firsts[i]..p_lasts[i]) just removed from their partitions
+-- (called after the removal, in the same transaction): each with a stored write below it is a
+-- gap; failures recorded there and gaps now below their partition's lowest stored offset are
+-- dropped. Pushes only add
+-- above next_offset, so nothing can appear below a removed range meanwhile; two removals at
+-- once can at worst leave a gap below the lowest offset, which no figure reads.
+CREATE OR REPLACE FUNCTION queen.note_removed(
+    p_pids bigint[], p_firsts bigint[], p_lasts bigint[]) RETURNS void
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF p_pids IS NULL OR cardinality(p_pids) = 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO queen.gaps (partition_id, first_offset, last_offset)
+    SELECT r.pid, r.first, r.last
+    FROM unnest(p_pids, p_firsts, p_lasts) AS r (pid, first, last)
+    WHERE EXISTS (SELECT 1 FROM queen.segments s
+                  WHERE s.partition_id = r.pid AND s.first_offset < r.first)
+    ON CONFLICT DO NOTHING;
+    DELETE FROM queen.failures f   -- failed deliveries of messages no longer stored
+    USING unnest(p_pids, p_firsts, p_lasts) AS r (pid, first, last)
+    WHERE f.partition_id = r.pid AND f.msg_offset BETWEEN r.first AND r.last;
+    DELETE FROM queen.gaps g
+    USING (SELECT DISTINCT u.pid FROM unnest(p_pids) AS u (pid)) r
+    WHERE g.partition_id = r.pid
+      AND g.last_offset < coalesce(
+          (SELECT s.first_offset FROM queen.segments s
+           WHERE s.partition_id = r.pid ORDER BY s.first_offset LIMIT 1),
+          (SELECT p.next_offset FROM queen.partitions p WHERE p.id = r.pid));
+END
+$fn$;
+
 -- Remove the segments (p_pids[i], p_firsts[i]) that hold no message under a live lease, and
--- count them in queen.retention_totals under the two names given. The cursors of the
+-- count them in queen.retention_totals under the two names given; what goes above a write
+-- that stays is booked in queen.gaps. The cursors of the
 -- partitions concerned are locked FOR SHARE first, in (partition, group) order, the consume
 -- side's order: a pop holding one finishes first and its lease is then seen; a pop arriving
--- meanwhile skips the partition (SKIP LOCKED). Shared by retention and eviction.
+-- meanwhile skips the partition (SKIP LOCKED). Shared by retention, eviction and clearing.
 CREATE OR REPLACE FUNCTION queen.remove_unleased_segments(
     p_pids bigint[], p_firsts bigint[], p_segments_name text, p_messages_name text,
     OUT segments bigint, OUT messages bigint)
 LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_pids   bigint[];
+    v_firsts bigint[];
+    v_lasts  bigint[];
 BEGIN
     WITH candidates AS (
         SELECT v.partition_id, v.first_offset
@@ -77,11 +173,16 @@ BEGIN
                 AND h.lease_expires_at > now()
                 AND s.last_offset >= h.next_offset
                 AND s.first_offset < h.lease_end)
-        RETURNING s.last_offset - s.first_offset + 1 AS n
+        RETURNING s.partition_id, s.first_offset, s.last_offset
     )
-    SELECT count(*), coalesce(sum(n), 0) INTO segments, messages FROM gone;
+    SELECT count(*), coalesce(sum(gone.last_offset - gone.first_offset + 1), 0),
+           array_agg(gone.partition_id), array_agg(gone.first_offset),
+           array_agg(gone.last_offset)
+    INTO segments, messages, v_pids, v_firsts, v_lasts
+    FROM gone;
 
     IF segments > 0 THEN
+        PERFORM queen.note_removed(v_pids, v_firsts, v_lasts);
         INSERT INTO queen.retention_totals AS t (name, value)
         VALUES (p_segments_name, segments), (p_messages_name, messages)
         ON CONFLICT (name) DO UPDATE SET value = t.value + excluded.value;
