@@ -32,6 +32,7 @@ import trio
 
 from queen.cipher import PREFIX, PayloadCipher, PayloadUnreadable, open_payload, trace_associated
 from queen.errors import StoreError
+from queen.supervision import report_failure, report_ok
 
 log = logging.getLogger("queen.encryption")
 
@@ -165,7 +166,8 @@ class QueueEncryption:
     async def run(
         self, *, task_status: trio.TaskStatus[QueueEncryption] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Refresh the set every ``refresh_s`` until cancelled; a failure keeps the last set."""
+        """Refresh the set every ``refresh_s`` until cancelled; a failure keeps the last set
+        (and is reported to the loop's supervision)."""
         task_status.started(self)
         if self._load is None:
             return
@@ -175,5 +177,9 @@ class QueueEncryption:
                 await self.load()
             except StoreError as exc:
                 log.debug("encrypted queues not refreshed: %s", exc)
-            except Exception:
+                report_failure(exc)
+            except Exception as exc:
                 log.exception("encrypted queues not refreshed")
+                report_failure(exc)
+            else:
+                report_ok()

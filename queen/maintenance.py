@@ -24,6 +24,7 @@ import trio
 from queen.broadcast import Signal
 from queen.errors import StoreError
 from queen.storage.base import StateStore
+from queen.supervision import report_failure, report_ok
 
 log = logging.getLogger("queen.maintenance")
 
@@ -84,7 +85,8 @@ class MaintenanceSwitch:
     async def run(
         self, *, task_status: trio.TaskStatus[MaintenanceSwitch] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Refresh the cached values until cancelled; failures keep the last known values."""
+        """Refresh the cached values until cancelled; failures keep the last known values
+        (and are reported to the loop's supervision)."""
         task_status.started(self)
         while True:
             await trio.sleep(self._refresh_s)
@@ -92,6 +94,9 @@ class MaintenanceSwitch:
                 await self.load()
             except StoreError as exc:
                 log.debug("maintenance switch not refreshed: %s", exc)
+                report_failure(exc)
+            else:
+                report_ok()
 
 
 def _enabled(value: object) -> bool:

@@ -22,8 +22,9 @@ A pass ends with ``queen.refresh_statistics``: the broker's tables whose size ha
 their planner statistics were taken are analysed, so no session keeps plans made for a table
 a fraction of its present size (autovacuum's own analysis may come much later).
 
-The loop owns nothing but its timer; a failed pass (database away) is logged and retried at the
-next interval. Cancelling ``run`` stops it between batches at the latest.
+The loop owns nothing but its timer; a failed pass (database away) is logged, reported to the
+loop's supervision (``/health`` shows the loop failing until a pass succeeds again) and retried
+at the next interval. Cancelling ``run`` stops it between batches at the latest.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import trio
 from queen.errors import StoreError
 from queen.metrics import Metrics
 from queen.storage.retention import PassOutcome, PgRetentionStore
+from queen.supervision import report_failure, report_ok
 
 log = logging.getLogger("queen.retention")
 
@@ -90,9 +92,17 @@ class RetentionLoop:
         self, *, task_status: trio.TaskStatus[RetentionLoop] = trio.TASK_STATUS_IGNORED
     ) -> None:
         task_status.started(self)
+        failed = 0  # passes failed in a row
         while True:
             await trio.sleep(self._interval_s)
             try:
                 await self.run_pass()
             except StoreError as exc:
+                failed += 1
                 log.warning("retention pass failed: %s", exc)
+                report_failure(exc)
+            else:
+                if failed:
+                    log.info("retention pass done again after %d failed passes", failed)
+                    failed = 0
+                report_ok()

@@ -14,6 +14,15 @@ An exception (``Exception``, never a cancellation or ``KeyboardInterrupt``) is:
   the last one). A restarted loop is ``ok`` again, and its streak over, once it has run for
   ``recover_s`` without failing.
 
+Most loops also handle the errors they expect (a retention pass or a refresh the database does
+not answer, a push listener that cannot connect): they log them and go on at their next turn,
+and nothing escapes. Such a loop says how each turn went, :func:`report_failure` or
+:func:`report_ok` (a context variable of the loop's task, and of the tasks it starts, finds its
+state): a reported failure counts as an error and the loop is ``failing``, since its first
+failure, until it reports a turn that went well. The loop logs its own failures; the reports
+only keep the state ``/health``, the dashboard and ``/metrics`` read. Outside a supervised loop
+(a retention pass an operator asked for) a report does nothing.
+
 A loop is an ``async def run(*, task_status)`` that reports ready once. If it fails before that,
 the broker does not wait for it: it is reported ready (and failing), and retried like any other.
 A loop that returns has nothing (more) to do (e.g. a refresh with no database to read): it is
@@ -26,6 +35,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -50,9 +60,18 @@ class LoopState:
     last_error: str | None = None
     started_at: float = 0.0  # trio clock, last (re)start; infinite while paused after a failure
     done: bool = False  # returned: nothing more to do
+    reported: bool = False  # the loop reported its last turn failed (report_failure)
 
     def failing(self, now: float, recover_s: float) -> bool:
-        return not self.done and self.streak > 0 and now - self.started_at < recover_s
+        if self.done:
+            return False
+        return self.reported or (self.streak > 0 and now - self.started_at < recover_s)
+
+    def reported_ok(self) -> None:
+        """A turn without error after reported failures: the streak is over."""
+        if self.reported:
+            self.reported = False
+            self.streak = 0
 
     def status(self, now: float, recover_s: float) -> LoopStatus:
         failing = self.failing(now, recover_s)
@@ -89,6 +108,26 @@ class _Ready:
         if not self.done:
             self.done = True
             self._status.started(value)
+
+
+_CURRENT: ContextVar[tuple[Loops, LoopState] | None] = ContextVar("queen_loop", default=None)
+
+
+def report_failure(error: BaseException | str) -> None:
+    """The supervised loop running this task handled an error: this turn failed (see the
+    module). Nothing outside a supervised loop."""
+    current = _CURRENT.get()
+    if current is not None:
+        loops, state = current
+        loops.reported_failure(state, error)
+
+
+def report_ok() -> None:
+    """The supervised loop running this task had a turn without error: no longer failing
+    from what it reported. Nothing outside a supervised loop."""
+    current = _CURRENT.get()
+    if current is not None:
+        current[1].reported_ok()
 
 
 class Loops:
@@ -144,6 +183,7 @@ class Loops:
     ) -> None:
         """Run ``loop`` until cancelled, restarting it after every failure; see the module."""
         state = self.states.setdefault(name, LoopState(name))
+        _CURRENT.set((self, state))  # this task's context, and that of the tasks it starts
         ready = _Ready(task_status)
         while True:
             state.started_at = trio.current_time()
@@ -159,9 +199,20 @@ class Loops:
             ready.started()  # start-up goes on without this loop
             await trio.sleep(pause)
 
+    def reported_failure(self, state: LoopState, error: BaseException | str) -> None:
+        """``state``'s loop handled an error (it logged it): an error, and failing until it
+        reports a turn without one."""
+        if not state.failing(trio.current_time(), self.recover_s):
+            state.streak = 0
+            state.failing_since = time.time()
+        state.reported = True
+        state.errors += 1
+        state.streak += 1
+        state.last_error = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+
     def _failed(self, state: LoopState, error: str, exc: Exception) -> float:
         now = trio.current_time()
-        if state.streak and now - state.started_at >= self.recover_s:
+        if state.streak and not state.reported and now - state.started_at >= self.recover_s:
             state.streak = 0  # it ran long enough since the last failure: a new streak
         state.started_at = math.inf  # failing through the pause, and recover_s after it
         state.errors += 1

@@ -94,6 +94,68 @@ async def _exercise(http: httpx.AsyncClient, server: EmbeddedPostgres) -> None:
     assert never.status_code == 200 and "none of its figures were seen" in never.text
 
 
+MEET_THE_OUTAGE = ("retention", "push-listener", "maintenance-switch", "encryption-refresh")
+
+
+async def test_loops_that_meet_the_outage_are_shown_failing_and_ok_once_it_ends(
+    tmp_path: Path,
+) -> None:
+    """The loops that catch the database's errors themselves (logging them and trying again
+    at their next turn) are failing in /health, /metrics and the dashboard while PostgreSQL
+    is away, with their errors, since when and the last one; ok again once it is back."""
+    with embedded_pg_dir() as data:
+        server = EmbeddedPostgres(data, server_options=TEST_SERVER_OPTIONS)
+        url = await trio.to_thread.run_sync(server.start)
+        broker = BrokerProcess(
+            {
+                "DATABASE_URL": url,
+                "FILE_BUFFER_DIR": str(tmp_path / "spool"),
+                "QUEEN_DB_CONNECT_TIMEOUT_S": "2",
+                "QUEEN_RETENTION_INTERVAL_S": "0.2",
+            }
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                await broker.start(nursery)
+                async with httpx.AsyncClient(base_url=broker.base, timeout=30) as http:
+                    health = (await http.get("/health")).json()
+                    assert health["status"] == "healthy", health
+                    await trio.to_thread.run_sync(lambda: server.stop("immediate"))
+                    loops = await _loops_until(http, lambda s: s == "failing")
+                    for name in MEET_THE_OUTAGE:
+                        assert loops[name]["errors"] >= 1, loops
+                        assert re.match(r"\d{4}-\d\d-\d\dT", loops[name]["failingSince"])
+                        assert loops[name]["lastError"], loops
+                    assert loops["database-probe"]["state"] == "ok"  # it found the outage
+                    text = (await http.get("/metrics")).text
+                    assert 'queen_background_loop_failing{loop="retention"} 1.0' in text
+                    page = (await http.get("/dashboard/view/overview")).text
+                    assert re.search(r'<td class="mono">retention</td><td>failing</td>', page)
+
+                    await trio.to_thread.run_sync(server.start)
+                    loops = await _loops_until(http, lambda s: s == "ok")
+                    assert all(loops[n]["errors"] >= 1 for n in MEET_THE_OUTAGE)
+                    health = (await http.get("/health")).json()
+                    assert health["status"] == "healthy", health
+                await broker.stop()
+                nursery.cancel_scope.cancel()
+        finally:
+            await trio.to_thread.run_sync(lambda: server.stop("immediate"))
+
+
+async def _loops_until(
+    http: httpx.AsyncClient, wanted: Callable[[str], bool], timeout_s: float = 60
+) -> dict[str, Any]:
+    """Ask /health (the state lives in the broker process) until every loop of
+    :data:`MEET_THE_OUTAGE` is in a state ``wanted`` accepts; its loops then."""
+    with trio.fail_after(timeout_s):
+        while True:
+            loops: dict[str, Any] = (await http.get("/health")).json()["loops"]
+            if all(wanted(loops[name]["state"]) for name in MEET_THE_OUTAGE):
+                return loops
+            await trio.sleep(0.1)
+
+
 def _card(page: str, label: str) -> str:
     found = re.search(
         rf'<div class="k">{re.escape(label)}</div><div class="v[^"]*">([^<]*)</div>', page

@@ -14,14 +14,19 @@ import trio.testing
 
 from queen import open_broker
 from queen.broadcast import Signal
+from queen.encryption import QueueEncryption
 from queen.errors import StoreUnavailable
 from queen.health import DatabaseHealth
+from queen.http import render
 from queen.http.app import create_app
+from queen.maintenance import MaintenanceSwitch
 from queen.metrics import LocalFigures, Metrics
+from queen.retention import RetentionLoop
 from queen.settings import Settings
+from queen.storage.listener import PushListener
 from queen.storage.pool import ConnectionPool
 from queen.storage.retention import PassOutcome, PgRetentionStore
-from queen.supervision import Loops, LoopStatus
+from queen.supervision import Loops, LoopStatus, report_failure
 
 
 class FlakyLoop:
@@ -297,3 +302,139 @@ async def test_a_failing_loop_of_a_running_broker_is_reported_and_recovers(
                 await trio.sleep(0.01)
         body = await (await client.get("/health")).get_json()
         assert body["status"] == "healthy" and body["loops"]["retention"]["state"] == "ok"
+
+
+# --- loops that handle their own failures ----------------------------------------------------
+
+
+class Outage:
+    """The database the fakes below share: while ``down`` every call fails as PostgreSQL's
+    would when unreachable."""
+
+    def __init__(self) -> None:
+        self.down = True
+
+    def answer(self) -> None:
+        if self.down:
+            raise StoreUnavailable("connection refused")
+
+    async def run_pass(self, batch_limit: int, max_batches: int) -> PassOutcome:
+        self.answer()
+        return PassOutcome(ran=True)
+
+    async def get_state(self, key: str) -> Any:
+        self.answer()
+        return None
+
+    async def set_state(self, key: str, value: Any) -> None:
+        self.answer()
+
+    async def encrypted_queues(self) -> set[str]:
+        self.answer()
+        return set()
+
+
+async def test_loops_that_log_and_go_on_in_an_outage_are_shown_failing_until_it_ends(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention and the switches' refreshes catch the database's errors themselves (nothing
+    reaches supervision): each failed turn still counts, the loop is failing from its first
+    one, and ok again after a turn that goes well."""
+    outage = Outage()
+    retention = RetentionLoop(
+        outage,  # type: ignore[arg-type]
+        Metrics(),
+        interval_s=10,
+        batch_limit=100,
+        max_batches=1,
+    )
+    maintenance = MaintenanceSwitch(outage, refresh_s=1, changed=Signal())
+    encryption = QueueEncryption(None, outage.encrypted_queues, refresh_s=1)
+    loops = Loops(retry_min_s=0.1, retry_max_s=30, recover_s=5)
+    caplog.set_level(logging.INFO, "queen.retention")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loops.host)
+        await loops.start("retention", retention.run)
+        await loops.start("maintenance-switch", maintenance.run)
+        await loops.start("encryption-refresh", encryption.run)
+        await trio.sleep(35.5)  # three retention passes, 35 refreshes, all failed
+        assert "retention pass failed: connection refused" in caplog.text
+
+        statuses = loops.statuses()
+        assert sorted(loops.failing()) == sorted(statuses)
+        failing = statuses["retention"]
+        assert (failing.state, failing.errors) == ("failing", 3)
+        assert failing.last_error == "StoreUnavailable: connection refused"
+        assert failing.failing_since is not None
+        assert statuses["maintenance-switch"].errors == 35
+        assert render.loop_status(failing) == {
+            "state": "failing",
+            "errors": 3,
+            "failingSince": failing.failing_since.isoformat(),
+            "lastError": "StoreUnavailable: connection refused",
+        }
+
+        outage.down = False
+        await trio.sleep(10)  # one pass, ten refreshes, all well
+        assert loops.failing() == []
+        statuses = loops.statuses()
+        assert {s.state for s in statuses.values()} == {"ok"}
+        assert statuses["retention"].errors == 3  # what happened stays counted
+        assert "retention pass done again after 3 failed passes" in caplog.text
+
+        outage.down = True  # a new outage: a new streak, since its own first failure
+        await trio.sleep(10)
+        again = loops.statuses()["retention"]
+        assert again.state == "failing" and again.errors == 4
+        assert again.failing_since is not None and again.failing_since > failing.failing_since
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_pass_run_outside_a_loop_reports_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    loops = Loops()
+    retention = RetentionLoop(
+        Outage(),  # type: ignore[arg-type]
+        Metrics(),
+        interval_s=10,
+        batch_limit=100,
+        max_batches=1,
+    )
+    with pytest.raises(StoreUnavailable):
+        await retention.run_pass()  # an operator's pass: the error is the caller's
+    report_failure("not in a loop")
+    assert loops.states == {}
+
+
+async def test_the_push_listener_is_failing_while_it_cannot_listen(pg_url: str) -> None:
+    down = True
+    attempts = 0
+    fourth_attempt, reconnected = trio.Event(), trio.Event()
+
+    def connect() -> psycopg.Connection[Any]:  # in a worker thread
+        nonlocal attempts
+        attempts += 1
+        if attempts == 4:  # the third failure is reported before the next attempt
+            trio.from_thread.run_sync(fourth_attempt.set)
+        if down:
+            raise psycopg.OperationalError("connection refused")
+        return psycopg.connect(pg_url, autocommit=True)
+
+    listener = PushListener(
+        connect, lambda names: None, on_reconnect=reconnected.set, retry_s=0.02, remind_s=60
+    )
+    loops = Loops()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loops.host)
+        await loops.start("push-listener", listener.run)
+        with trio.fail_after(10):
+            await fourth_attempt.wait()
+        status = loops.statuses()["push-listener"]
+        assert status.state == "failing" and status.errors >= 3
+        assert status.last_error == "cannot connect: connection refused"
+        down = False
+        with trio.fail_after(10):
+            await reconnected.wait()
+        assert loops.statuses()["push-listener"].state == "ok"
+        nursery.cancel_scope.cancel()

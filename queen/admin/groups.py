@@ -31,6 +31,7 @@ from queen.admin.results import (
 from queen.consume.errors import ConsumeUnavailable
 from queen.errors import StoreError
 from queen.storage.admin import PgAdminStore, Row
+from queen.supervision import report_failure, report_ok
 
 log = logging.getLogger("queen.admin")
 
@@ -124,7 +125,8 @@ class ConsumerGroups:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Sample the groups' lag every ``lag_history.step_s`` until cancelled; a sample the
-        database cannot answer is skipped. Without PostgreSQL there is nothing to sample."""
+        database cannot answer is skipped (and reported to the loop's supervision). Without
+        PostgreSQL there is nothing to sample."""
         task_status.started()
         if self._store is None:
             return
@@ -133,6 +135,9 @@ class ConsumerGroups:
                 await self.sample_lag()
             except StoreError as exc:
                 log.debug("group lag not sampled: %s", exc)
+                report_failure(exc)
+            else:
+                report_ok()
             await trio.sleep(self.lag_history.step_s)
 
 

@@ -22,6 +22,7 @@ import trio
 
 from queen.admin.results import RatePoint, Rates
 from queen.metrics import Figures, LocalFigures, Metrics
+from queen.supervision import report_failure, report_ok
 
 log = logging.getLogger("queen.admin")
 
@@ -121,15 +122,18 @@ class History:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sample every ``step_s`` until cancelled. Owns nothing but the ring; an error in a
-        sample is logged and the loop goes on."""
+        sample is logged (and reported to the loop's supervision) and the loop goes on."""
         self.sample(force=True)
         task_status.started()
         while True:
             await trio.sleep(self.step_s)
             try:
                 self.sample()
-            except Exception:  # a sample must never end the process
+            except Exception as exc:  # a sample must never end the process
                 log.exception("metrics history sample failed")
+                report_failure(exc)
+            else:
+                report_ok()
 
 
 class LagHistory:

@@ -36,6 +36,11 @@ again for them): they are counted in ``spool_dropped_deleted_queue_items`` and l
 
 The loop also keeps the :class:`SpoolIndex` true to the directory through the
 :class:`SpoolScanner`, on start and at every tick.
+
+What goes wrong in a turn (the directory cannot be read, a progress mark cannot be saved, the
+deleted queues cannot be read) is logged, and reported to the loop's supervision at the end of
+the turn (``/health`` shows the loop failing until a turn goes well). Waiting while the
+database is away is no failure.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from queen.spool.index import SpoolIndex
 from queen.spool.plan import FileRead, Item, Plan, Planner
 from queen.spool.scan import SpoolScanner
 from queen.spool.writer import SpoolWriter
+from queen.supervision import report_failure, report_ok
 
 log = logging.getLogger("queen.spool")
 
@@ -103,6 +109,7 @@ class Replayer:
         self._reported: set[tuple[str, int]] = set()  # unreadable ranges already logged
         self._idle_signature: files.Signature | None = None  # of the last fruitless pass
         self.last_rate = 0.0  # frames per second of the last pass that replayed anything
+        self._trouble: str | None = None  # what went wrong in this turn, reported at its end
 
     def may_replay(self) -> bool:
         return self._health.up and not self._maintenance.enabled
@@ -112,6 +119,7 @@ class Replayer:
     ) -> None:
         """Replay whenever there is something to replay and it is allowed; until cancelled."""
         await self.refresh()
+        self._turn_done()
         task_status.started(self)
         while True:
             progressed = False
@@ -121,6 +129,15 @@ class Replayer:
                 with trio.move_on_after(self._tick_s):
                     await self._changed.wait()
             await self.refresh()
+            self._turn_done()
+
+    def _turn_done(self) -> None:
+        """Tell the loop's supervision how the turn went."""
+        if self._trouble is None:
+            report_ok()
+        else:
+            report_failure(self._trouble)
+            self._trouble = None
 
     async def refresh(self) -> None:
         """Make the index match the directory (files gone, files not yet counted, files of
@@ -129,6 +146,7 @@ class Replayer:
             dropped = self._scanner.sync(check_seals=True)
         except OSError as exc:
             log.warning("spool directory %s could not be read: %s", self._dir, exc)
+            self._trouble = f"spool directory not readable: {exc}"
             return
         if dropped:
             self._changed.fire()
@@ -143,6 +161,7 @@ class Replayer:
                 return ours and await self._locked_pass()
         except OSError as exc:
             log.warning("spool directory %s could not be read: %s", self._dir, exc)
+            self._trouble = f"spool directory not readable: {exc}"
             return False
 
     async def _locked_pass(self) -> bool:
@@ -262,6 +281,7 @@ class Replayer:
                     await trio.to_thread.run_sync(files.write_progress, self._dir, file.name, mark)
                     log.debug("spool file %s: committed up to offset %d", file.name, prefix)
             except OSError as exc:  # the mark is an optimisation: replaying again is safe
+                self._trouble = f"progress of {file.name} not saved: {exc.strerror or exc}"
                 if file.name not in plan.unsaved:  # once per file and pass
                     plan.unsaved.add(file.name)
                     log.error(
@@ -282,6 +302,7 @@ class Replayer:
             dropped = await self._drop_deleted(by_key)
         except StoreError as exc:
             log.warning("spool replay: could not read which queues were deleted: %s", exc)
+            self._trouble = f"deleted queues not read: {exc}"
             return False
         sent: list[tuple[list[tuple[FileRead, SpoolRecord]], PushRequest]] = []
         for key, group in by_key.items():

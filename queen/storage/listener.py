@@ -13,10 +13,12 @@ on their periodic re-check). If the connection breaks it is reopened every ``ret
 ``on_reconnect`` runs (notifications may have been missed meanwhile). Cancelling the task
 stops it at once, and the connection is closed on the way out. The log follows the state, not
 the attempts: one WARNING when the connection is lost (or the first connect fails), a reminder
-every ``remind_s`` while it stays down, and one line when it is back. Opening a connection and
-sending LISTEN runs in a worker thread, within ``open_timeout_s`` (a server that hangs without
-closing would otherwise hold it forever): past it the attempt is abandoned (the thread closes
-whatever it opened when it returns) and retried.
+every ``remind_s`` while it stays down, and one line when it is back; every failed attempt is
+reported to the loop's supervision, so ``/health`` shows the listener failing while it is
+down, and ``ok`` once connected again. Opening a connection and sending LISTEN runs in a
+worker thread, within ``open_timeout_s`` (a server that hangs without closing would otherwise
+hold it forever): past it the attempt is abandoned (the thread closes whatever it opened when
+it returns) and retried.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import psycopg
 import trio
 
 from queen.errors import StoreError
+from queen.supervision import report_failure, report_ok
 
 log = logging.getLogger("queen.consume")  # its messages are about waiting pops
 
@@ -89,6 +92,7 @@ class PushListener:
     def _failed(self, what: str, exc: Exception) -> None:
         now = trio.current_time()
         self._attempts += 1
+        report_failure(f"{what}: {exc}")
         if self._down_since is None:
             self._down_since = self._reminded_at = now
             log.warning("push listener %s (%s); retrying every %g s", what, exc, self._retry_s)
@@ -105,6 +109,7 @@ class PushListener:
 
     def _connected(self) -> None:
         self.connected = True
+        report_ok()
         if self._down_since is not None:
             log.info(
                 "push listener connected again after %.1f s (%d failed attempts)",
