@@ -1,4 +1,5 @@
-"""Pure parts of the admin side: query parameters, the history's rates, the SVG charts."""
+"""Pure parts of the admin side: query parameters, the history's rates, the SVG charts, the
+scrapes' shared reads."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import trio
+import trio.testing
 
 from queen.admin import charts, params
 from queen.admin.history import History
+from queen.admin.service import FreshRead
 from queen.consume.errors import InvalidRequest
 from queen.metrics import Metrics, render_labelled_gauges
 
@@ -79,3 +83,40 @@ def test_labelled_gauges_escape_label_values() -> None:
         "# HELP queen_queue_depth queue depth\n"
         '# TYPE queen_queue_depth gauge\nqueen_queue_depth{queue="a\\"b\\\\c"} 3\n'
     )
+
+
+async def test_scrapes_share_a_read_only_if_it_started_after_they_asked() -> None:
+    finish: list[trio.Event] = []
+
+    async def fetch() -> int:
+        finish.append(trio.Event())
+        run = len(finish)
+        await finish[-1].wait()
+        return run
+
+    reads = FreshRead(fetch)
+    got: dict[str, int] = {}
+
+    async def scrape(name: str) -> None:
+        got[name] = await reads.read()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scrape, "a")
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(finish) == 1  # a's run is in flight
+        nursery.start_soon(scrape, "b")
+        nursery.start_soon(scrape, "c")
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(finish) == 1  # b and c wait: that run started before they asked
+        finish[0].set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == {"a": 1} and len(finish) == 2  # one run for both
+        finish[1].set()
+    assert got == {"a": 1, "b": 2, "c": 2}
+    finish.clear()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scrape, "d")  # later: a run of its own
+        await trio.testing.wait_all_tasks_blocked()
+        finish[0].set()
+    assert got["d"] == 1 and len(finish) == 1

@@ -61,6 +61,14 @@ def _counter(text: str, name: str) -> float:
     raise AssertionError(f"{name} missing from /metrics")
 
 
+def _sample(text: str, name: str) -> float | None:
+    """A sample of /metrics; None when the scrape does not show it."""
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return None
+
+
 def test_worker_environment_carries_every_setting() -> None:
     settings = Settings(port=7123, host="127.0.0.1", workers=3, actor_idle_timeout_s=2.5)
     env = worker_environ(settings, "postgresql://db/x", 1, base={"DATABASE_URL": "old"})
@@ -209,6 +217,46 @@ def test_two_workers_answer_for_the_whole_service(pg_url: str, tmp_path: Path) -
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     assert not metrics_dir.exists(), "the parent removes the metrics directory when it stops"
+
+
+def test_every_scrape_shows_the_queues_as_the_database_holds_them(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Per-queue gauges are the database's at the scrape, whichever worker answers: a queue
+    that only grows never reads lower than it did, and reads what was pushed after every
+    push."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        _serve_argv(port, tmp_path / "spool", "--workers", "2"), env=_external_env(pg_url)
+    )
+    base = f"http://127.0.0.1:{port}"
+    queue = f"grows-{uuid.uuid4().hex[:8]}"
+    depth = f'queen_queue_depth{{queue="{queue}"}}'
+    lag = f'queen_consumer_group_lag{{queue="{queue}",consumer_group="g"}}'
+    try:
+        pids = _process_ids(base, 2, time.monotonic() + 60)
+        assert len(pids) == 2
+        configured = httpx.post(f"{base}/api/v1/configure", json={"queue": queue, "options": {}})
+        assert configured.status_code == 200
+        # g subscribes while the queue is empty: it lags by everything pushed after
+        assert httpx.get(f"{base}/api/v1/pop/queue/{queue}?consumerGroup=g").status_code == 204
+        pushed, answered_by = 0, set()
+        readings: list[tuple[float, float]] = []
+        for batch in range(8):
+            items = [{"queue": queue, "payload": i} for i in range(batch + 1)]
+            assert httpx.post(f"{base}/api/v1/push", json={"items": items}).status_code == 201
+            pushed += len(items)
+            for _ in range(5):  # a new connection each time: either worker answers
+                with httpx.Client(base_url=base, timeout=10) as client:
+                    who = client.get("/metrics", headers={"Accept": "application/json"})
+                    answered_by.add(who.json()["processId"])
+                    text = client.get("/metrics").text  # the same connection: that worker
+                readings.append((_sample(text, depth), _sample(text, lag)))
+                assert readings[-1] == (pushed, pushed), f"{pushed} pushed: {readings}"
+        assert answered_by == pids, "both workers answered the scrapes"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
 
 
 def _serve_argv(port: int, spool: Path, *extra: str) -> list[str]:

@@ -6,7 +6,7 @@ It reads through :class:`queen.storage.admin.PgAdminStore` and the broker's own 
 spool, switches); it writes nothing but single message deletions. The operator's actions on
 dead letters and queues are :attr:`AdminService.actions` (:mod:`queen.admin.actions`).
 Figures are computed when asked, from offsets and cursors (see ``admin.sql``), so there is
-nothing to keep in step and ``POST /api/v1/stats/refresh`` only drops the cached gauges.
+nothing to keep in step; ``POST /api/v1/stats/refresh`` only takes a history sample.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+import trio
 
 from queen.admin import params
 from queen.admin.actions import AdminActions
@@ -69,7 +71,6 @@ from queen.records import QUEUE_MODE, QueueOptions
 from queen.settings import Settings
 from queen.storage.admin import PgAdminStore, Row
 
-GAUGE_CACHE_S = 10.0
 MAX_GAUGE_QUEUES = 1000
 RETENTION_COUNTERS = (
     "retention_passes",
@@ -143,7 +144,7 @@ class AdminService:
         self.figures: Figures = figures or LocalFigures(metrics)
         self.history = history or History(self.figures)
         self.consumer_groups = ConsumerGroups(store)
-        self._gauges: tuple[float, QueueGauges] | None = None
+        self._gauges = FreshRead(self._read_queue_gauges)
         self.actions = AdminActions(store, push)
 
     @property
@@ -416,8 +417,8 @@ class AdminService:
         )
 
     async def refresh(self) -> None:
-        """``POST /api/v1/stats/refresh``: figures are live; this drops the gauge cache."""
-        self._gauges = None
+        """``POST /api/v1/stats/refresh``: figures are live (read when asked); this takes a
+        history sample now."""
         self.history.sample(force=True)
 
     def metrics_json(self) -> ProcessMetrics:
@@ -559,19 +560,52 @@ class AdminService:
 
     async def queue_gauges(self) -> QueueGauges:
         """The queues and groups Prometheus reads (depth, oldest pending age, DLQ depth,
-        partitions; consumer-group lag). Computed at most every ``GAUGE_CACHE_S`` seconds,
-        for at most ``MAX_GAUGE_QUEUES`` queues (name order)."""
-        now_mono = time.monotonic()
-        if self._gauges is not None and now_mono - self._gauges[0] < GAUGE_CACHE_S:
-            return self._gauges[1]
+        partitions; consumer-group lag), for at most ``MAX_GAUGE_QUEUES`` queues (name order).
+
+        Read from the database for each scrape, never kept: with ``--workers N`` any worker
+        answers, and a figure one kept would be older than what another worker has shown
+        since. Scrapes of this process at the same time share one read that started after
+        each of them arrived (:class:`FreshRead`), so a burst of them costs at most two."""
+        return await self._gauges.read()
+
+    async def _read_queue_gauges(self) -> QueueGauges:
         rows = await self.store.queues(limit=MAX_GAUGE_QUEUES, offset=0)
         groups = await self.store.groups(group=None, queue=None, limit=params.MAX_LIMIT, offset=0)
         now = datetime.now(UTC)
-        gauges = QueueGauges(
+        return QueueGauges(
             [self._queue_summary(r, now) for r in rows], [standing(g, now) for g in groups]
         )
-        self._gauges = (now_mono, gauges)
-        return gauges
+
+
+T = TypeVar("T")
+
+
+class FreshRead(Generic[T]):
+    """Reads that share a run of ``fetch`` only when it started after they were asked.
+
+    One run at a time: a caller arriving while one is in flight waits for it to end and then
+    for the next, which it shares with every caller that arrived meanwhile. So no caller gets
+    a value read before it asked, and concurrent callers cost at most two runs. A run that
+    fails (or whose caller is cancelled) leaves the next caller in line to run again.
+    """
+
+    def __init__(self, fetch: Callable[[], Awaitable[T]]) -> None:
+        self._fetch = fetch
+        self._lock = trio.Lock()  # fair: callers take turns in the order they came
+        self._started = 0  # runs started so far
+        self._last: tuple[int, T] | None = None  # the newest run's number and value
+
+    async def read(self) -> T:
+        asked_after = self._started  # a run numbered above this started after the ask
+        async with self._lock:
+            last = self._last
+            if last is not None and last[0] > asked_after:
+                return last[1]
+            self._started += 1
+            number = self._started
+            value = await self._fetch()
+            self._last = (number, value)
+            return value
 
 
 def check_name(value: str, what: str) -> str:
