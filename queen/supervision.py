@@ -60,18 +60,16 @@ class LoopState:
     last_error: str | None = None
     started_at: float = 0.0  # trio clock, last (re)start; infinite while paused after a failure
     done: bool = False  # returned: nothing more to do
-    reported: bool = False  # the loop reported its last turn failed (report_failure)
+    reported: int = 0  # turns the loop reported failed in a row (report_failure)
 
     def failing(self, now: float, recover_s: float) -> bool:
         if self.done:
             return False
-        return self.reported or (self.streak > 0 and now - self.started_at < recover_s)
+        return self.reported > 0 or (self.streak > 0 and now - self.started_at < recover_s)
 
     def reported_ok(self) -> None:
-        """A turn without error after reported failures: the streak is over."""
-        if self.reported:
-            self.reported = False
-            self.streak = 0
+        """A turn without error: what the loop reported is over."""
+        self.reported = 0
 
     def status(self, now: float, recover_s: float) -> LoopStatus:
         failing = self.failing(now, recover_s)
@@ -203,23 +201,23 @@ class Loops:
         """``state``'s loop handled an error (it logged it): an error, and failing until it
         reports a turn without one."""
         if not state.failing(trio.current_time(), self.recover_s):
-            state.streak = 0
             state.failing_since = time.time()
-        state.reported = True
+        state.reported += 1
         state.errors += 1
-        state.streak += 1
         state.last_error = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
 
     def _failed(self, state: LoopState, error: str, exc: Exception) -> float:
         now = trio.current_time()
-        if state.streak and not state.reported and now - state.started_at >= self.recover_s:
+        if state.streak and now - state.started_at >= self.recover_s:
             state.streak = 0  # it ran long enough since the last failure: a new streak
+        was_failing = state.failing(now, self.recover_s)
         state.started_at = math.inf  # failing through the pause, and recover_s after it
         state.errors += 1
         state.streak += 1
         state.last_error = error
         if state.streak == 1:
-            state.failing_since = time.time()
+            if not was_failing:  # (a loop may be failing already from what it reported)
+                state.failing_since = time.time()
             log.error(
                 "background loop %s failed: %s; restarting it", state.name, error, exc_info=exc
             )
