@@ -167,11 +167,11 @@ def serve_main(argv: Sequence[str]) -> int:
     )
     from queen.server import StartupError, run
     from queen.storage.embedded import DataDirInUse
-    from queen.storage.postgres import ForeignSchemaError
+    from queen.storage.postgres import ForeignSchemaError, SchemaBusy
 
     try:
         run(settings)
-    except (StartupError, ForeignSchemaError, DataDirInUse) as exc:
+    except (StartupError, ForeignSchemaError, SchemaBusy, DataDirInUse) as exc:
         print(f"queen: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,10 +1,12 @@
 """The stores of one broker, opened together: what each room of the broker reads and writes.
 
 :func:`open_stores` opens the database the settings name (:mod:`queen.storage.database`),
-its connection pool and every PostgreSQL store over it, migrates the schema, and yields one
-:class:`Stores`. :func:`push_only` wraps any :class:`~queen.storage.base.Store` alone (the
-actor tests' in-memory store): the push path, the spool and the switches then work, and the
-rooms that need PostgreSQL (consume, retention, streams, admin) are absent.
+its connection pool and every PostgreSQL store over it, migrates the schema when it is not
+this build's (:func:`queen.storage.postgres.migrate_once_sync`: a current one is only read),
+and yields one :class:`Stores`. :func:`push_only` wraps any
+:class:`~queen.storage.base.Store` alone (the actor tests' in-memory store): the push path, the
+spool and the switches then work, and the rooms that need PostgreSQL (consume, retention,
+streams, admin) are absent.
 
 A database that cannot be reached at start-up is not fatal: ``ready`` is False, and the
 broker starts with it marked down and spools (``migrate`` runs again when it comes back).

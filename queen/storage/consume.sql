@@ -65,8 +65,7 @@ CREATE INDEX IF NOT EXISTS cursors_by_queue_group_served
 -- `covered` was seen by a pop of the group (and got its cursor if it held messages), except
 -- that the mark never passes a partition seen still empty. A group without a row looks at
 -- every partition of the queue once.
--- (Altered only when the column is missing: ALTER TABLE would lock the push path's table
--- at every start-up of every broker process.)
+-- (Added by a block that looks for the column first: a table that has it is not altered.)
 DO $do$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_attribute

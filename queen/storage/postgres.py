@@ -17,11 +17,15 @@ import enum
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime
 from importlib import resources
 from typing import Any
 
 import psycopg
+import trio
+from psycopg import sql
 
 from queen.errors import StoreError
 from queen.frames import concat
@@ -33,7 +37,7 @@ from queen.storage.pool import ConnectionPool
 log = logging.getLogger("queen.storage")
 
 SEP = "\x1f"
-_MIGRATION_LOCK = 0x5155_4545_4E00  # "QUEEN\0": one advisory lock id for schema changes
+MIGRATION_LOCK = 0x5155_4545_4E00  # "QUEEN\0": one advisory lock id for schema changes
 
 _PUSH_SQL = b"SELECT statuses, originals FROM queen.push_segments($1, $2, $3, $4, $5, $6, $7, $8)"
 # The same call in psycopg's placeholder style, for tools that write through psycopg (bench/).
@@ -46,8 +50,8 @@ _PUSH_ARRAYS_SQL = (
     "%s::uuid[], %s::text[], %s::text[], %s::text[], %s::uuid[], %s::integer[])"
 )
 
-# Applied in this order at every start-up; each file is idempotent. A room of the broker that
-# needs tables of its own adds its file here.
+# Applied in this order whenever the schema is not this build's (see migrate_once_sync); each
+# file is idempotent. A room of the broker that needs tables of its own adds its file here.
 SCHEMA_FILES = (
     "schema.sql",
     "system.sql",
@@ -99,24 +103,146 @@ def schema_digest() -> str:
 
 SCHEMA_STATE_KEY = "schema"  # in queen.system_state: {"digest": schema_digest()}
 
+# The tables a migration locks first, in the order the push path takes them (cursor rows
+# before partition rows, then the partitions' queues, the sidecar and the segments); every
+# other table of schema "queen" follows in name order.
+_LOCK_ORDER = ("cursors", "partitions", "queues", "dedup", "segments")
+MIGRATION_GIVE_UP_S = 60.0  # how long a migration keeps trying to take its tables' locks
 
-def migrate_sync(conn: psycopg.Connection[Any]) -> None:
-    """Create or update the schema; safe to run from several processes at once. The digest
-    of the schema applied is recorded (``SCHEMA_STATE_KEY``) for :func:`schema_state`.
+
+class Migration(enum.Enum):
+    """What one attempt at migrating did."""
+
+    CURRENT = "current"  # this build's schema was recorded: nothing locked, nothing changed
+    APPLIED = "applied"  # the schema was applied and its digest recorded
+    BUSY = "busy"  # the tables' locks were not all free in time: nothing changed, try again
+
+
+class SchemaBusy(StoreError):
+    """The migration never got the locks of the schema's tables (long transactions hold
+    them); nothing was changed."""
+
+
+class _TablesBusy(Exception):
+    """The tables' locks were not all free within the bound (the transaction rolls back)."""
+
+
+def _recorded(conn: psycopg.Connection[Any]) -> tuple[str | None, datetime] | None:
+    """The digest recorded in ``system_state`` and when, or None (none recorded)."""
+    if conn.execute("SELECT to_regclass('queen.system_state')").fetchone() in (None, (None,)):
+        return None
+    row = conn.execute(
+        "SELECT value ->> 'digest', updated_at FROM queen.system_state WHERE key = %s",
+        (SCHEMA_STATE_KEY,),
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def migrate_once_sync(conn: psycopg.Connection[Any]) -> Migration:
+    """One attempt at bringing the schema to this build's; see :func:`migrate_sync`.
+
+    ``conn`` is in autocommit mode. When the recorded digest is this build's, the schema is
+    current and the call ends there: it read the catalog and one row of ``system_state``, and
+    took no lock that a push (of any build) waits for. Otherwise, in one transaction: the
+    migration's advisory lock (a second process starting meanwhile waits here, holding
+    nothing, and then finds the digest current), the original broker's tables looked for, the
+    digest read again, then every table of the schema locked ACCESS EXCLUSIVE in one
+    statement, those of the push path first, in the order it takes them. That statement may
+    last at most half of PostgreSQL's ``deadlock_timeout``. A transaction that waits for one
+    of these locks began waiting after the statement started, so its deadlock check comes
+    after the statement is over, when the migration either holds every lock it needs (and
+    waits for nothing more until it commits) or has rolled back (:attr:`Migration.BUSY`):
+    a transaction waiting for the migration (a push of a broker of any build) waits while
+    the schema is applied, and is never the one cancelled to break a deadlock with it."""
+    if schema_state(conn)[0] is SchemaState.CURRENT:
+        return Migration.CURRENT
+    ours = schema_digest()
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            check_foreign_schema(conn)
+            recorded = _recorded(conn)
+            if recorded is not None and recorded[0] == ours:
+                return Migration.CURRENT
+            _lock_tables(conn)
+            conn.execute(schema_sql().encode())
+            conn.execute(
+                """INSERT INTO queen.system_state (key, value, updated_at)
+                   VALUES (%s, jsonb_build_object('digest', %s::text), now())
+                   ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()
+                   WHERE queen.system_state.value IS DISTINCT FROM excluded.value""",
+                (SCHEMA_STATE_KEY, ours),
+            )
+    except _TablesBusy:
+        return Migration.BUSY
+    log.info("applied the schema (digest %s)", ours)
+    return Migration.APPLIED
+
+
+def _lock_tables(conn: psycopg.Connection[Any]) -> None:
+    """Lock every table of schema "queen" ACCESS EXCLUSIVE (in the transaction open on
+    ``conn``) within half of ``deadlock_timeout``, or raise :class:`_TablesBusy`."""
+    names = [
+        str(name)
+        for (name,) in conn.execute(
+            """SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = 'queen' AND c.relkind IN ('r', 'p')
+               ORDER BY array_position(%s::text[], c.relname::text), c.relname""",
+            (list(_LOCK_ORDER),),
+        ).fetchall()
+    ]
+    if not names:  # a new database: nothing to wait for
+        return
+    row = conn.execute(
+        """SELECT current_setting('statement_timeout'),
+                  greatest(1, floor(extract(epoch FROM
+                      current_setting('deadlock_timeout')::interval) * 500))::bigint"""
+    ).fetchone()
+    assert row is not None
+    session_timeout, bound_ms = row
+    conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{bound_ms}ms",))
+    tables = sql.SQL(", ").join(sql.Identifier("queen", name) for name in names)
+    try:
+        conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(tables))
+    except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+        raise _TablesBusy from exc  # past the bound, or past a lock_timeout of the role
+    conn.execute("SELECT set_config('statement_timeout', %s, true)", (session_timeout,))
+
+
+def migrate_sync(
+    conn: psycopg.Connection[Any], *, give_up_s: float = MIGRATION_GIVE_UP_S
+) -> Migration:
+    """Create or update the schema; safe to run from several processes at once, and while
+    brokers push (:func:`migrate_once_sync`). The digest of the schema applied is recorded
+    (``SCHEMA_STATE_KEY``) for :func:`schema_state`. Returns what was done.
 
     Raises :class:`ForeignSchemaError`, changing nothing, when the database holds the original
-    broker's schema."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        check_foreign_schema(conn)
-        conn.execute(schema_sql().encode())
-        conn.execute(
-            """INSERT INTO queen.system_state (key, value, updated_at)
-               VALUES (%s, jsonb_build_object('digest', %s::text), now())
-               ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()
-               WHERE queen.system_state.value IS DISTINCT FROM excluded.value""",
-            (SCHEMA_STATE_KEY, schema_digest()),
-        )
+    broker's schema, and :class:`SchemaBusy` when the tables' locks were never free within
+    ``give_up_s``."""
+    give_up = time.monotonic() + give_up_s
+    for pause in retry_pauses():
+        outcome = migrate_once_sync(conn)
+        if outcome is not Migration.BUSY:
+            return outcome
+        if time.monotonic() + pause > give_up:
+            break
+        time.sleep(pause)
+    raise busy_error(give_up_s)
+
+
+def retry_pauses() -> Iterator[float]:
+    """The pauses between attempts at migrating: 50 ms, doubling up to 1 s."""
+    pause = 0.05
+    while True:
+        yield pause
+        pause = min(1.0, pause * 2)
+
+
+def busy_error(give_up_s: float) -> SchemaBusy:
+    return SchemaBusy(
+        f"could not migrate the schema: its tables stayed locked by other transactions for "
+        f"{give_up_s:g} s; nothing was changed"
+    )
 
 
 class SchemaState(enum.Enum):
@@ -139,14 +265,7 @@ def schema_state(conn: psycopg.Connection[Any]) -> tuple[SchemaState, str]:
     except ForeignSchemaError as exc:
         return SchemaState.FOREIGN, str(exc)
     ours = schema_digest()
-    recorded = None
-    if conn.execute("SELECT to_regclass('queen.system_state')").fetchone() not in (None, (None,)):
-        found = conn.execute(
-            "SELECT value ->> 'digest', updated_at FROM queen.system_state WHERE key = %s",
-            (SCHEMA_STATE_KEY,),
-        ).fetchone()
-        if found is not None:
-            recorded = found
+    recorded = _recorded(conn)
     if recorded is not None and recorded[0] == ours:
         return (
             SchemaState.CURRENT,
@@ -163,9 +282,22 @@ class PgStore:
         self.pool = pool
         self.migrated = False
 
-    async def migrate(self) -> None:
-        await self.pool.run(migrate_sync)
-        self.migrated = True
+    async def migrate(self, *, give_up_s: float = MIGRATION_GIVE_UP_S) -> Migration:
+        """:func:`migrate_sync`, each attempt one call of the pool, the pauses Trio's."""
+        give_up = trio.current_time() + give_up_s
+        waited = False
+        for pause in retry_pauses():
+            outcome = await self.pool.run(migrate_once_sync)
+            if outcome is not Migration.BUSY:
+                self.migrated = True
+                return outcome
+            if not waited:
+                waited = True
+                log.info("migrating the schema: its tables are in use; trying again")
+            if trio.current_time() + pause > give_up:
+                break
+            await trio.sleep(pause)
+        raise busy_error(give_up_s)
 
     async def ping(self) -> None:
         await self.pool.ping()

@@ -1,5 +1,7 @@
--- Queen on Trio storage, schema "queen". Idempotent: run at every start-up under an advisory
--- lock, so several broker processes starting together never race each other.
+-- Queen on Trio storage, schema "queen". Idempotent. Applied by a broker that starts on a
+-- database whose recorded schema digest is not its own, under an advisory lock and with every
+-- table locked first (queen/storage/postgres.py, migrate_once_sync); a start on a current
+-- schema applies nothing.
 
 CREATE SCHEMA IF NOT EXISTS queen;
 
