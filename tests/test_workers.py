@@ -8,13 +8,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
+import psycopg
 import pytest
 
 from queen.server import worker_environ
@@ -525,3 +528,95 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return False
+
+
+@pytest.mark.timeout(150)
+def test_workers_killed_under_pushes_come_back_and_fail_no_push(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Twice, while clients push, the longest-running worker is killed: its replacement
+    comes up on a database whose schema is current, applies none of it, and no push is
+    answered ``failed`` (only the requests the killed worker was serving are cut)."""
+    from tests.test_schema_start import CATALOG
+
+    def catalog() -> list[tuple[Any, ...]]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            return conn.execute(CATALOG).fetchall()
+
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        _serve_argv(port, tmp_path / "spool", "--workers", "2"),
+        env=_external_env(pg_url),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    statuses: Counter[str] = Counter()
+    lock = threading.Lock()
+    stop = threading.Event()
+    run = uuid.uuid4().hex[:8]
+
+    def push(task: int) -> None:
+        n = 0
+        while not stop.is_set():
+            with httpx.Client(base_url=base, timeout=30) as client:  # a new one after a cut
+                while not stop.is_set():
+                    n += 1
+                    item = {
+                        "queue": f"kill-{run}-{task}",
+                        "partition": f"p{n % 4}",
+                        "payload": n,
+                        "transactionId": f"{task}-{n}",
+                    }
+                    try:
+                        answer = client.post("/api/v1/push", json={"items": [item]})
+                    except httpx.TransportError:
+                        with lock:
+                            statuses["cut"] += 1
+                        break
+                    with lock:
+                        if answer.status_code == 201:
+                            statuses.update(r["status"] for r in answer.json())
+                        else:
+                            statuses[f"http {answer.status_code}"] += 1
+
+    def answered() -> int:
+        with lock:
+            return sum(count for status, count in statuses.items() if status != "cut")
+
+    def more(n: int = 20) -> None:
+        goal, deadline = answered() + n, time.monotonic() + 30
+        while answered() < goal:
+            assert time.monotonic() < deadline, f"pushes stopped being answered: {statuses}"
+            time.sleep(0.01)
+
+    pushers = [threading.Thread(target=push, args=(task,)) for task in range(3)]
+    try:
+        workers = sorted(_process_ids(base, 2, time.monotonic() + 60))
+        assert len(workers) == 2
+        before = catalog()
+        for thread in pushers:
+            thread.start()
+        for _ in range(2):
+            more()
+            victim = workers.pop(0)  # the longest running: each worker id in turn
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            replacement: set[int] = set()
+            while not replacement and time.monotonic() < deadline:
+                replacement = _process_ids(base, 2, deadline) - {victim, *workers}
+            assert len(replacement) == 1, "a new worker took the killed one's place"
+            workers += replacement
+        more()
+        assert proc.poll() is None
+    finally:
+        stop.set()
+        for thread in pushers:
+            if thread.is_alive():
+                thread.join(60)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr[-2000:]
+    assert "failed" not in statuses and set(statuses) <= {"queued", "cut"}, statuses
+    assert "deadlock" not in stderr, stderr[-2000:]
+    assert catalog() == before, "a restarted worker applied the schema again"
