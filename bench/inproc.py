@@ -19,21 +19,27 @@ tasks that drive it: building the items is the embedding program's own work).
 from __future__ import annotations
 
 import argparse
+import cProfile
+import http.client
 import json
 import math
+import pstats
 import resource
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import trio
 import trio.lowlevel
 
-from bench import procfs
-from bench.scenarios import CONSUME, EMBEDDED, ConsumeLoad, Load
+from bench import procfs, servers
+from bench.scenarios import CONSUME, EMBEDDED, SCENARIOS, ConsumeLoad, Load
 from queen import open_broker, tune_gc
 from queen.broker import Broker
 from queen.settings import Settings
@@ -292,6 +298,188 @@ async def consume(broker: Broker, load: ConsumeLoad, args: argparse.Namespace) -
     return record
 
 
+# name: (the load of the scenario of that name, over HTTP)
+CALL_SHAPES = {
+    **{name: (SCENARIOS[name].load, True) for name in ("S1", "S2")},
+    **{name: (EMBEDDED[name].load, False) for name in ("E1", "E2")},
+}
+# Where a call is counted: the first fragment of its file's path that matches (see
+# calls_by_group for the rest). "bench" (the drivers) is left out of the totals.
+_ROOMS = (
+    "actors/",
+    "push/",
+    "intake.py",
+    "storage/",
+    "http/",
+    "primitives.py",
+    "frames.py",
+    "spool/",
+)
+CALL_GROUPS = (
+    *((f"/queen/{room}", room.removesuffix(".py").strip("/")) for room in _ROOMS),
+    ("/queen/", "queen other"),
+    ("/bench/", "bench"),
+    *((part, "trio") for part in ("/trio/", "/outcome/", "methods trio.", "methods outcome.")),
+    *((f"/{name}", name) for name in ("psycopg", "quart", "hypercorn", "h11")),
+)
+
+
+def call_group(path: str) -> str:
+    return next((name for part, name in CALL_GROUPS if part in path), "other")
+
+
+def calls_by_group(profile: cProfile.Profile) -> dict[str, int]:
+    """Calls per group. A function of no group (a builtin, the standard library, generated
+    code) counts in each caller's group; a caller of no group in its own main caller's."""
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    owners: dict[Any, str] = {}
+
+    def own(func: Any) -> str | None:
+        return None if func[0] == "~" else call_group(func[0])
+
+    def owner(func: Any) -> str:
+        if func not in owners:
+            owners[func] = "other"  # while resolving: a cycle ends here
+            callers = stats.get(func, (0, 0, 0, 0, {}))[4]
+            group = own(func)
+            if group in (None, "other") and callers:
+                group = owner(max(callers, key=lambda c: callers[c][0]))
+            owners[func] = group or "other"
+        return owners[func]
+
+    counts: dict[str, int] = {}
+    for func, (_, calls, _, _, callers) in stats.items():
+        group = own(func)
+        if group not in (None, "other"):
+            counts[group] = counts.get(group, 0) + calls
+            continue
+        for caller, (caller_calls, *_) in callers.items():
+            counts[owner(caller)] = counts.get(owner(caller), 0) + caller_calls
+        orphans = calls - sum(c[0] for c in callers.values())
+        counts["other"] = counts.get("other", 0) + orphans
+    return counts
+
+
+def _post_all(port: int, bodies: list[bytes], errors: list[BaseException]) -> None:
+    """POST ``bodies`` one after another on one keep-alive connection (a client thread)."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        for body in bodies:
+            conn.request("POST", "/api/v1/push", body, {"Content-Type": "application/json"})
+            answer = conn.getresponse()
+            if answer.status != 201 or b'"failed"' in answer.read():
+                raise RuntimeError(f"push answered {answer.status}")
+        conn.close()
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def _post_lanes(port: int, lanes: list[list[bytes]]) -> None:
+    """Each lane from a client thread of its own (threads cProfile does not see)."""
+    errors: list[BaseException] = []
+    clients = [threading.Thread(target=_post_all, args=(port, b, errors)) for b in lanes]
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join()
+    if errors:
+        raise errors[0]
+
+
+async def count_calls(broker: Broker, shape: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``args.requests`` pushes of ``shape`` (its items and partitions; ``args.tasks``
+    producers instead of its connections), profiled."""
+    from queen.http.app import create_app
+    from queen.server import listen_socket
+    from queen.serving import serve_app
+
+    load, over_http = CALL_SHAPES[shape]
+    size, partitions = load.items, load.partitions
+    queue = f"{args.queue_prefix}calls-{shape.lower()}"
+    pushes = [
+        [item(queue, partitions, n, args.tag) for n in range(r * size, (r + 1) * size)]
+        for r in range(args.requests + 1)
+    ]
+    lanes = [pushes[1 + t :: args.tasks] for t in range(args.tasks)]
+    await broker.push([item(queue, partitions, n, "warm") for n in range(partitions)])
+    profile = cProfile.Profile()
+    async with trio.open_nursery() as nursery:
+        if over_http:
+            sock = listen_socket("127.0.0.1", 0)
+            stop = trio.Event()
+            await nursery.start(
+                partial(
+                    serve_app, create_app(broker), broker.settings, sock, shutdown_trigger=stop.wait
+                )
+            )
+            bodies = [[json.dumps({"items": p}).encode() for p in lane] for lane in lanes]
+            port = sock.getsockname()[1]
+            warm = [[json.dumps({"items": pushes[0]}).encode()]]
+            await trio.to_thread.run_sync(_post_lanes, port, warm)  # the app warmed up
+            before = broker.metrics.snapshot()
+            profile.enable()
+            await trio.to_thread.run_sync(_post_lanes, port, bodies)
+            profile.disable()
+            stop.set()
+        else:
+
+            async def producer(lane: list[list[dict[str, Any]]]) -> None:
+                for push in lane:
+                    if any(r.status != "queued" for r in await broker.push(push)):
+                        raise RuntimeError("a push was not queued")
+
+            before = broker.metrics.snapshot()
+            profile.enable()
+            async with trio.open_nursery() as producers:
+                for lane in lanes:
+                    producers.start_soon(producer, lane)
+            profile.disable()
+    delta = {k: v - before.get(k, 0) for k, v in broker.metrics.snapshot().items()}
+    groups = calls_by_group(profile)
+    groups.pop("bench", None)
+    items = args.requests * size
+    if args.profile_to:
+        profile.dump_stats(f"{args.profile_to}-{shape}.prof")
+    return {
+        "shape": shape,
+        "tasks": args.tasks,
+        "requests": args.requests,
+        "items": items,
+        "transactions": delta.get("push_transactions", 0),
+        "segments": delta.get("push_segments", 0),
+        "calls_per_item": sum(groups.values()) / items,
+        "calls_per_request": sum(groups.values()) / args.requests,
+        "per_item": {
+            k: round(v / items, 1) for k, v in sorted(groups.items(), key=lambda g: -g[1])
+        },
+    }
+
+
+def calls_table(records: list[dict[str, Any]]) -> str:
+    columns = [*dict.fromkeys(name for _, name in CALL_GROUPS if name != "bench"), "other"]
+    shown = [c for c in columns if any(c in r["per_item"] for r in records)]
+    lines = [
+        "| shape | tasks | calls/item | calls/request | segments/tx | " + " | ".join(shown) + " |",
+        "|---" * (5 + len(shown)) + "|",
+    ]
+    for r in records:
+        per_tx = r["segments"] / r["transactions"] if r["transactions"] else 0
+        cells = [str(r["per_item"].get(c, 0)) for c in shown]
+        lines.append(
+            f"| {r['shape']} | {r['tasks']} | {r['calls_per_item']:.1f} | "
+            f"{r['calls_per_request']:.1f} | {per_tx:.1f} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines)
+
+
+async def run_calls(args: argparse.Namespace, url: str) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="queen-bench-spool-") as spool:
+        settings = Settings.from_env(database_url=url, file_buffer_dir=spool)
+        async with open_broker(settings) as broker:
+            tune_gc(settings.gc_gen0_threshold)
+            return [await count_calls(broker, s, args) for s in args.shapes.split(",")]
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="queen-bench-spool-") as spool:
         settings = Settings.from_env(database_url=args.database_url, file_buffer_dir=spool)
@@ -304,18 +492,32 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.inproc")
-    p.add_argument("name", choices=[*EMBEDDED, *CONSUME])
-    p.add_argument("--database-url", required=True)
+    p.add_argument("name", choices=[*EMBEDDED, *CONSUME, "calls"])
+    p.add_argument("--database-url", help="required, except for calls (else embedded)")
     p.add_argument("--db-pid", type=int, help="postmaster pid, to measure the database's CPU")
     p.add_argument("--duration", type=float, default=25.0)
     p.add_argument("--warmup", type=float, default=5.0)
     p.add_argument("--queue-prefix", default="qbench-")
     p.add_argument("--tag", default=f"t{time.time_ns()}")
+    p.add_argument("--shapes", default=",".join(CALL_SHAPES), help="calls: which shapes")
+    p.add_argument("--requests", type=int, default=1000, help="calls: pushes per shape")
+    p.add_argument("--tasks", type=int, default=1, help="calls: concurrent producers")
+    p.add_argument("--profile-to", help="calls: save each shape's profile as PREFIX-SHAPE.prof")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.name == "calls":
+        with (
+            tempfile.TemporaryDirectory(prefix="queen-bench-calls-") as workdir,
+            servers.open_database(args.database_url, Path(workdir)) as db,
+        ):
+            records = trio.run(run_calls, args, db.conninfo)
+        sys.stdout.write(calls_table(records) + "\n" + json.dumps(records) + "\n")
+        return 0
+    if not args.database_url:
+        parser().error("--database-url is required")
     record = trio.run(run, args)
     sys.stdout.write(json.dumps(record) + "\n")
     return 0

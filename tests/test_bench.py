@@ -558,3 +558,18 @@ async def test_bare_hypercorn_floor_answers_a_push_as_the_broker_does() -> None:
     )
     status, _ = await call("POST", "/api/v1/push", b"not json at all")
     assert status == 400
+
+
+async def test_call_counts_are_split_by_module(broker: Any) -> None:
+    """A tiny in-process count: every push profiled, the drivers left out of the figures."""
+    from bench import inproc
+
+    args = inproc.parser().parse_args(["calls", "--requests", "3", "--tasks", "2"])
+    args.queue_prefix = "bench-smoke-"
+    record = await inproc.count_calls(broker, "E2", args)
+    assert record["items"] == 30 and 10 <= record["segments"] <= 30  # some may coalesce
+    groups = record["per_item"]
+    assert groups["actors"] > 0 and groups["storage"] > 0 and groups["trio"] > 0
+    assert "bench" not in groups
+    assert record["calls_per_request"] == pytest.approx(record["calls_per_item"] * 10)
+    assert "| E2 | 2 |" in inproc.calls_table([record])
