@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Protocol
 
 
@@ -41,17 +42,10 @@ def concat(parts: Sequence[FrameColumns]) -> Frames:
             only.producer_subs,
             only.trace_ids,
         )
-    message_ids: list[str] = []
-    transaction_ids: list[str] = []
-    payloads: list[bytes] = []
-    for part in parts:
-        message_ids.extend(part.message_ids)
-        transaction_ids.extend(part.transaction_ids)
-        payloads.extend(part.payloads)
     return Frames(
-        message_ids,
-        transaction_ids,
-        payloads,
+        list(chain.from_iterable([part.message_ids for part in parts])),
+        list(chain.from_iterable([part.transaction_ids for part in parts])),
+        list(chain.from_iterable([part.payloads for part in parts])),
         _optional([p.producer_subs for p in parts], parts),
         _optional([p.trace_ids for p in parts], parts),
     )
@@ -60,7 +54,7 @@ def concat(parts: Sequence[FrameColumns]) -> Frames:
 def _optional(
     columns: list[list[str | None] | None], parts: Sequence[FrameColumns]
 ) -> list[str | None] | None:
-    if all(c is None for c in columns):
+    if columns.count(None) == len(columns):
         return None
     out: list[str | None] = []
     for part, column in zip(parts, columns, strict=True):

@@ -83,12 +83,12 @@ def mint_ids(n: int) -> list[str]:
         low = c & 0x3FFF
         take = min(n - done, 0x4000 - low)
         high = f"{head}{c >> 14:03x}-"
-        ids.extend(
+        ids += [
             high + group + rnd[j : j + 12]
             for group, j in zip(
                 _LOW_GROUPS[low : low + take], range(12 * done, 12 * (done + take), 12), strict=True
             )
-        )
+        ]
         done += take
     return ids
 

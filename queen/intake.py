@@ -70,6 +70,14 @@ def _transaction_id_problem(value: object, plain_strings: bool) -> str | None:
     return None
 
 
+def _plain_transaction_ids(values: set[Any], plain_strings: bool) -> bool:
+    """Whether none of ``values`` has a problem (:func:`_transaction_id_problem`), checked for
+    all of them at once."""
+    if set(map(type, values)) != {str} or max(map(len, values)) > MAX_TRANSACTION_ID_CHARS:
+        return False
+    return plain_strings or not CONTROL.search("".join(values))
+
+
 def _trace_id(item: dict[str, Any], index: int) -> str | None:
     value = item.get("traceId")
     if value is None:
@@ -259,9 +267,11 @@ def _prepare_common(items: list[Any], plain_strings: bool) -> PreparedPush | Non
             return None
     if None in queues:
         return None
-    for tx in distinct_transaction_ids:
-        if tx is not None and _transaction_id_problem(tx, plain_strings) is not None:
-            return None
+    distinct_transaction_ids.discard(None)
+    if distinct_transaction_ids and not _plain_transaction_ids(
+        distinct_transaction_ids, plain_strings
+    ):
+        return None
     count = len(items)
     message_ids = mint_ids(count)
     transaction_ids = [tx or mid for tx, mid in zip(transaction_ids, message_ids, strict=True)]

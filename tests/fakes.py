@@ -107,7 +107,7 @@ class MemoryStore:
         leader_id: dict[int, str] = {}
         fresh: list[int] = []
         dedup = self.window_s > 0
-        for pos, lead in enumerate(w.leaders):
+        for pos, lead in enumerate(w.first_wins()):
             if dedup and lead != pos:
                 result.duplicates[pos] = leader_id[lead]
                 continue

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from queen.errors import StoreError, StoreUnavailable
-from queen.model import PartitionKey
+from queen.model import PartitionKey, first_wins
 
 __all__ = [
+    "STORED",
     "SegmentWrite",
     "StateStore",
     "Store",
@@ -30,15 +31,17 @@ class SegmentWrite:
 
     ``payloads`` are encoded JSON texts. ``leaders[i]`` is the position of the first frame of
     this write with the same transaction id as frame ``i`` (``i`` itself for a first
-    occurrence): first wins inside a write. ``producer_subs`` and ``trace_ids`` are ``None``
-    when every frame has none (the common case), else one entry per frame.
+    occurrence): first wins inside a write; ``None`` (the push path's writes) leaves them to
+    be worked out from ``transaction_ids`` (:meth:`first_wins`), which a store needs only
+    when a transaction id repeats. ``producer_subs`` and ``trace_ids`` are ``None`` when every
+    frame has none (the common case), else one entry per frame.
     """
 
     partition_id: int
     message_ids: list[str]
     transaction_ids: list[str]
     payloads: list[bytes]
-    leaders: list[int]
+    leaders: list[int] | None = None
     key: PartitionKey | None = None  # which partition this is, for listeners and logs
     producer_subs: list[str | None] | None = None
     trace_ids: list[str | None] | None = None
@@ -51,8 +54,14 @@ class SegmentWrite:
     def payload_bytes(self) -> int:
         return sum(map(len, self.payloads))
 
+    def first_wins(self) -> list[int]:
+        """``leaders``, or (``None``) the first-wins positions of ``transaction_ids``."""
+        if self.leaders is not None:
+            return self.leaders
+        return first_wins(self.transaction_ids)
 
-@dataclass(slots=True)
+
+@dataclass(frozen=True, slots=True)
 class WriteResult:
     """What the database did with one :class:`SegmentWrite`.
 
@@ -60,11 +69,15 @@ class WriteResult:
     ``duplicates`` maps a frame position to the message id it duplicates: the original's id
     read from its segment, the all-zero UUID if retention removed that segment, or the id of an
     earlier frame of the same write (first wins). ``partition_missing`` means the partition row
-    no longer exists (its queue was deleted); nothing was written.
+    no longer exists (its queue was deleted); nothing was written. Results are read, never
+    changed: :data:`STORED` (every frame stored) is shared.
     """
 
     duplicates: dict[int, str] = field(default_factory=dict)
     partition_missing: bool = False
+
+
+STORED = WriteResult()
 
 
 class Store(Protocol):

@@ -31,7 +31,7 @@ from queen.errors import StoreError
 from queen.frames import concat
 from queen.model import PartitionKey
 from queen.storage import system
-from queen.storage.base import SegmentWrite, WriteResult
+from queen.storage.base import STORED, SegmentWrite, WriteResult
 from queen.storage.pool import ConnectionPool
 
 log = logging.getLogger("queen.storage")
@@ -375,37 +375,46 @@ def _join(values: list[str]) -> str | None:
     return text if text.count(SEP) == len(values) - 1 else None
 
 
-def _leaders(writes: Sequence[SegmentWrite]) -> list[int] | None:
+def _leaders(writes: Sequence[SegmentWrite], transaction_ids: list[str]) -> list[int] | None:
     """First-wins positions across the batch (1-based), or None when no write repeats a
-    transaction id (the server then takes its fast path)."""
-    if all(len(set(w.transaction_ids)) == len(w) for w in writes):
-        return None
+    transaction id (the server then takes its fast path). ``transaction_ids``: the batch's."""
+    if len(set(transaction_ids)) == len(transaction_ids):
+        return None  # no id repeats in the whole batch
+    columns = [w.transaction_ids for w in writes]
+    if list(map(len, map(set, columns))) == list(map(len, columns)):
+        return None  # ids repeat across partitions only
     leaders: list[int] = []
     base = 1
     for w in writes:
-        leaders.extend(base + lead for lead in w.leaders)
-        base += len(w)
+        leaders.extend([base + lead for lead in w.first_wins()])
+        base += len(w.message_ids)
     return leaders
 
 
 def _encode(writes: Sequence[SegmentWrite]) -> tuple[str | None, ...] | None:
     """The push_segments arguments, or None if a value holds the separator."""
     frames = concat(writes)
-    subs, traces, leaders = frames.producer_subs, frames.trace_ids, _leaders(writes)
+    subs, traces = frames.producer_subs, frames.trace_ids
+    leaders = _leaders(writes, frames.transaction_ids)
     joined_txids = _join(frames.transaction_ids)
     joined_subs = _join([s or "" for s in subs]) if subs is not None else None
     if joined_txids is None or (subs is not None and joined_subs is None):
         return None
     return (
-        SEP.join(str(w.partition_id) for w in writes),
-        SEP.join(str(len(w)) for w in writes),
+        SEP.join([str(w.partition_id) for w in writes]),
+        SEP.join(map(str, _counts(writes))),
         SEP.join(frames.message_ids),
         joined_txids,
         b"\x1f".join(frames.payloads).decode("utf-8"),
         joined_subs,
-        SEP.join(t or "" for t in traces) if traces is not None else None,
+        SEP.join([t or "" for t in traces]) if traces is not None else None,
         SEP.join(map(str, leaders)) if leaders is not None else None,
     )
+
+
+def _counts(writes: Sequence[SegmentWrite]) -> list[int]:
+    """The frames of each write."""
+    return list(map(len, [w.message_ids for w in writes]))
 
 
 def _encode_arrays(writes: Sequence[SegmentWrite]) -> tuple[list[Any] | None, ...]:
@@ -413,33 +422,37 @@ def _encode_arrays(writes: Sequence[SegmentWrite]) -> tuple[list[Any] | None, ..
     frames = concat(writes)
     return (
         [w.partition_id for w in writes],
-        [len(w) for w in writes],
+        _counts(writes),
         frames.message_ids,
         frames.transaction_ids,
         [p.decode("utf-8") for p in frames.payloads],
         frames.producer_subs,
         frames.trace_ids,
-        _leaders(writes),
+        _leaders(writes, frames.transaction_ids),
     )
 
 
 def _decode(
     writes: Sequence[SegmentWrite], statuses: str, originals: str | None
 ) -> list[WriteResult]:
-    if len(statuses) != sum(len(w) for w in writes):
+    """One result per write from one status per frame ("0" stored, "1" duplicate, "2"
+    partition missing) and the ids the duplicates name, in frame order."""
+    counts = _counts(writes)
+    if len(statuses) != sum(counts):
         raise StoreError("push_segments returned a wrong number of statuses")
+    if "1" not in statuses and "2" not in statuses:
+        return [STORED] * len(writes)  # the common case: everything stored
     originals_iter = iter(originals.split(",") if originals else ())
     results: list[WriteResult] = []
     start = 0
-    for w in writes:
-        chunk = statuses[start : start + len(w)]
-        start += len(w)
-        result = WriteResult()
+    for count in counts:
+        chunk = statuses[start : start + count]
+        start += count
         if "2" in chunk:
-            result.partition_missing = True
+            results.append(WriteResult(partition_missing=True))
         elif "1" in chunk:
-            result.duplicates = {
-                pos: next(originals_iter) for pos, st in enumerate(chunk) if st == "1"
-            }
-        results.append(result)
+            found = {pos: next(originals_iter) for pos, st in enumerate(chunk) if st == "1"}
+            results.append(WriteResult(found))
+        else:
+            results.append(STORED)
     return results
