@@ -1,7 +1,8 @@
 """Primitives the push path, the spool and the transactions share to hand work between tasks.
 
-:func:`hand_over` puts a request in a bounded inbox without a checkpoint; a :class:`Reply`
-(optionally in a :class:`ReplyGroup`) carries the one answer back. A :class:`Fence` asks a
+:class:`Parking` is where an actor (or the batcher) waits for work, woken without a checkpoint by
+whoever hands it some; a :class:`Reply` (optionally in a :class:`ReplyGroup`) carries the one
+answer back. A :class:`Fence` asks a
 partition's actor to stand still while another writer of this process writes the partition;
 :class:`Route` is where a partition's pushes go now. Everything here runs in the Trio thread.
 """
@@ -9,6 +10,7 @@ partition's actor to stand still while another writer of this process writes the
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -25,14 +27,35 @@ class Route(enum.Enum):
     HOLD = "hold"
 
 
-async def hand_over(channel: trio.MemorySendChannel[T], value: T) -> None:
-    """Send ``value`` on ``channel`` with no checkpoint unless the channel is full (then wait
-    for room). Callers go on to wait for an answer, and that wait is their checkpoint; sparing
-    one here lets every partition of a push body reach its actor before any actor runs."""
-    try:
-        channel.send_nowait(value)
-    except trio.WouldBlock:
-        await channel.send(value)
+class Parking:
+    """Where one task waits for another to wake it: the cheapest hand-off Trio allows.
+
+    :meth:`park` suspends the calling task until some task calls :meth:`wake`; a wake with
+    nobody parked does nothing, so the parked side checks its condition again after every
+    wake-up (and before parking). Waking is synchronous and takes no checkpoint. A parked task
+    that is cancelled leaves at once.
+    """
+
+    __slots__ = ("task",)
+
+    def __init__(self) -> None:
+        self.task: trio.lowlevel.Task | None = None  # the task parked here now, if any
+
+    def park(self) -> Awaitable[None]:
+        """Park the calling task: ``await parking.park()``. (A plain function returning the
+        wait itself, so that a wake-up resumes one frame fewer.)"""
+        self.task = trio.lowlevel.current_task()
+        return trio.lowlevel.wait_task_rescheduled(self._abort)  # noqa: ASYNC105 (awaited by the caller)
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self.task = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def wake(self) -> None:
+        task = self.task
+        if task is not None:
+            self.task = None
+            trio.lowlevel.reschedule(task)
 
 
 class ReplyGroup:
@@ -81,19 +104,16 @@ class Reply(Generic[T]):
     def set(self, value: T) -> None:
         if not self._done:
             self._value = value
-            self._finish()
+            self._done = True
+            if self._event is not None:
+                self._event.set()
+            if self._group is not None:
+                self._group._one_done()
 
     def fail(self, error: BaseException) -> None:
         if not self._done:
             self._error = error
-            self._finish()
-
-    def _finish(self) -> None:
-        self._done = True
-        if self._event is not None:
-            self._event.set()
-        if self._group is not None:
-            self._group._one_done()
+            self.set(None)  # type: ignore[arg-type]
 
     async def wait(self) -> T:
         if self._done:

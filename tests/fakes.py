@@ -2,7 +2,8 @@
 
 :class:`MemoryStore` models what the push transaction does (offsets, segments, first-wins,
 windowed dedup, original ids) and adds test hooks: a gate that holds writes, per-partition
-failures, and a record of how many writes each partition had in flight at once.
+failures, partitions deleted under a write, and a record of how many writes each partition
+had in flight at once.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class MemoryStore:
     gate: trio.Event | None = None
     failing: set[str] = field(default_factory=set)  # partition names whose writes fail
     crash_on_resolve: set[str] = field(default_factory=set)
+    # partition name -> how many more writes find their partition deleted (its queue was)
+    vanishing: dict[str, int] = field(default_factory=dict)
     unavailable: bool = False
     in_flight: dict[int, int] = field(default_factory=dict)
     max_in_flight: dict[int, int] = field(default_factory=dict)
@@ -63,7 +66,7 @@ class MemoryStore:
         if self.unavailable:
             raise StoreUnavailable("injected outage")
         if key not in self.partitions:
-            pid = len(self.partitions) + 1
+            pid = len(self.names) + 1  # (never an id of a deleted partition)
             self.partitions[key] = pid
             self.names[pid] = key
             self.next_offset[pid] = 0
@@ -95,10 +98,18 @@ class MemoryStore:
                 if self.names[w.partition_id].partition in self.failing:
                     raise StoreError(f"injected failure in {self.names[w.partition_id]}")
             self.transactions.append(pids)
-            return [self._apply(w) for w in writes]
+            return [self._vanished(w) or self._apply(w) for w in writes]
         finally:
             for pid in pids:
                 self.in_flight[pid] -= 1
+
+    def _vanished(self, w: SegmentWrite) -> WriteResult | None:
+        key = self.names[w.partition_id]
+        if not self.vanishing.get(key.partition):
+            return None
+        self.vanishing[key.partition] -= 1
+        self.partitions.pop(key, None)  # the next resolve creates it again, with a new id
+        return WriteResult(partition_missing=True)
 
     def _apply(self, w: SegmentWrite) -> WriteResult:
         now = trio.current_time()

@@ -14,7 +14,7 @@ from queen.actors.policy import spread_count
 from queen.broker import Broker
 from queen.ids import NIL_UUID, mint_ids
 from queen.model import PartitionKey, Status
-from queen.primitives import hand_over
+from queen.primitives import Parking
 from queen.settings import Settings
 from tests.fakes import MemoryStore
 
@@ -156,16 +156,28 @@ async def test_a_flood_on_one_partition_is_written_in_full_segments_in_arrival_o
     assert set(answers.values()) == {"queued"} and len(answers) == 251
 
 
-async def test_hand_over_waits_only_when_the_channel_is_full() -> None:
-    send, receive = trio.open_memory_channel[int](1)
-    async with send, receive:
+async def test_parking_wakes_without_a_checkpoint_and_leaves_when_cancelled() -> None:
+    parking = Parking()
+    with trio.testing.assert_no_checkpoints():
+        parking.wake()  # nobody parked: nothing happens
+    woken: list[str] = []
+
+    async def parked(name: str) -> None:
+        await parking.park()
+        woken.append(name)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(parked, "first")
+        await trio.testing.wait_all_tasks_blocked()
+        assert parking.task is not None
         with trio.testing.assert_no_checkpoints():
-            await hand_over(send, 1)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(hand_over, send, 2)  # full: it must wait for room
-            await trio.testing.wait_all_tasks_blocked()
-            assert receive.receive_nowait() == 1
-        assert receive.receive_nowait() == 2
+            parking.wake()
+        assert parking.task is None and woken == []  # rescheduled, not run yet
+    assert woken == ["first"]
+    with trio.move_on_after(1) as scope:
+        scope.cancel()
+        await parking.park()
+    assert scope.cancelled_caught and parking.task is None
 
 
 async def test_requests_arriving_during_a_write_are_coalesced(
@@ -304,6 +316,80 @@ async def test_reaper_spares_an_actor_just_handed_a_request(
     assert [t for s in store.segments_of("p") for t in s.transaction_ids] == ["a", "b"]
 
 
+class TaskSteps(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.steps: dict[str, int] = {}
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps[task.name] = self.steps.get(task.name, 0) + 1
+
+
+async def test_a_stored_write_is_answered_from_its_transaction_without_waking_its_actor(
+    broker: Broker,
+) -> None:
+    await broker.push([item("p", "warm")])  # actor up, partition known
+    await trio.testing.wait_all_tasks_blocked()
+    counter = TaskSteps()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        for i in range(5):
+            [answer] = await broker.push([item("p", f"t{i}")])
+            assert answer.status == "queued"
+            await trio.testing.wait_all_tasks_blocked()
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    # one step per write: to take the request; the answer came from the batcher's task
+    assert counter.steps["actor:q/p"] == 5
+
+
+@pytest.mark.parametrize(("vanishing", "status"), [(1, "queued"), (2, "failed")])
+async def test_a_write_whose_partition_was_deleted_creates_it_again_and_retries_once(
+    broker: Broker, store: MemoryStore, vanishing: int, status: str
+) -> None:
+    await broker.push([item("p", "a")])
+    store.vanishing["p"] = vanishing  # its queue is deleted under the next write(s)
+    [answer] = await broker.push([item("p", "b")])
+    assert answer.status == status
+    stored = [t for s in store.segments_of("p") for t in s.transaction_ids]
+    assert stored == (["b"] if status == "queued" else [])
+    [again] = await broker.push([item("p", "c")])  # the actor goes on
+    assert again.status == "queued"
+    assert broker.metrics.actor_crashes == 0
+
+
+async def test_a_full_batcher_queue_makes_actors_wait_for_room(
+    store: MemoryStore, tmp_path
+) -> None:
+    settings = Settings(
+        database_url="memory://",
+        file_buffer_dir=str(tmp_path),
+        write_concurrency=1,
+        batch_queue_size=1,
+    )
+    async with open_broker(settings, store=store, spool=False) as broker:
+        for i in range(4):  # actors up and partitions known
+            await broker.push([item(f"p{i}", "warm")])
+        gate = store.gate = trio.Event()
+        before = len(store.transactions)
+        results: list = []
+
+        async def push(body: list) -> None:
+            results.extend(await broker.push(body))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(push, [item("p0", "held")])
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(push, [item(f"p{i}", "waiting") for i in range(1, 4)])
+            await trio.testing.wait_all_tasks_blocked()
+            # one write held, one queued (the bound), two waiting for room
+            assert store.writes_started == before + 1
+            assert broker.supervisor.batcher.queued == 1
+            gate.set()
+    assert [r.status for r in results] == ["queued"] * 4
+    written = [pid for t in store.transactions[before:] for pid in t]
+    assert len(written) == len(set(written)) == 4  # every write stored, once
+
+
 async def test_failing_partition_does_not_affect_another(
     broker: Broker, store: MemoryStore
 ) -> None:
@@ -370,6 +456,34 @@ async def test_many_partitions_share_one_transaction(broker: Broker, store: Memo
         gate.set()
     assert len(store.transactions[-1]) == 9
     assert broker.metrics.max_partitions_per_transaction == 9
+
+
+@pytest.mark.parametrize(
+    ("max_items", "max_bytes", "sizes"), [(3, 1000, [3, 2]), (100, 2, [2, 2, 1])]
+)
+async def test_a_transaction_stops_growing_at_its_item_or_byte_limit(
+    store: MemoryStore, tmp_path, max_items: int, max_bytes: int, sizes: list[int]
+) -> None:
+    settings = Settings(
+        database_url="memory://",
+        file_buffer_dir=str(tmp_path),
+        write_concurrency=1,
+        batch_max_items=max_items,
+        batch_max_bytes=max_bytes,
+    )
+    async with open_broker(settings, store=store, spool=False) as broker:
+        for i in range(6):  # actors up and partitions known
+            await broker.push([item(f"p{i}", "warm")])
+        gate = store.gate = trio.Event()
+        before = len(store.transactions)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker.push, [item("p0", "held")])
+            await trio.testing.wait_all_tasks_blocked()
+            for i in range(1, 6):  # one-byte payloads, one item each
+                nursery.start_soon(broker.push, [item(f"p{i}", "ready")])
+            await trio.testing.wait_all_tasks_blocked()
+            gate.set()
+        assert [len(t) for t in store.transactions[before:]] == [1, *sizes]
 
 
 @pytest.mark.parametrize(("spread", "sizes"), [(0, [12]), (2, [4, 4, 4])])

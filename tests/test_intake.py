@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from queen.actors.policy import batch_is_full, coalesce_count
+from queen.actors.policy import coalesce_count
 from queen.ids import mint_ids, timestamp_of
 from queen.intake import prepare_push
 from queen.model import DEFAULT_PARTITION, InvalidPush, PartitionKey, first_wins
@@ -143,12 +143,6 @@ def test_coalesce_count_policy() -> None:
     assert coalesce_count([3, 3, 3, 3], 10) == 3
     assert coalesce_count([3, 8, 1], 10) == 1
     assert coalesce_count([1] * 20, 10) == 10
-
-
-def test_batch_is_full_policy() -> None:
-    assert not batch_is_full(9, 100, max_items=10, max_bytes=1000)
-    assert batch_is_full(10, 100, max_items=10, max_bytes=1000)
-    assert batch_is_full(1, 1000, max_items=10, max_bytes=1000)
 
 
 def test_message_ids_are_uuid7_and_increasing() -> None:

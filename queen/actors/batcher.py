@@ -1,10 +1,14 @@
 """The batcher: merges the segment writes of many partition actors into multi-partition
 transactions.
 
-Actors call :meth:`Batcher.write` and wait. The batcher's loop takes everything that is ready
-(up to ``max_items`` frames / ``max_bytes`` of payload) and commits it as one transaction. At
-most ``concurrency`` transactions are in flight; while they run, the next batch gathers in the
-channel, so the batch size follows the load without any timer ("natural batching").
+Actors :meth:`Batcher.put` a segment (no checkpoint; the batcher's loop is woken if it waits)
+and go on; once its transaction is settled, the batcher calls the segment's *settle* function
+with the result (or the error), in its own task, and that answers the producers directly (see
+:mod:`queen.actors.partition`). The batcher's loop takes everything that is ready (up to
+``max_items`` frames / ``max_bytes`` of payload) and commits it as one transaction. At most
+``concurrency`` transactions are in flight; while they run, the next batch gathers in the
+queue, so the batch size follows the load without any timer ("natural batching"). At most
+``queue_size`` writes wait in the queue; an actor that finds it full waits for room.
 ``linger_s`` can add a deliberate wait before a small batch starts. With ``spread_min_items``
 and ``spread_min_writes`` (0 turns each off), what is ready while more slots are free is
 shared out over them, that many frames (or, for many small writes, writes) per transaction at
@@ -23,8 +27,9 @@ The batcher owns its nursery, where the transactions run. Cancelling it (the las
 shutdown, once accepted pushes had their grace period) stops the gathering loop and the
 transactions' waits. A transaction cancelled mid-way closes its connection, which is not a
 rollback: PostgreSQL finishes a statement it has received (it notices the closed connection
-only when it answers), so the write may well be stored though its actors answer ``failed``; a
-producer that retries with the same transaction ids gets ``duplicate`` within the dedup window.
+only when it answers), so the write may well be stored though its actor, cancelled too,
+answered its requests ``failed``; a producer that retries with the same transaction ids gets
+``duplicate`` within the dedup window.
 """
 
 from __future__ import annotations
@@ -34,15 +39,16 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from queen.actors.policy import batch_is_full, spread_count
+from queen.actors.policy import spread_count
 from queen.errors import StoreError, StoreUnavailable
 from queen.metrics import Metrics
-from queen.primitives import Reply, hand_over
+from queen.primitives import Parking
 from queen.storage.base import SegmentWrite, Store, WriteResult
 
 log = logging.getLogger("queen.batcher")
 
-_Pending = tuple[SegmentWrite, Reply[WriteResult]]
+Settle = Callable[[WriteResult | StoreError, float], None]
+_Pending = tuple[SegmentWrite, Settle]
 CommitListener = Callable[[Sequence[SegmentWrite], Sequence[WriteResult]], None]
 
 
@@ -68,9 +74,16 @@ class Batcher:
         self._linger_s = linger_s
         self._spread_min_items = spread_min_items
         self._spread_min_writes = spread_min_writes
-        self._send, self._recv = trio.open_memory_channel[_Pending](queue_size)
-        self._deferred: list[_Pending] = []
+        self._queue: list[_Pending] = []  # ready for the next transaction, in order
+        self._queue_size = queue_size
+        self._parking = Parking()  # where the gathering loop waits for a first write
+        self._room = trio.lowlevel.ParkingLot()  # writers waiting for room in the queue
         self._listeners: list[CommitListener] = []
+
+    @property
+    def queued(self) -> int:
+        """Writes waiting for a transaction (for tests and introspection)."""
+        return len(self._queue)
 
     def add_commit_listener(self, listener: CommitListener) -> None:
         """Call ``listener(segments, results)`` after every committed push transaction.
@@ -80,14 +93,26 @@ class Batcher:
         """
         self._listeners.append(listener)
 
-    async def write(self, segment: SegmentWrite) -> WriteResult:
-        """Commit ``segment`` in the next transaction and return what the store did with it.
+    def put(self, segment: SegmentWrite, settle: Settle) -> bool:
+        """Queue ``segment`` for the next transaction; no checkpoint. Once its transaction is
+        settled, ``settle(result, now)`` is called in the batcher's task, once, with what the
+        store did with it (a :class:`WriteResult`) or the :class:`StoreError` (or
+        :class:`StoreUnavailable`) that failed the transaction; it must not block.
 
-        Raises :class:`StoreError` (or :class:`StoreUnavailable`) if its transaction failed.
+        Returns False, queuing nothing, when ``queue_size`` writes wait already: wait for
+        :meth:`room`, then put it again.
         """
-        reply: Reply[WriteResult] = Reply()
-        await hand_over(self._send, (segment, reply))
-        return await reply.wait()
+        if len(self._queue) >= self._queue_size:
+            return False
+        self._queue.append((segment, settle))
+        if self._parking.task is not None:
+            self._parking.wake()
+        return True
+
+    async def room(self) -> None:
+        """Return once the queue has room for a write."""
+        while len(self._queue) >= self._queue_size:
+            await self._room.park()
 
     async def run(
         self, *, task_status: trio.TaskStatus[Batcher] = trio.TASK_STATUS_IGNORED
@@ -101,56 +126,61 @@ class Batcher:
                 nursery.start_soon(self._commit, batch)
 
     async def _gather(self) -> list[_Pending]:
+        while not self._queue:
+            await self._parking.park()
         batch: list[_Pending] = []
         partitions: set[int] = set()
-        items = 0
-        payload_bytes = 0
-        deferred, self._deferred = self._deferred, []
-
-        def add(pending: _Pending) -> None:
-            nonlocal items, payload_bytes
-            segment = pending[0]
-            if segment.partition_id in partitions:
-                self._deferred.append(pending)
-                return
-            partitions.add(segment.partition_id)
-            batch.append(pending)
-            items += len(segment)
-            payload_bytes += segment.payload_bytes
-
-        def full() -> bool:
-            return batch_is_full(
-                items, payload_bytes, max_items=self._max_items, max_bytes=self._max_bytes
-            )
-
-        for pending in deferred:
-            add(pending)
-        if not batch:
-            add(await self._recv.receive())
-        while not full():
-            try:
-                add(self._recv.receive_nowait())
-            except trio.WouldBlock:
-                break
-        if self._linger_s > 0 and not full():
+        size = self._take(batch, partitions, 0, 0)
+        if self._linger_s > 0:
             with trio.move_on_after(self._linger_s):
-                while not full():
-                    add(await self._recv.receive())
+                while size is not None:
+                    await self._parking.park()
+                    size = self._take(batch, partitions, *size)
         elif (
             (self._spread_min_items > 0 or self._spread_min_writes > 0)
-            and self._slots.value > 0
             and len(batch) > 1
+            and self._slots.value > 0
         ):
             keep = spread_count(
-                [len(segment) for segment, _ in batch],
+                [len(segment.message_ids) for segment, _ in batch],
                 self._slots.value,
                 min_items=self._spread_min_items,
                 min_writes=self._spread_min_writes,
             )
             if keep < len(batch):  # the rest goes first into the next transaction
-                self._deferred[:0] = batch[keep:]
+                self._queue[:0] = batch[keep:]
                 del batch[keep:]
         return batch
+
+    def _take(
+        self, batch: list[_Pending], partitions: set[int], items: int, payload_bytes: int
+    ) -> tuple[int, int] | None:
+        """Move queued writes into ``batch``, in order, until it is full (``max_items`` frames
+        or ``max_bytes`` of payload); a second write of a partition already in it stays queued,
+        first in line. Returns the batch's frames and payload bytes, or None once it is full."""
+        queue = self._queue
+        kept: list[_Pending] = []
+        taken = 0
+        for pending in queue:
+            if items >= self._max_items or payload_bytes >= self._max_bytes:
+                break
+            taken += 1
+            segment = pending[0]
+            if segment.partition_id in partitions:
+                kept.append(pending)
+                continue
+            partitions.add(segment.partition_id)
+            batch.append(pending)
+            items += len(segment.message_ids)
+            payload_bytes += segment.payload_bytes
+        del queue[:taken]
+        if kept:
+            queue[:0] = kept
+        if len(self._room):
+            self._room.unpark_all()
+        if items >= self._max_items or payload_bytes >= self._max_bytes:
+            return None
+        return items, payload_bytes
 
     async def _commit(self, batch: list[_Pending]) -> None:
         try:
@@ -165,14 +195,13 @@ class Batcher:
             results = await self._store.write_segments(segments)
         except StoreUnavailable as error:
             self._metrics.push_transaction_failures += 1
-            for _, reply in batch:
-                reply.fail(error)
+            _settle(batch, [error] * len(batch), trio.current_time())
             return
         except StoreError as error:
             self._metrics.push_transaction_failures += 1
             if len(batch) == 1:
                 log.error("push write failed for partition %s: %s", segments[0].partition_id, error)
-                batch[0][1].fail(error)
+                _settle(batch, [error], trio.current_time())
                 return
             log.warning(
                 "push transaction of %d writes failed (%s); retrying each alone", len(batch), error
@@ -180,20 +209,35 @@ class Batcher:
             for pending in batch:
                 await self._commit_together([pending])
             return
-        self._account(segments)
-        self._metrics.push_transaction_seconds += trio.current_time() - started
-        for (_, reply), result in zip(batch, results, strict=True):
-            reply.set(result)
+        now = trio.current_time()
+        self._account(segments, now - started)
+        _settle(batch, results, now)
         for listener in self._listeners:
             try:
                 listener(segments, results)
             except Exception:
                 log.exception("commit listener failed")
 
-    def _account(self, segments: Sequence[SegmentWrite]) -> None:
+    def _account(self, segments: Sequence[SegmentWrite], seconds: float) -> None:
         m = self._metrics
         m.push_transactions += 1
+        m.push_transaction_seconds += seconds
         m.push_segments += len(segments)
-        m.push_requests_committed += sum(s.request_count for s in segments)
-        m.push_frames_committed += sum(len(s) for s in segments)
+        requests = frames = 0
+        for segment in segments:
+            requests += segment.request_count
+            frames += len(segment.message_ids)
+        m.push_requests_committed += requests
+        m.push_frames_committed += frames
         m.max_partitions_per_transaction = max(m.max_partitions_per_transaction, len(segments))
+
+
+def _settle(
+    batch: Sequence[_Pending], outcomes: Sequence[WriteResult | StoreError], now: float
+) -> None:
+    """Tell every write of ``batch`` its outcome; a settle that raises harms no other."""
+    for (_, settle), outcome in zip(batch, outcomes, strict=True):
+        try:
+            settle(outcome, now)
+        except Exception:
+            log.exception("settling a push write failed")

@@ -11,16 +11,22 @@ from queen.primitives import Reply
 T = TypeVar("T")
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PushOutcome:
     """What happened to the items of one :class:`PushRequest`.
 
     Every item not in ``duplicates`` has ``status``; ``duplicates`` maps an item's position in
-    the request to the message id it duplicates.
+    the request to the message id it duplicates. Outcomes are read, never changed: the common
+    ones (:data:`QUEUED`, :data:`BUFFERED`, :data:`FAILED`) are shared.
     """
 
     status: Status
     duplicates: dict[int, str] = field(default_factory=dict)
+
+
+QUEUED = PushOutcome(Status.QUEUED)
+BUFFERED = PushOutcome(Status.BUFFERED)
+FAILED = PushOutcome(Status.FAILED)
 
 
 @dataclass(slots=True, eq=False)

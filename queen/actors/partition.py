@@ -2,15 +2,20 @@
 
 It owns its partition's write path in this process:
 
-- the **inbox**: a channel of :class:`PushRequest` (and fences) with no bound of its own: a
-  submit never waits. Every request in it has a producer waiting for its answer, holding the
+- the **inbox**: a list of :class:`PushRequest` (and fences) with no bound of its own: a
+  put never waits and takes no checkpoint; it wakes the actor if it is parked with no write in
+  flight. Every request in it has a producer waiting for its answer, holding the
   request whether it sits in the inbox or in front of a full one, so a bound here would move
   requests, not save memory (``bench/inbox_memory.py``); what bounds them is the producers (see
   "Backpressure and memory" in ``docs/architecture.md``);
 - the **partition id** (resolved, and the queue and partition created, on first use);
 - the **one write in flight**: it hands one segment to the batcher (or one record to the spool)
-  and waits for the outcome before it starts anything else, so a partition is never in two
-  writes at once;
+  and starts nothing else before its outcome is in, so a partition is never in two writes at
+  once. The batcher *settles* the write (:meth:`PartitionActor._settled`, in the batcher's
+  task): a stored write answers its requests there and then, straight from the transaction,
+  and wakes the actor only if requests wait in its inbox; a write that was not stored (its
+  transaction failed, or its partition row vanished) wakes the actor, which deals with it
+  before anything else;
 - **coalescing**: requests that arrived during a write are packed, in arrival order, into the
   next segment;
 - the **first-wins rule inside a write** (:func:`queen.model.first_wins`); the probe of
@@ -29,48 +34,57 @@ the database and are served before any live request taken with them: a live requ
 the inbox arrived after everything this actor ever spooled, so the order of a partition is the
 order of its pushes, across outages too.
 
-Every request taken from the inbox gets exactly one answer, whatever happens. An idle actor
+Every request put in the inbox gets exactly one answer, whatever happens. An idle actor
 waits on its inbox with no timer of its own (thousands of idle actors would otherwise keep
 thousands of deadlines and cancel scopes alive): the supervisor's reaper calls
-:meth:`PartitionActor.stop_if_idle`, which stops an actor that has waited, parked on an empty
-inbox, for ``idle_timeout_s``. It unregisters the actor and closes its inbox in one synchronous
-step, so a producer either got its request to this actor before that step (and the actor
-serves it) or finds the inbox closed and asks the supervisor for a fresh actor. When the
-surrounding nursery is cancelled the actor stops at once; requests it holds or still has in its
-inbox are answered ``failed``.
+:meth:`PartitionActor.stop_if_idle`, which stops an actor that has been parked, with an empty
+inbox and no write in flight, for ``idle_timeout_s`` (since its last write settled). It
+unregisters the actor and closes its inbox in one synchronous step, so a producer either got
+its request to this actor before that step (and the actor serves it) or finds the inbox closed
+and asks the supervisor for a fresh actor. When the surrounding nursery is cancelled the actor
+stops at once; requests it holds, has in flight or still has in its inbox are answered
+``failed`` (a write still at the batcher may be stored all the same, as any write cut off by
+shutdown; see :mod:`queen.actors.batcher`).
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
 
-from queen.actors.messages import ActorStopped, PushOutcome, PushRequest
+from queen.actors.messages import BUFFERED, FAILED, QUEUED, ActorStopped, PushOutcome, PushRequest
 from queen.actors.policy import coalesce_count
 from queen.encryption import QueueEncryption
 from queen.errors import StoreError, StoreUnavailable
 from queen.frames import concat
-from queen.model import PartitionKey, Status, first_wins
-from queen.primitives import Fence, Route, hand_over
+from queen.model import PartitionKey, Status
+from queen.primitives import Fence, Parking, Route
 from queen.storage.base import SegmentWrite, WriteResult
 
 log = logging.getLogger("queen.actors")
 
 
-__all__ = ["PartitionActor", "Route", "WriteRouter"]
+__all__ = ["PartitionActor", "Route", "Settle", "WriteRouter"]
 
 Work = PushRequest | Fence
+Settle = Callable[[WriteResult | StoreError, float], None]
+"""What the batcher calls once a segment's transaction is settled: with the segment's result
+(or the error that failed its transaction) and the time it knew."""
 
 
 class SegmentWriter(Protocol):
     """Where an actor sends its segment: the batcher."""
 
-    async def write(self, segment: SegmentWrite) -> WriteResult: ...
+    def put(self, segment: SegmentWrite, settle: Settle) -> bool:
+        """Queue ``segment`` for a transaction (no checkpoint); False, with nothing queued,
+        when the queue is full: wait for :meth:`room` and put it again."""
+        ...
+
+    async def room(self) -> None: ...
 
 
 class WriteRouter(Protocol):
@@ -131,123 +145,122 @@ class PartitionActor:
         self._idle_timeout_s = idle_timeout_s
         self._segment_max_items = segment_max_items
         self._hold_s = hold_s
-        self._send, self._inbox = trio.open_memory_channel[Work](math.inf)
-        self._waiting: list[Work] = []  # taken from the inbox, not yet answered
-        self._parked_since: float | None = None  # waiting on an empty inbox since then
+        self._inbox: list[Work] = []  # handed over, not yet taken for a write, in order
+        self._replays = 0  # replay requests in the inbox
+        self._closed = False  # stopped: hands nothing over any more
+        self._parking = Parking()  # where the actor waits for work or for its write
+        self._in_flight: list[PushRequest] | None = None  # the requests of the write at the batcher
+        self._rewrite = False  # the write in flight is a second attempt (partition re-created)
+        self._unsettled: tuple[list[PushRequest], WriteResult | StoreError] | None = None
+        self._parked_since = 0.0  # parked, with nothing in flight, since then
         self._hold_until: float | None = None  # deadline of the current hold
         self._no_hold_until = float("-inf")  # after a hold timed out, spool without holding
 
     @property
     def pending(self) -> int:
-        """Requests and fences queued or taken and not yet answered (for tests and
-        introspection)."""
-        return len(self._waiting) + self._inbox.statistics().current_buffer_used
+        """Requests and fences queued and not yet taken (for tests and introspection)."""
+        return len(self._inbox)
 
     @property
     def holding(self) -> bool:
         """Whether live requests are held behind the partition's spooled backlog now."""
         return self._hold_until is not None
 
-    async def submit(self, request: Work) -> None:
-        """Queue ``request``; never waits and takes no checkpoint (the caller goes on to wait
-        for the answer, and that wait is its checkpoint).
+    def put(self, work: Work) -> bool:
+        """Queue ``work``; never waits and takes no checkpoint (the caller goes on to wait for
+        the answer, and that wait is its checkpoint). False if the actor has stopped: ask the
+        supervisor for a new one."""
+        if self._closed:
+            return False
+        self._inbox.append(work)
+        if type(work) is PushRequest and work.replay:
+            self._replays += 1
+        if self._in_flight is None and self._parking.task is not None:
+            self._parking.wake()  # (with a write in flight, its settling wakes the actor)
+        return True
 
-        Raises :class:`trio.BrokenResourceError` if the actor has stopped: ask the supervisor
-        for a new one.
-        """
-        await hand_over(self._send, request)
+    async def submit(self, work: Work) -> None:
+        """:meth:`put`, raising :class:`trio.BrokenResourceError` if the actor has stopped."""
+        if not self.put(work):
+            raise trio.BrokenResourceError(f"partition actor {self.key} has stopped")
 
     async def run(self) -> None:
         """Serve the inbox until stopped. See the module docstring for the guarantees."""
         try:
             while True:
-                if not self._waiting and not await self._wait_for_work():
-                    return
-                self._take_ready()
-                await self._serve_one_step()
+                if self._in_flight is not None or not (self._inbox or self._unsettled):
+                    if self._closed:
+                        return  # stopped as idle
+                    if self._in_flight is None:
+                        self._parked_since = trio.current_time()
+                    await self._parking.park()
+                elif self._unsettled is not None:
+                    batch, outcome = self._unsettled
+                    self._unsettled = None
+                    await self._recover(batch, outcome)
+                else:
+                    await self._serve_one_step()
         finally:
             self.abandon()
 
     def stop_if_idle(self, now: float) -> bool:
-        """Stop the actor if it has been parked on an empty inbox for ``idle_timeout_s``.
+        """Stop the actor if it has been parked, with nothing to do and no write in flight,
+        for ``idle_timeout_s``.
 
         Synchronous: between the check and the close no producer can run. A request already
         handed to the parked actor (it has not run yet) counts as work: the actor then stays.
         """
-        if self._parked_since is None or now - self._parked_since < self._idle_timeout_s:
-            return False
-        stats = self._inbox.statistics()
-        if stats.current_buffer_used or stats.tasks_waiting_receive != 1:
+        if (
+            self._parking.task is None
+            or self._in_flight is not None
+            or self._inbox
+            or self._unsettled is not None
+            or now - self._parked_since < self._idle_timeout_s
+        ):
             return False
         self._on_idle_stop(self)
-        self._inbox.close()
+        self._closed = True
+        self._parking.wake()
         return True
 
     def abandon(self) -> None:
-        """Close the inbox and answer ``failed`` to every request still held.
+        """Refuse new work and answer ``failed`` to every request still held.
 
-        Runs when the actor ends for any reason; after an idle stop there is nothing left.
+        Runs when the actor ends for any reason; after an idle stop there is nothing left. A
+        write still at the batcher is answered ``failed`` too (its settling later changes
+        nothing: a reply is answered once).
         """
-        leftovers, self._waiting = self._waiting, []
-        while True:
-            try:
-                leftovers.append(self._inbox.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-        self._inbox.close()
-        for request in leftovers:
-            if isinstance(request, Fence):
-                request.granted.fail(ActorStopped(f"partition {self.key} is stopping"))
+        self._closed = True
+        leftovers: list[Work] = self._inbox
+        self._inbox, self._replays = [], 0
+        if self._in_flight is not None:
+            leftovers += self._in_flight
+            self._in_flight = None
+        if self._unsettled is not None:
+            leftovers += self._unsettled[0]
+            self._unsettled = None
+        for work in leftovers:
+            if type(work) is Fence:
+                work.granted.fail(ActorStopped(f"partition {self.key} is stopping"))
             else:
-                request.reply.set(PushOutcome(Status.FAILED))
-
-    async def _wait_for_work(self) -> bool:
-        """Park until a request comes (it goes to ``_waiting``); False once stopped as idle.
-
-        Nothing of the last request served stays referenced while parked: an idle actor
-        holds its inbox and little else.
-        """
-        self._parked_since = trio.current_time()
-        try:
-            self._waiting.append(await self._inbox.receive())
-        except trio.ClosedResourceError:
-            return False  # stop_if_idle closed the inbox
-        finally:
-            self._parked_since = None
-        return True
-
-    def _take_ready(self) -> None:
-        """Move every request already waiting in the inbox to ``_waiting`` (no checkpoint); the
-        next write takes from them what one segment holds (``segment_max_items``)."""
-        while True:
-            try:
-                self._waiting.append(self._inbox.receive_nowait())
-            except trio.WouldBlock:
-                return
+                work.reply.set(FAILED)  # type: ignore[union-attr]
 
     async def _serve_one_step(self) -> None:
         """Do one write (or one hold, or one fence) for the requests waiting, oldest replay
         frames first; live requests are served in arrival order around fences."""
-        replays = [r for r in self._waiting if isinstance(r, PushRequest) and r.replay]
-        if replays:
-            batch = self._take(replays)
-            await self._write(batch)
+        if self._replays:
+            await self._write(self._take_replays())
             return
-        head = self._waiting[0]
-        if isinstance(head, Fence):
-            del self._waiting[0]
+        head = self._inbox[0]
+        if type(head) is Fence:
+            del self._inbox[0]
             await self._stand_still(head)
             return
         route = self._route()
         if route is Route.HOLD:
             await self._hold()
             return
-        live: list[PushRequest] = []
-        for request in self._waiting:
-            if isinstance(request, Fence):
-                break  # what arrived after a fence waits for it
-            live.append(request)
-        batch = self._take(live)
+        batch = self._take_live()
         if self._encryption is not None:
             self._encryption.seal(self.key.queue, batch)
         if route is Route.SPOOL:
@@ -264,13 +277,29 @@ class PartitionActor:
         if route is Route.DATABASE:
             await fence.released.wait()
 
-    def _take(self, candidates: list[PushRequest]) -> list[PushRequest]:
-        """Take the first of ``candidates`` (in order) that fit in one segment out of
-        ``_waiting``."""
-        count = coalesce_count([len(r) for r in candidates], self._segment_max_items)
-        batch = candidates[:count]
+    def _take_live(self) -> list[PushRequest]:
+        """Take from the inbox the live requests before the first fence that fit in one
+        segment (``segment_max_items``), oldest first (there are no replays in it)."""
+        inbox = self._inbox
+        if len(inbox) == 1:  # the common case: one request, taken whole
+            self._inbox = []
+            return inbox  # type: ignore[return-value]  # (its one entry is no fence)
+        live: list[PushRequest] = []
+        for work in inbox:
+            if type(work) is Fence:
+                break  # what arrived after a fence waits for it
+            live.append(work)  # type: ignore[arg-type]
+        count = coalesce_count([len(r.message_ids) for r in live], self._segment_max_items)
+        del inbox[:count]
+        return live[:count]
+
+    def _take_replays(self) -> list[PushRequest]:
+        """Take the oldest replay requests that fit in one segment out of the inbox."""
+        replays = [r for r in self._inbox if type(r) is PushRequest and r.replay]
+        batch = replays[: coalesce_count([len(r) for r in replays], self._segment_max_items)]
         taken = set(map(id, batch))
-        self._waiting = [r for r in self._waiting if id(r) not in taken]
+        self._inbox = [r for r in self._inbox if id(r) not in taken]
+        self._replays -= len(batch)
         return batch
 
     def _route(self) -> Route:
@@ -301,8 +330,7 @@ class PartitionActor:
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(wake_on_change)
-                request = await self._inbox.receive()
-                self._waiting.append(request)
+                await self._parking.park()  # woken by the next request put in the inbox
                 nursery.cancel_scope.cancel()
 
     async def _spool(self, batch: list[PushRequest]) -> None:
@@ -310,48 +338,91 @@ class PartitionActor:
         try:
             stored = await self._router.spool(self.key, batch)
         finally:
-            status = Status.BUFFERED if stored else Status.FAILED
+            outcome = BUFFERED if stored else FAILED
             for request in batch:
-                request.reply.set(PushOutcome(status))
+                request.reply.set(outcome)
 
-    async def _write(self, batch: list[PushRequest]) -> None:
+    async def _write(self, batch: list[PushRequest], *, rewrite: bool = False) -> None:
+        """Hand ``batch`` to the batcher as one segment; its settling answers the requests
+        (:meth:`_settled`). Returns once it is handed over, not once it is written."""
         try:
-            for attempt in range(2):
-                if self.partition_id is None:
+            if self.partition_id is None:
+                try:
                     self.partition_id = await self._resolve(self.key)
-                result = await self._writer.write(_segment(self.key, self.partition_id, batch))
-                if not result.partition_missing:
-                    _deliver(batch, result)
+                except StoreError as error:
+                    await self._failed(batch, error)
                     return
-                # The partition row vanished (its queue was deleted): create it again, retry once.
-                log.info("partition %s/%s was deleted; recreating it", *_names(self.key))
-                self.partition_id = None
-                if attempt == 1:
-                    raise StoreError("partition deleted twice during one write")
-        except StoreUnavailable as error:
-            self._router.report_unavailable(error)
-            live = [r for r in batch if not r.replay]
-            if live:  # not stored: keep them in the spool instead
-                await self._spool(live)
-        except StoreError as error:
-            log.error("write of %s/%s failed: %s", *_names(self.key), error)
+            segment = _segment(self.key, self.partition_id, batch)
+            while not self._writer.put(segment, self._settled):
+                await self._writer.room()
+        except BaseException:
+            _answer(batch, FAILED)  # never leave a producer without an answer
+            raise
+        self._in_flight = batch
+        self._rewrite = rewrite
+
+    def _settled(self, outcome: WriteResult | StoreError, now: float) -> None:
+        """The batcher's word on the write in flight (called in the batcher's task). A stored
+        write answers its requests here and then; anything else wakes the actor to deal with
+        it, before it takes anything more."""
+        batch = self._in_flight
+        if batch is None:
+            return  # the actor stopped meanwhile, and answered its requests
+        self._in_flight = None
+        if type(outcome) is WriteResult and not outcome.partition_missing:
+            _deliver(batch, outcome)
+            if not self._inbox:
+                self._parked_since = now
+                return
+        else:
+            self._unsettled = batch, outcome
+        self._parking.wake()
+
+    async def _recover(self, batch: list[PushRequest], outcome: WriteResult | StoreError) -> None:
+        """Deal with a write that was not stored: its partition row vanished (its queue was
+        deleted: create it again and write once more), or its transaction failed."""
+        if isinstance(outcome, StoreError):
+            await self._failed(batch, outcome)
+        elif self._rewrite:
+            error = StoreError("partition deleted twice during one write")
+            await self._failed(batch, error)
+        else:
+            log.info("partition %s/%s was deleted; recreating it", *_names(self.key))
+            self.partition_id = None
+            await self._write(batch, rewrite=True)
+
+    async def _failed(self, batch: list[PushRequest], error: StoreError) -> None:
+        """Answer a batch that could not be written: spooled (the live requests) when the
+        database is unreachable, else ``failed``."""
+        try:
+            if isinstance(error, StoreUnavailable):
+                self._router.report_unavailable(error)
+                live = [r for r in batch if not r.replay]
+                if live:  # not stored: keep them in the spool instead
+                    await self._spool(live)
+            else:
+                log.error("write of %s/%s failed: %s", *_names(self.key), error)
         finally:
-            for request in batch:  # never leave a producer without an answer
-                request.reply.set(PushOutcome(Status.FAILED))
+            _answer(batch, FAILED)  # never leave a producer without an answer
 
 
 def _names(key: PartitionKey) -> tuple[str, str]:
     return key.queue, key.partition
 
 
+def _answer(batch: list[PushRequest], outcome: PushOutcome) -> None:
+    """Answer every request of ``batch`` not answered yet."""
+    for request in batch:
+        request.reply.set(outcome)
+
+
 def _segment(key: PartitionKey, partition_id: int, batch: list[PushRequest]) -> SegmentWrite:
-    frames = concat(batch)
+    frames = batch[0] if len(batch) == 1 else concat(batch)
     return SegmentWrite(
-        partition_id=partition_id,
-        message_ids=frames.message_ids,
-        transaction_ids=frames.transaction_ids,
-        payloads=frames.payloads,
-        leaders=first_wins(frames.transaction_ids),
+        partition_id,
+        frames.message_ids,
+        frames.transaction_ids,
+        frames.payloads,
         key=key,
         producer_subs=frames.producer_subs,
         trace_ids=frames.trace_ids,
@@ -363,7 +434,7 @@ def _deliver(batch: list[PushRequest], result: WriteResult) -> None:
     """Split a write's outcome back into one outcome per request."""
     if not result.duplicates:
         for request in batch:
-            request.reply.set(PushOutcome(Status.QUEUED))
+            request.reply.set(QUEUED)
         return
     starts: list[int] = []
     position = 0
@@ -375,4 +446,4 @@ def _deliver(batch: list[PushRequest], result: WriteResult) -> None:
         which = bisect.bisect_right(starts, pos) - 1
         per_request[which][pos - starts[which]] = named
     for request, duplicates in zip(batch, per_request, strict=True):
-        request.reply.set(PushOutcome(Status.QUEUED, duplicates))
+        request.reply.set(PushOutcome(Status.QUEUED, duplicates) if duplicates else QUEUED)

@@ -24,11 +24,6 @@ def coalesce_count(sizes: Sequence[int], max_items: int) -> int:
     return taken
 
 
-def batch_is_full(items: int, payload_bytes: int, *, max_items: int, max_bytes: int) -> bool:
-    """Whether a transaction being gathered must stop growing."""
-    return items >= max_items or payload_bytes >= max_bytes
-
-
 def spread_count(
     sizes: Sequence[int], free_slots: int, *, min_items: int, min_writes: int = 0
 ) -> int:

@@ -92,15 +92,16 @@ class Supervisor:
         """Stop every actor idle for ``actor_idle_timeout_s`` at ``now``; returns how many."""
         return sum(actor.stop_if_idle(now) for actor in list(self._actors.values()))
 
-    async def submit(self, key: PartitionKey, request: PushRequest | Fence) -> None:
-        """Put ``request`` in the inbox of ``key``'s actor, starting the actor if needed."""
-        while True:
-            actor = self._actors.get(key) or self._spawn(key)
-            try:
-                await actor.submit(request)
-                return
-            except trio.BrokenResourceError:
-                continue  # it stopped between look-up and send: the next loop starts a new one
+    def put(self, key: PartitionKey, work: PushRequest | Fence) -> None:
+        """Put ``work`` in the inbox of ``key``'s actor, starting the actor if needed; never
+        waits and takes no checkpoint."""
+        actor = self._actors.get(key)
+        if actor is None or not actor.put(work):
+            self._spawn(key).put(work)  # a fresh actor always takes it
+
+    async def submit(self, key: PartitionKey, work: PushRequest | Fence) -> None:
+        """:meth:`put`, for callers that await (the spool replay, holds)."""
+        self.put(key, work)
 
     def _spawn(self, key: PartitionKey) -> PartitionActor:
         if self._nursery is None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from queen.actors.messages import ActorStopped, PushOutcome, PushRequest
+from queen.actors.messages import QUEUED, ActorStopped, PushOutcome, PushRequest
 from queen.actors.supervisor import Supervisor
 from queen.intake import PartitionBatch, PreparedPush, prepare_push
 from queen.metrics import Metrics
@@ -127,23 +127,27 @@ class PushService:
                     trace_ids=batch.trace_ids,
                     reply=Reply(group),
                 )
-                await self.supervisor.submit(batch.key, request)
+                self.supervisor.put(batch.key, request)
                 requests.append(request)
             await group.wait()
-        parts = []
-        for batch, request in zip(prepared.batches, requests, strict=True):
-            outcome = request.reply.result()
+        outcomes = [request.reply.result() for request in requests]
+        queued = prepared.count  # less what the outcomes other than the plain QUEUED hold
+        for batch, outcome in zip(prepared.batches, outcomes, strict=True):
+            if outcome is QUEUED:
+                continue
             duplicates = len(outcome.duplicates)
             rest = len(batch.indexes) - duplicates
             m.push_items_duplicate += duplicates
             if outcome.status is Status.QUEUED:
-                m.push_items_queued += rest
-            elif outcome.status is Status.BUFFERED:
+                queued -= duplicates
+                continue
+            queued -= duplicates + rest
+            if outcome.status is Status.BUFFERED:
                 m.push_items_buffered += rest
             else:
                 m.push_items_failed += rest
-            parts.append((batch, outcome))
-        return PushAnswer(prepared.count, tuple(parts))
+        m.push_items_queued += queued
+        return PushAnswer(prepared.count, tuple(zip(prepared.batches, outcomes, strict=True)))
 
     @contextlib.asynccontextmanager
     async def hold(self, keys: Sequence[PartitionKey]) -> AsyncIterator[None]:
