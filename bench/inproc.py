@@ -23,12 +23,12 @@ import cProfile
 import http.client
 import json
 import math
-import pstats
 import resource
 import sys
 import tempfile
 import threading
 import time
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -330,33 +330,37 @@ def call_group(path: str) -> str:
 
 def calls_by_group(profile: cProfile.Profile) -> dict[str, int]:
     """Calls per group. A function of no group (a builtin, the standard library, generated
-    code) counts in each caller's group; a caller of no group in its own main caller's."""
-    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    code) counts in each caller's group; a caller of no group in its own main caller's. Read
+    from the profiler's own entries, one per code object (pstats merges the methods that
+    dataclasses generate, which all share one file, line and name)."""
+    entries = profile.getstats()
+    callers: dict[Any, dict[Any, int]] = {}
+    for entry in entries:
+        for sub in entry.calls or ():
+            by = callers.setdefault(sub.code, {})
+            by[entry.code] = by.get(entry.code, 0) + sub.callcount
+
+    def own(code: Any) -> str:
+        return call_group(code.co_filename) if isinstance(code, types.CodeType) else "other"
+
     owners: dict[Any, str] = {}
 
-    def own(func: Any) -> str | None:
-        return None if func[0] == "~" else call_group(func[0])
-
-    def owner(func: Any) -> str:
-        if func not in owners:
-            owners[func] = "other"  # while resolving: a cycle ends here
-            callers = stats.get(func, (0, 0, 0, 0, {}))[4]
-            group = own(func)
-            if group in (None, "other") and callers:
-                group = owner(max(callers, key=lambda c: callers[c][0]))
-            owners[func] = group or "other"
-        return owners[func]
+    def owner(code: Any) -> str:
+        if code not in owners:
+            owners[code] = "other"  # while resolving: a cycle ends here
+            by = callers.get(code)
+            group = own(code)
+            owners[code] = group if group != "other" or not by else owner(max(by, key=by.get))
+        return owners[code]
 
     counts: dict[str, int] = {}
-    for func, (_, calls, _, _, callers) in stats.items():
-        group = own(func)
-        if group not in (None, "other"):
-            counts[group] = counts.get(group, 0) + calls
-            continue
-        for caller, (caller_calls, *_) in callers.items():
-            counts[owner(caller)] = counts.get(owner(caller), 0) + caller_calls
-        orphans = calls - sum(c[0] for c in callers.values())
-        counts["other"] = counts.get("other", 0) + orphans
+    for entry in entries:
+        group = own(entry.code)
+        by = {} if group != "other" else callers.get(entry.code, {})
+        for caller, calls in by.items():
+            counts[owner(caller)] = counts.get(owner(caller), 0) + calls
+        rest = entry.callcount - sum(by.values())
+        counts[group] = counts.get(group, 0) + rest
     return counts
 
 
