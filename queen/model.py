@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 DEFAULT_PARTITION = "Default"
 
@@ -18,8 +18,10 @@ class Status(enum.StrEnum):
     FAILED = "failed"
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class PartitionKey:
+class PartitionKey(NamedTuple):
+    """A partition by name. (A named tuple: hashing and comparing one, as every look-up of a
+    partition's actor does, runs no Python code.)"""
+
     queue: str
     partition: str
 

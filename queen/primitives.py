@@ -62,25 +62,25 @@ class ReplyGroup:
     """Wakes one waiter once every reply of a group is set.
 
     A push body spread over several partitions sends one request per partition; the producer
-    then waits once for the group instead of once per request.
+    then waits once for the group instead of once per request. One task waits on a group.
     """
 
-    __slots__ = ("_event", "_pending")
+    __slots__ = ("_parking", "_pending")
 
     def __init__(self, size: int) -> None:
         self._pending = size
-        self._event = trio.Event()
-        if size <= 0:
-            self._event.set()
+        self._parking = Parking()
 
     def _one_done(self) -> None:
         self._pending -= 1
         if self._pending == 0:
-            self._event.set()
+            self._parking.wake()
 
-    async def wait(self) -> None:
-        """Return once every reply of the group is set."""
-        await self._event.wait()
+    def wait(self) -> Awaitable[None]:
+        """Return once every reply of the group is set: ``await group.wait()``."""
+        if self._pending <= 0:
+            return trio.lowlevel.checkpoint()  # noqa: ASYNC105 (awaited by the caller)
+        return self._parking.park()
 
 
 class Reply(Generic[T]):

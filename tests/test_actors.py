@@ -10,11 +10,11 @@ import trio.testing
 
 from queen import open_broker
 from queen.actors.messages import PushRequest
-from queen.actors.policy import spread_count
+from queen.actors.policy import may_spread, spread_count
 from queen.broker import Broker
 from queen.ids import NIL_UUID, mint_ids
 from queen.model import PartitionKey, Status
-from queen.primitives import Parking
+from queen.primitives import Parking, Reply, ReplyGroup
 from queen.settings import Settings
 from tests.fakes import MemoryStore
 
@@ -178,6 +178,27 @@ async def test_parking_wakes_without_a_checkpoint_and_leaves_when_cancelled() ->
         scope.cancel()
         await parking.park()
     assert scope.cancelled_caught and parking.task is None
+
+
+async def test_a_reply_group_wakes_its_waiter_once_every_reply_is_set() -> None:
+    group = ReplyGroup(2)
+    first, second = Reply[int](group), Reply[int](group)
+    woken: list[int] = []
+
+    async def waiter() -> None:
+        await group.wait()
+        woken.append(first.result() + second.result())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        first.set(1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert woken == []  # one reply still missing
+        second.set(2)
+    assert woken == [3]
+    with trio.testing.assert_checkpoints():
+        await ReplyGroup(0).wait()  # nothing to wait for: a checkpoint all the same
 
 
 async def test_requests_arriving_during_a_write_are_coalesced(
@@ -533,6 +554,14 @@ def test_spread_policy() -> None:
     assert spread_count([3] * 100, 3, min_items=800, min_writes=32) == 100
     # enough frames: the frame rule decides
     assert spread_count([10] * 160, 3, min_items=800, min_writes=32) == 80
+    # may_spread is necessary: where it says no, spread_count keeps every write
+    for sizes in ([1] * 63, [1] * 64, [12] * 66, [3] * 100, [800, 800], [5000, 1], [9] * 20):
+        for min_items, min_writes in ((800, 32), (16, 0), (0, 32), (0, 0)):
+            rules = {"min_items": min_items, "min_writes": min_writes}
+            if not may_spread(sum(sizes), len(sizes), **rules):
+                assert spread_count(sizes, 3, **rules) == len(sizes), (sizes, rules)
+    assert may_spread(1600, 2, min_items=800, min_writes=32)
+    assert may_spread(64, 64, min_items=800, min_writes=32)
 
 
 async def test_dedup_window_zero_stores_every_repeat(tmp_path) -> None:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from queen.actors.policy import spread_count
+from queen.actors.policy import may_spread, spread_count
 from queen.errors import StoreError, StoreUnavailable
 from queen.metrics import Metrics
 from queen.primitives import Parking
@@ -130,15 +130,19 @@ class Batcher:
             await self._parking.park()
         batch: list[_Pending] = []
         partitions: set[int] = set()
-        size = self._take(batch, partitions, 0, 0)
+        items, payload_bytes = self._take(batch, partitions, 0, 0)
         if self._linger_s > 0:
             with trio.move_on_after(self._linger_s):
-                while size is not None:
+                while items < self._max_items and payload_bytes < self._max_bytes:
                     await self._parking.park()
-                    size = self._take(batch, partitions, *size)
+                    items, payload_bytes = self._take(batch, partitions, items, payload_bytes)
         elif (
-            (self._spread_min_items > 0 or self._spread_min_writes > 0)
-            and len(batch) > 1
+            may_spread(
+                items,
+                len(batch),
+                min_items=self._spread_min_items,
+                min_writes=self._spread_min_writes,
+            )
             and self._slots.value > 0
         ):
             keep = spread_count(
@@ -154,10 +158,10 @@ class Batcher:
 
     def _take(
         self, batch: list[_Pending], partitions: set[int], items: int, payload_bytes: int
-    ) -> tuple[int, int] | None:
+    ) -> tuple[int, int]:
         """Move queued writes into ``batch``, in order, until it is full (``max_items`` frames
         or ``max_bytes`` of payload); a second write of a partition already in it stays queued,
-        first in line. Returns the batch's frames and payload bytes, or None once it is full."""
+        first in line. Returns the batch's frames and payload bytes."""
         queue = self._queue
         kept: list[_Pending] = []
         taken = 0
@@ -172,14 +176,12 @@ class Batcher:
             partitions.add(segment.partition_id)
             batch.append(pending)
             items += len(segment.message_ids)
-            payload_bytes += segment.payload_bytes
+            payload_bytes += sum(map(len, segment.payloads))
         del queue[:taken]
         if kept:
             queue[:0] = kept
         if len(self._room):
             self._room.unpark_all()
-        if items >= self._max_items or payload_bytes >= self._max_bytes:
-            return None
         return items, payload_bytes
 
     async def _commit(self, batch: list[_Pending]) -> None:
@@ -223,12 +225,8 @@ class Batcher:
         m.push_transactions += 1
         m.push_transaction_seconds += seconds
         m.push_segments += len(segments)
-        requests = frames = 0
-        for segment in segments:
-            requests += segment.request_count
-            frames += len(segment.message_ids)
-        m.push_requests_committed += requests
-        m.push_frames_committed += frames
+        m.push_requests_committed += sum([s.request_count for s in segments])
+        m.push_frames_committed += sum(map(len, [s.message_ids for s in segments]))
         m.max_partitions_per_transaction = max(m.max_partitions_per_transaction, len(segments))
 
 

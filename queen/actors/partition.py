@@ -147,6 +147,7 @@ class PartitionActor:
         self._hold_s = hold_s
         self._inbox: list[Work] = []  # handed over, not yet taken for a write, in order
         self._replays = 0  # replay requests in the inbox
+        self._fences = 0  # fences in the inbox
         self._closed = False  # stopped: hands nothing over any more
         self._parking = Parking()  # where the actor waits for work or for its write
         self._in_flight: list[PushRequest] | None = None  # the requests of the write at the batcher
@@ -173,8 +174,11 @@ class PartitionActor:
         if self._closed:
             return False
         self._inbox.append(work)
-        if type(work) is PushRequest and work.replay:
-            self._replays += 1
+        if type(work) is PushRequest:
+            if work.replay:
+                self._replays += 1
+        else:
+            self._fences += 1
         if self._in_flight is None and self._parking.task is not None:
             self._parking.wake()  # (with a write in flight, its settling wakes the actor)
         return True
@@ -232,7 +236,7 @@ class PartitionActor:
         """
         self._closed = True
         leftovers: list[Work] = self._inbox
-        self._inbox, self._replays = [], 0
+        self._inbox, self._replays, self._fences = [], 0, 0
         if self._in_flight is not None:
             leftovers += self._in_flight
             self._in_flight = None
@@ -254,13 +258,22 @@ class PartitionActor:
         head = self._inbox[0]
         if type(head) is Fence:
             del self._inbox[0]
+            self._fences -= 1
             await self._stand_still(head)
             return
-        route = self._route()
-        if route is Route.HOLD:
+        route = self._router.route(self.key)
+        if route is not Route.HOLD:
+            self._hold_until = None
+        elif self._holding_on():
             await self._hold()
             return
-        batch = self._take_live()
+        else:
+            route = Route.SPOOL
+        if len(self._inbox) == 1:  # the common case: one request, taken whole
+            batch: list[PushRequest] = self._inbox  # type: ignore[assignment]  # (no fence)
+            self._inbox = []
+        else:
+            batch = self._take_live()
         if self._encryption is not None:
             self._encryption.seal(self.key.queue, batch)
         if route is Route.SPOOL:
@@ -281,17 +294,17 @@ class PartitionActor:
         """Take from the inbox the live requests before the first fence that fit in one
         segment (``segment_max_items``), oldest first (there are no replays in it)."""
         inbox = self._inbox
-        if len(inbox) == 1:  # the common case: one request, taken whole
-            self._inbox = []
-            return inbox  # type: ignore[return-value]  # (its one entry is no fence)
-        live: list[PushRequest] = []
-        for work in inbox:
-            if type(work) is Fence:
-                break  # what arrived after a fence waits for it
-            live.append(work)  # type: ignore[arg-type]
-        count = coalesce_count([len(r.message_ids) for r in live], self._segment_max_items)
-        del inbox[:count]
-        return live[:count]
+        live: list[PushRequest] = inbox  # type: ignore[assignment]  # (when it holds no fence)
+        if self._fences:
+            live = []
+            for work in inbox:
+                if type(work) is Fence:
+                    break  # what arrived after a fence waits for it
+                live.append(work)  # type: ignore[arg-type]
+        sizes = list(map(len, [r.message_ids for r in live]))
+        batch = live[: coalesce_count(sizes, self._segment_max_items)]
+        del inbox[: len(batch)]
+        return batch
 
     def _take_replays(self) -> list[PushRequest]:
         """Take the oldest replay requests that fit in one segment out of the inbox."""
@@ -302,22 +315,20 @@ class PartitionActor:
         self._replays -= len(batch)
         return batch
 
-    def _route(self) -> Route:
-        route = self._router.route(self.key)
-        if route is not Route.HOLD:
-            self._hold_until = None
-            return route
+    def _holding_on(self) -> bool:
+        """The router says *hold*: whether to hold (else spool), starting a hold of at most
+        ``hold_s`` if none is on."""
         now = trio.current_time()
         if now < self._no_hold_until:
-            return Route.SPOOL
+            return False
         if self._hold_until is None:
             self._hold_until = now + self._hold_s
         elif now >= self._hold_until:
             # The backlog did not clear in time: stop holding producers for a while.
             self._hold_until = None
             self._no_hold_until = now + self._hold_s
-            return Route.SPOOL
-        return Route.HOLD
+            return False
+        return True
 
     async def _hold(self) -> None:
         """Wait for a new request, a route change, or the end of the hold."""
@@ -352,7 +363,18 @@ class PartitionActor:
                 except StoreError as error:
                     await self._failed(batch, error)
                     return
-            segment = _segment(self.key, self.partition_id, batch)
+            count = len(batch)
+            frames = batch[0] if count == 1 else concat(batch)
+            segment = SegmentWrite(
+                self.partition_id,
+                frames.message_ids,
+                frames.transaction_ids,
+                frames.payloads,
+                key=self.key,
+                producer_subs=frames.producer_subs,
+                trace_ids=frames.trace_ids,
+                request_count=count,
+            )
             while not self._writer.put(segment, self._settled):
                 await self._writer.room()
         except BaseException:
@@ -414,20 +436,6 @@ def _answer(batch: list[PushRequest], outcome: PushOutcome) -> None:
     """Answer every request of ``batch`` not answered yet."""
     for request in batch:
         request.reply.set(outcome)
-
-
-def _segment(key: PartitionKey, partition_id: int, batch: list[PushRequest]) -> SegmentWrite:
-    frames = batch[0] if len(batch) == 1 else concat(batch)
-    return SegmentWrite(
-        partition_id,
-        frames.message_ids,
-        frames.transaction_ids,
-        frames.payloads,
-        key=key,
-        producer_subs=frames.producer_subs,
-        trace_ids=frames.trace_ids,
-        request_count=len(batch),
-    )
 
 
 def _deliver(batch: list[PushRequest], result: WriteResult) -> None:

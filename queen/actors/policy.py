@@ -24,6 +24,18 @@ def coalesce_count(sizes: Sequence[int], max_items: int) -> int:
     return taken
 
 
+def may_spread(frames: int, writes: int, *, min_items: int, min_writes: int) -> bool:
+    """Whether :func:`spread_count` could keep fewer than all of ``writes`` ready writes
+    holding ``frames`` frames (a necessary condition, cheaper than the sizes it needs).
+
+    >>> may_spread(100, 10, min_items=800, min_writes=32)
+    False
+    """
+    return writes > 1 and (
+        (min_items > 0 and frames >= 2 * min_items) or (min_writes > 0 and writes >= 2 * min_writes)
+    )
+
+
 def spread_count(
     sizes: Sequence[int], free_slots: int, *, min_items: int, min_writes: int = 0
 ) -> int:

@@ -18,7 +18,7 @@ the Trio thread and never blocks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 import trio
 
@@ -81,26 +81,28 @@ class Wakeups:
         if fired:
             self._fire_any()
 
-    def fire_partitions(self, keys: Iterable[tuple[str, str]]) -> None:
+    def fire_partitions(self, keys: Collection[tuple[str, str]]) -> None:
         """Wake the pops waiting on one of these (queue, partition): those of the whole queue,
         those of that partition (not those of the queue's other partitions), and every
         cross-queue pop."""
-        fired = False
-        for queue, partition in keys:
+        if not keys:
+            return
+        partition_tickets = self._partition_tickets
+        if partition_tickets:  # (a commit usually finds no pop bound to a partition waiting)
+            for queue, partition in keys:
+                tickets = partition_tickets.get(queue)
+                if tickets is not None:
+                    one = tickets.pop(partition, None)
+                    if one is not None:
+                        one.set()
+                    if not tickets:
+                        del partition_tickets[queue]
+        for queue in {queue for queue, _ in keys}:
             event = self._tickets.pop(queue, None)
             if event is not None:
                 event.set()
-            tickets = self._partition_tickets.get(queue)
-            if tickets is not None:
-                one = tickets.pop(partition, None)
-                if one is not None:
-                    one.set()
-                if not tickets:
-                    del self._partition_tickets[queue]
             self._fired_some_partition[queue] = self._fired_some_partition.get(queue, 0) + 1
-            fired = True
-        if fired:
-            self._fire_any()
+        self._fire_any()
 
     def _fire_any(self) -> None:
         self._fired[ANY_QUEUE] = self._fired.get(ANY_QUEUE, 0) + 1

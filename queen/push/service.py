@@ -17,7 +17,7 @@ take its turn behind them.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +64,7 @@ class PushAnswer:
         """One result per pushed item, in body order."""
         results: list[PushedItem | None] = [None] * self.count
         for batch, outcome in self.parts:
-            status = outcome.status.value
+            status = str(outcome.status)  # the text (a StrEnum's str), without Enum.value
             duplicates = outcome.duplicates
             for pos, (index, own_id, transaction_id) in enumerate(
                 zip(batch.indexes, batch.message_ids, batch.transaction_ids, strict=True)
@@ -113,23 +113,27 @@ class PushService:
         m = self.metrics
         m.push_requests += 1
         m.push_items += prepared.count
-        with self._working():
-            # One request per partition, all answered through one group: the producer wakes
-            # once, when the last partition's write is settled.
-            group = ReplyGroup(len(prepared.batches))
-            requests: list[PushRequest] = []
-            for batch in prepared.batches:
-                request = PushRequest(
-                    message_ids=batch.message_ids,
-                    transaction_ids=batch.transaction_ids,
-                    payloads=batch.payloads,
-                    producer_subs=None if producer_sub is None else [producer_sub] * len(batch),
-                    trace_ids=batch.trace_ids,
-                    reply=Reply(group),
-                )
+        # One request per partition, all answered through one group: the producer wakes once,
+        # when the last partition's write is settled.
+        group = ReplyGroup(len(prepared.batches))
+        requests = [
+            PushRequest(
+                message_ids=batch.message_ids,
+                transaction_ids=batch.transaction_ids,
+                payloads=batch.payloads,
+                producer_subs=None if producer_sub is None else [producer_sub] * len(batch),
+                trace_ids=batch.trace_ids,
+                reply=Reply(group),
+            )
+            for batch in prepared.batches
+        ]
+        self._begin()
+        try:
+            for batch, request in zip(prepared.batches, requests, strict=True):
                 self.supervisor.put(batch.key, request)
-                requests.append(request)
             await group.wait()
+        finally:
+            self._end()
         outcomes = [request.reply.result() for request in requests]
         queued = prepared.count  # less what the outcomes other than the plain QUEUED hold
         for batch, outcome in zip(prepared.batches, outcomes, strict=True):
@@ -160,29 +164,30 @@ class PushService:
         if self._closing:
             raise BrokerClosed("broker is shutting down")
         fences: list[Fence] = []
-        with self._working():
-            try:
-                for key in sorted(set(keys)):
-                    fence = Fence()
-                    fences.append(fence)
-                    await self.supervisor.submit(key, fence)
-                    try:
-                        route = await fence.granted.wait()
-                    except ActorStopped as exc:
-                        raise BrokerClosed(str(exc)) from exc
-                    if route is not Route.DATABASE:
-                        self.metrics.transactions_refused += 1
-                        why = {
-                            Route.SPOOL: "the database is unavailable or in maintenance mode",
-                            Route.HOLD: "spooled messages of a partition are waiting for replay",
-                        }[route]
-                        raise PartitionsBusy(
-                            f"{why} ({key.queue}/{key.partition}); nothing was applied, retry later"
-                        )
-                yield
-            finally:
-                for fence in fences:
-                    fence.released.set()
+        self._begin()
+        try:
+            for key in sorted(set(keys)):
+                fence = Fence()
+                fences.append(fence)
+                await self.supervisor.submit(key, fence)
+                try:
+                    route = await fence.granted.wait()
+                except ActorStopped as exc:
+                    raise BrokerClosed(str(exc)) from exc
+                if route is not Route.DATABASE:
+                    self.metrics.transactions_refused += 1
+                    why = {
+                        Route.SPOOL: "the database is unavailable or in maintenance mode",
+                        Route.HOLD: "spooled messages of a partition are waiting for replay",
+                    }[route]
+                    raise PartitionsBusy(
+                        f"{why} ({key.queue}/{key.partition}); nothing was applied, retry later"
+                    )
+            yield
+        finally:
+            for fence in fences:
+                fence.released.set()
+            self._end()
 
     def close(self) -> None:
         """Refuse new pushes and holds from now on."""
@@ -193,14 +198,13 @@ class PushService:
         self._closing = True
         await self._idle.wait()
 
-    @contextlib.contextmanager
-    def _working(self) -> Iterator[None]:
+    def _begin(self) -> None:
+        """A push or hold starts: :meth:`drain` waits for it."""
         self._in_flight += 1
-        if self._idle.is_set():
+        if self._in_flight == 1:
             self._idle = trio.Event()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
+
+    def _end(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()

@@ -52,6 +52,7 @@ class SpoolScanner:
         """``own``: the names of the files this process's writer created (it adds a name
         before the file exists); names of files that are gone are removed from it here."""
         self._dir = directory
+        self._dir_name = os.fspath(directory)  # what sync stats before every write (a str)
         self._index = index
         self._own = own
         self._followed: dict[str, _Followed] = {}
@@ -66,7 +67,7 @@ class SpoolScanner:
         """
         dropped = False
         try:
-            mtime: int | None = os.stat(self._dir).st_mtime_ns
+            mtime: int | None = os.stat(self._dir_name).st_mtime_ns
         except (FileNotFoundError, NotADirectoryError):  # no directory: no files
             mtime = None
         if not check_seals and not self._growing and self._trusted and mtime == self._mtime:
