@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Protocol
 
 
@@ -42,10 +41,19 @@ def concat(parts: Sequence[FrameColumns]) -> Frames:
             only.producer_subs,
             only.trace_ids,
         )
+    message_ids: list[str] = []
+    transaction_ids: list[str] = []
+    payloads: list[bytes] = []
+    for part in parts:
+        message_ids += part.message_ids
+        transaction_ids += part.transaction_ids
+        payloads += part.payloads
+    if not [p for p in parts if p.producer_subs is not None or p.trace_ids is not None]:
+        return Frames(message_ids, transaction_ids, payloads, None, None)  # the common case
     return Frames(
-        list(chain.from_iterable([part.message_ids for part in parts])),
-        list(chain.from_iterable([part.transaction_ids for part in parts])),
-        list(chain.from_iterable([part.payloads for part in parts])),
+        message_ids,
+        transaction_ids,
+        payloads,
         _optional([p.producer_subs for p in parts], parts),
         _optional([p.trace_ids for p in parts], parts),
     )
@@ -58,5 +66,5 @@ def _optional(
         return None
     out: list[str | None] = []
     for part, column in zip(parts, columns, strict=True):
-        out.extend(column if column is not None else [None] * len(part))
+        out += column if column is not None else [None] * len(part)
     return out

@@ -8,7 +8,7 @@ import gc
 def tune_gc(gen0_threshold: int = 10_000) -> None:
     """Make Python's cyclic collector cheap for a long-running broker.
 
-    Every partition actor is a task with its channel and frames: with thousands of actors, the
+    Every partition actor is a task with its inbox and frames: with thousands of actors, the
     collector's default rhythm (a young collection every 700 allocations, full ones often
     enough) spent a third of the process's time and added 0.5 s pauses (measured with 10,000
     partitions). Objects alive once the server is ready are frozen out of collection and young

@@ -283,6 +283,8 @@ def _prepare_common(items: list[Any], plain_strings: bool) -> PreparedPush | Non
             positions[key] = [index]
         else:
             found.append(index)
+    # (A partition with one item of the body, as when a body is spread round-robin, needs no
+    # comprehension per column.)
     batches = [
         PartitionBatch(
             PartitionKey(*key),
@@ -290,6 +292,14 @@ def _prepare_common(items: list[Any], plain_strings: bool) -> PreparedPush | Non
             [message_ids[i] for i in indexes],
             [transaction_ids[i] for i in indexes],
             [payloads[i] for i in indexes],
+        )
+        if len(indexes) > 1
+        else PartitionBatch(
+            PartitionKey(*key),
+            indexes,
+            [message_ids[indexes[0]]],
+            [transaction_ids[indexes[0]]],
+            [payloads[indexes[0]]],
         )
         for key, indexes in positions.items()
     ]
