@@ -1,12 +1,12 @@
-"""The request body budget, as a pure counter."""
+"""The byte budget of request bodies and pop answers, as a counter."""
 
 from __future__ import annotations
 
-from queen.serving import BodyBudget
+from queen.budget import ByteBudget
 
 
 def test_charges_fit_under_the_limit_and_release_makes_room_again() -> None:
-    budget = BodyBudget(100)
+    budget = ByteBudget(100)
     assert budget.try_charge(60)
     assert budget.try_charge(40)
     assert not budget.try_charge(1)
@@ -17,7 +17,7 @@ def test_charges_fit_under_the_limit_and_release_makes_room_again() -> None:
 
 
 def test_a_refused_charge_takes_nothing() -> None:
-    budget = BodyBudget(100)
+    budget = ByteBudget(100)
     assert budget.try_charge(30)
     assert not budget.try_charge(71)
     assert budget.in_use_bytes == 30
@@ -25,7 +25,7 @@ def test_a_refused_charge_takes_nothing() -> None:
 
 
 def test_an_empty_body_is_always_free() -> None:
-    budget = BodyBudget(10)
+    budget = ByteBudget(10)
     assert budget.try_charge(10)
     assert budget.try_charge(0)
     assert budget.in_use_bytes == 10

@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "queen.supervision",
             "queen.gctune",
             "queen.errors",
+            "queen.budget",
         ),
     ),
     ("storage", ("queen.storage",)),

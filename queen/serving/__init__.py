@@ -4,9 +4,9 @@
 :class:`~queen.serving.connection.Connection` (keep-alive and header deadlines, the end of the
 client's side acted on, lingering close) and the app behind
 :class:`~queen.serving.guard.ConnectionGuard` (Quart-Trio kept out of Hypercorn's close path,
-request body bytes bounded by a :class:`BodyBudget`), within the process's
-:class:`ConnectionCapacity` (a cap on connections that keeps descriptors in reserve, the
-longest idle connection shed to make room). A request's scope carries its connection's
+request body bytes bounded by the process's :class:`~queen.budget.ByteBudget`), within the
+process's :class:`ConnectionCapacity` (a cap on connections that keeps descriptors in reserve,
+the longest idle connection shed to make room). A request's scope carries its connection's
 :class:`ClientEnd` (:func:`client_end`), so that a long wait can stop when the client ends its
 side.
 """
@@ -26,9 +26,9 @@ from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ASGIFramework, ConnectionState, LifespanState
 
+from queen.budget import ByteBudget
 from queen.metrics import Metrics
 from queen.serving.accept import accept_connections
-from queen.serving.budget import BodyBudget
 from queen.serving.capacity import (
     ConnectionCapacity,
     default_max_connections,
@@ -39,7 +39,7 @@ from queen.serving.guard import ConnectionGuard
 from queen.settings import Settings
 
 __all__ = [
-    "BodyBudget",
+    "ByteBudget",
     "ClientEnd",
     "ConnectionCapacity",
     "ConnectionGuard",
@@ -79,9 +79,13 @@ async def serve_app(
     *,
     shutdown_trigger: Callable[[], Awaitable[None]],
     capacity: ConnectionCapacity | None = None,
+    budget: ByteBudget | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on the listening socket ``sock`` until ``shutdown_trigger`` returns.
+
+    ``budget``: the process's byte budget, shared with what else charges it (the broker's pop
+    answers); without one, a budget of ``max_decoding_bytes`` for request bodies alone.
 
     Ready (``task_status.started()``) once the app's lifespan has started and the socket is
     accepting. When ``shutdown_trigger`` returns, accepting stops, idle connections are closed
@@ -92,7 +96,8 @@ async def serve_app(
     config = hypercorn_config(settings)
     if capacity is None:
         capacity = capacity_for(settings)
-    budget = BodyBudget(settings.max_decoding_bytes)
+    if budget is None:
+        budget = ByteBudget(settings.max_decoding_bytes)
     wrapped = ASGIWrapper(ConnectionGuard(app, budget, settings.max_body_bytes))
     lifespan_state: LifespanState = {}
     lifespan = Lifespan(wrapped, config, lifespan_state)

@@ -8,9 +8,10 @@ requests, after a refused body, and idle connections never time out. The guard t
 keeps ``http.disconnect`` from the app once its response is complete (a disconnect before
 that is forwarded: the app must stop working for a client that left).
 
-It also bounds the request body bytes the process holds at once (:class:`BodyBudget`): a
-body is charged when it starts (its ``Content-Length``) or as it arrives (chunked), and
-released when its request has been answered. A body that does not fit is answered 503 with
+It also bounds the request body bytes the process holds at once (the process's
+:class:`~queen.budget.ByteBudget`, which pop answers are charged to as well): a body is
+charged when it starts (its ``Content-Length``) or as it arrives (chunked), and released when
+its request has been answered. A body that does not fit is answered 503 with
 ``Retry-After`` without being read, and the connection is closed. A response that starts
 before its request body was received says ``Connection: close``: the server closes such a
 connection rather than leave the unread body in the way of the next request.
@@ -33,20 +34,17 @@ from hypercorn.typing import (
     Scope,
 )
 
-from queen.serving.budget import BodyBudget, return_free_memory
+from queen.budget import ByteBudget
 
 log = logging.getLogger("queen.http")
 
 RETRY_AFTER_S = 1
-# After a body at least this big, once no body is in progress, freed memory goes back to the
-# system.
-TRIM_AFTER_BYTES = 8 * 1024 * 1024
 
 
 class ConnectionGuard:
     """An ASGI app wrapping ``app``; see the module's docstring."""
 
-    def __init__(self, app: ASGIFramework, budget: BodyBudget, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIFramework, budget: ByteBudget, max_body_bytes: int) -> None:
         self.app = app
         self.budget = budget
         self.max_body_bytes = max_body_bytes
@@ -116,9 +114,7 @@ class _Exchange:
             if self.refused and not self.response_started:
                 await self._refuse()
         finally:
-            budget.release(self.charged)
-            if self.charged >= TRIM_AFTER_BYTES and budget.in_use_bytes == 0:
-                return_free_memory()
+            budget.release(self.charged, trim=True)
 
     async def receive(self) -> ASGIReceiveEvent:
         message = await self._receive()
@@ -158,7 +154,8 @@ class _Exchange:
         """Answer 503 with ``Retry-After`` and close; the body is never read."""
         budget = self.guard.budget
         log.warning(
-            "refused a request body of %s bytes: %d of %d bytes of request bodies in progress",
+            "refused a request body of %s bytes: %d of %d bytes of request bodies and pop "
+            "answers in progress",
             self.declared if self.declared is not None else "chunked",
             budget.in_use_bytes,
             budget.limit_bytes,
