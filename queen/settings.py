@@ -70,8 +70,9 @@ class Settings:
     max_decoding_bytes: int = _setting(
         128 * 1024 * 1024,
         "QUEEN_MAX_DECODING_BYTES",
-        "request body bytes one process holds at once while reading, decoding and handling "
-        "them (503 with Retry-After above; at least QUEEN_MAX_BODY_BYTES)",
+        "bytes of request bodies and pop answers one process holds at once while reading, "
+        "decoding, handling and answering them (503 with Retry-After above; at least "
+        "QUEEN_MAX_BODY_BYTES)",
     )
     keep_alive_timeout_s: float = _setting(
         75.0,
@@ -203,6 +204,12 @@ class Settings:
     )
     pop_max_batch: int = _setting(
         10_000, "QUEEN_POP_MAX_BATCH", "largest batch a pop may ask for (400 above)"
+    )
+    pop_max_bytes: int = _setting(
+        4 * 1024 * 1024,
+        "QUEEN_POP_MAX_BYTES",
+        "payload bytes one pop answer carries at most (fewer messages than the batch then; "
+        "always at least one message, however big)",
     )
     pop_autopilot_partitions: int = _setting(
         32,

@@ -172,14 +172,16 @@ class MemoryConsumeStore:
     """An in-memory store with the consume store's contract for what the waiting logic needs.
 
     Queue mode only: every message is delivered once (no leases, retries or groups), which is
-    what :class:`queen.consume.service.ConsumeService`'s long poll is tested against. It counts
-    its pops and keeps the listener's callback, so a test can announce a push the way another
-    broker process does (:meth:`notify`). Calls outside that scope raise NotImplementedError.
+    what :class:`queen.consume.service.ConsumeService`'s long poll is tested against; a pop
+    keeps to its byte budget as the real one does. It counts its pops and keeps the
+    listener's callback, so a test can announce a push the way another broker process does
+    (:meth:`notify`). Calls outside that scope raise NotImplementedError.
     """
 
     messages: dict[str, list[Delivered]] = field(default_factory=dict)
     state: dict[str, object] = field(default_factory=dict)
     pop_calls: int = 0
+    max_bytes_asked: list[int] = field(default_factory=list)  # each pop's byte budget
     ripe_in_s: float | None = None  # what a waiting pop that found nothing is told
     listener_connected: bool | None = None  # None: no push listener at all
     on_queues: Callable[[set[str]], None] | None = None
@@ -209,14 +211,25 @@ class MemoryConsumeStore:
         assert self.on_queues is not None, "the consume service is not running"
         self.on_queues({queue})
 
-    async def pop(self, request: PopRequest, sizing: Sizing, lease_id: str | None) -> PopOutcome:
+    async def pop(
+        self, request: PopRequest, sizing: Sizing, lease_id: str | None, max_bytes: int
+    ) -> PopOutcome:
         await trio.lowlevel.checkpoint()
         self.pop_calls += 1
+        self.max_bytes_asked.append(max_bytes)
         assert request.queue is not None
         waiting = self.messages.get(request.queue, [])
-        taken, self.messages[request.queue] = waiting[: sizing.batch], waiting[sizing.batch :]
+        taken: list[Delivered] = []
+        size = 0
+        for message in waiting[: sizing.batch]:
+            length = len(message.payload.encode())
+            if taken and size + length > max_bytes:
+                break
+            taken.append(message)
+            size += length
+        self.messages[request.queue] = waiting[len(taken) :]
         if taken or not request.wait:
-            return PopOutcome(taken)
+            return PopOutcome(taken, payload_bytes=size)
         return PopOutcome([], None, self.ripe_in_s)
 
     async def get_state(self, key: str) -> object:

@@ -163,7 +163,9 @@ async def _look(
     broker: Broker, queue: str, group: str = QUEUE_MODE, lease_id: str | None = None
 ) -> PopOutcome:
     request = PopRequest(queue=queue, consumer_group=group, wait=True)
-    return await broker.consume.store.pop(request, Sizing(10, 10), lease_id or mint_id())
+    return await broker.consume.store.pop(
+        request, Sizing(10, 10), lease_id or mint_id(), broker.settings.pop_max_bytes
+    )
 
 
 async def test_postgres_says_when_the_earliest_pending_partition_ripens(

@@ -1,11 +1,13 @@
 """Pops on the real database: answer shape, ordering, queue mode and fan-out, leases and their
 expiry, subscriptions, delayed processing, window buffer, autoAck, multi-partition and
-namespace pops, autopilot and the pop maintenance switch. Time moves by SQL, never by sleeping.
+namespace pops, autopilot, the pop maintenance switch and the byte budget of one answer. Time
+moves by SQL, never by sleeping.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -444,3 +446,89 @@ def broker_url(broker: Broker) -> str:
     url = broker.settings.database_url
     assert url is not None
     return url
+
+
+# --- the byte budget of one answer ---------------------------------------------------------
+
+KIB = 1024
+
+
+def _kib(tag: int) -> str:
+    """A payload whose stored JSON text is exactly 1 KiB (a string: its quotes and digits
+    included)."""
+    head = f"{tag:04d}"
+    return head + "x" * (KIB - 2 - len(head))
+
+
+@pytest.fixture
+async def tight(settings: Settings) -> AsyncIterator[Broker]:
+    """A broker whose answers carry 2.5 KiB of payloads at most: two of ``_kib``'s."""
+    async with open_broker(settings.with_changes(pop_max_bytes=5 * KIB // 2)) as b:
+        yield b
+
+
+async def _lease_end(db: Db, queue: str, partition: str, group: str = "__QUEUE_MODE__") -> Any:
+    return await db.value(
+        """SELECT c.lease_end FROM queen.cursors c
+           JOIN queen.partitions p ON p.id = c.partition_id
+           JOIN queen.queues q ON q.id = p.queue_id
+           WHERE q.name = %s AND p.name = %s AND c.consumer_group = %s
+             AND c.lease_expires_at > now()""",
+        queue,
+        partition,
+        group,
+    )
+
+
+async def test_a_pop_stops_at_its_byte_budget_and_leases_only_what_it_delivers(
+    tight: Broker, db: Db, queue: str
+) -> None:
+    await tight.push([{"queue": queue, "partition": "p", "payload": _kib(n)} for n in range(5)])
+    seen: list[str] = []
+    sizes: list[int] = []
+    while result := await tight.pop(queue, batch=5):
+        assert await _lease_end(db, queue, "p") == result.messages[-1].offset + 1
+        sizes.append(len(result.messages))
+        seen.extend(m.data for m in result.messages)
+        assert all(a.success for a in await tight.ack(result.messages))
+    assert sizes == [2, 2, 1]
+    assert seen == [_kib(n) for n in range(5)]  # in order, each once
+
+
+async def test_an_auto_ack_pop_moves_the_cursor_only_past_what_fit(
+    tight: Broker, queue: str
+) -> None:
+    await tight.push([{"queue": queue, "partition": "p", "payload": _kib(n)} for n in range(3)])
+    first = await tight.pop(queue, batch=3, consumer_group="g", auto_ack=True)
+    assert [m.data for m in first.messages] == [_kib(0), _kib(1)]
+    rest = await tight.pop(queue, batch=3, consumer_group="g", auto_ack=True)
+    assert [m.data for m in rest.messages] == [_kib(2)]
+
+
+async def test_a_message_larger_than_the_byte_budget_is_delivered_alone(
+    tight: Broker, queue: str
+) -> None:
+    big = "y" * (10 * KIB)
+    await tight.push([{"queue": queue, "partition": "p", "payload": p} for p in (big, 1, 2)])
+    alone = await tight.pop(queue, batch=3)
+    assert [m.data for m in alone.messages] == [big]
+    await tight.ack(alone.messages)
+    after = await tight.pop(queue, batch=3)
+    assert [m.data for m in after.messages] == [1, 2]
+
+
+async def test_the_byte_budget_is_shared_by_the_partitions_of_one_pop(
+    tight: Broker, db: Db, queue: str
+) -> None:
+    for name in ("a", "b"):
+        await tight.push([{"queue": queue, "partition": name, "payload": _kib(n)} for n in (0, 1)])
+    first = await tight.pop(queue, batch=4, partitions=2)
+    assert first.partitions_claimed == 1 and len(first.messages) == 2
+    taken = first.messages[0].partition
+    other = "b" if taken == "a" else "a"
+    assert await _lease_end(db, queue, other) is None  # not leased: the next pop takes it
+    second = await tight.pop(queue, batch=4, partitions=2)
+    assert [(m.partition, m.data) for m in second.messages] == [
+        (other, _kib(0)),
+        (other, _kib(1)),
+    ]

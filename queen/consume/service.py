@@ -201,7 +201,9 @@ class ConsumeService:
                 looked = look.number
                 lease_id = "" if request.auto_ack else mint_id()
                 try:
-                    outcome = await self.store.pop(request, sizing, lease_id or None)
+                    outcome = await self.store.pop(
+                        request, sizing, lease_id or None, s.pop_max_bytes
+                    )
                 except BaseException:
                     self._looks.finish(look, found_nothing=False)
                     raise

@@ -53,7 +53,8 @@ _POP_TEXT_SQL = (
     b" to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'),"
     b" ripe_in_s"
     b" FROM queen.pop($1::text, $2::text, $3::text, $4::text, $5::text, $6::integer,"
-    b" $7::integer, $8::boolean, $9::text, $10::timestamptz, $11::uuid, $12::boolean)"
+    b" $7::integer, $8::boolean, $9::text, $10::timestamptz, $11::uuid, $12::boolean,"
+    b" $13::bigint)"
 )
 _ACK_TEXT_SQL = (
     b"SELECT idx, success, error, queue_name, partition_name, lease_released, dlq"
@@ -112,11 +113,13 @@ class PopOutcome:
     """What a pop delivered, the lease's expiry, and (a waiting pop that found nothing) in how
     many seconds the earliest pending partition may become claimable: 0 when it may be now
     (another pop holds it), :data:`PENDING_NONE` when the scope has nothing pending, None when
-    not known (the pop did not wait, or delivered)."""
+    not known (the pop did not wait, or delivered). ``payload_bytes``: the delivered payloads'
+    octets, as stored."""
 
     delivered: list[Delivered]
     lease_expires_at: datetime | None = None
     ripe_in_s: float | None = None
+    payload_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +141,13 @@ class ConsumeStore(Protocol):
 
     async def delete_queue(self, queue: str) -> bool: ...
 
-    async def pop(self, request: PopRequest, sizing: Sizing, lease_id: str | None) -> PopOutcome:
-        """Claim and lease (or, with autoAck, commit) messages. For a waiting pop
-        (``request.wait``) that found nothing, also when to look again (:class:`PopOutcome`)."""
+    async def pop(
+        self, request: PopRequest, sizing: Sizing, lease_id: str | None, max_bytes: int
+    ) -> PopOutcome:
+        """Claim and lease (or, with autoAck, commit) messages, their payloads adding up to
+        at most ``max_bytes`` octets, though always at least one message (nothing beyond is
+        leased). For a waiting pop (``request.wait``) that found nothing, also when to look
+        again (:class:`PopOutcome`)."""
         ...
 
     async def ack(self, items: Sequence[AckItem]) -> list[AckResult]: ...
@@ -210,7 +217,9 @@ class PgConsumeStore:
 
         return await self.pool.run(_retrying(call))
 
-    async def pop(self, request: PopRequest, sizing: Sizing, lease_id: str | None) -> PopOutcome:
+    async def pop(
+        self, request: PopRequest, sizing: Sizing, lease_id: str | None, max_bytes: int
+    ) -> PopOutcome:
         """Claim and lease (or, with autoAck, commit) messages; see ``queen.pop``."""
         sub = request.subscription
         params = (
@@ -226,6 +235,7 @@ class PgConsumeStore:
             sub.at,
             lease_id,
             request.wait,
+            max_bytes,
         )
 
         # Shielded: a pop that reached the database finishes there (its lease is taken, or
@@ -237,7 +247,8 @@ class PgConsumeStore:
             return PopOutcome([], None, PENDING_NONE if ripe is None else float(ripe))
         delivered = [_delivered(row) for row in rows]
         expires = rows[0][10] if rows else None
-        return PopOutcome(delivered, _utc(expires) if expires is not None else None)
+        size = sum(len(row[6] or b"") for row in rows)
+        return PopOutcome(delivered, _utc(expires) if expires is not None else None, None, size)
 
     async def ack(self, items: Sequence[AckItem]) -> list[AckResult]:
         """Apply acknowledgments; one outcome per item, in item order.

@@ -260,6 +260,12 @@ $fn$;
 -- up to p_batch messages from them (a budget shared by all claimed partitions), in offset
 -- order per partition. One row per delivered message.
 --
+-- The payloads delivered add up to at most p_max_bytes (octets), also shared by all claimed
+-- partitions: a partition's messages are taken in offset order while they fit, so what is
+-- left of it stays unleased (with autoAck, the cursor stays before it) for the next pop. The
+-- pop's first message is always taken, however big: a message larger than the budget is
+-- delivered alone. A partition whose next message does not fit what is left is left as it is.
+--
 -- Scope: p_queue (and optionally p_partition), or, with p_queue NULL, every queue whose
 -- namespace and task match the non-empty filters. A named group's start on a queue is fixed
 -- the first time it pops there (p_sub_start: 'all', 'now' or 'at' p_sub_at). With p_auto_ack
@@ -278,12 +284,14 @@ $fn$;
 -- earliest pending partition may become claimable (its lease expires, its retry delay or
 -- window buffer passes, its next message is old enough; 0: it may be claimable now, held by
 -- a concurrent pop).
--- (The earlier signature, without p_ripe, is left in place: a broker of the previous build on
--- the same database keeps popping through it during a rolling upgrade.)
+-- (The earlier signatures, without p_ripe and without p_max_bytes, are left in place: a
+-- broker of a previous build on the same database keeps popping through them during a
+-- rolling upgrade.)
 CREATE OR REPLACE FUNCTION queen.pop(
     p_queue text, p_partition text, p_namespace text, p_task text, p_group text,
     p_batch integer, p_max_partitions integer, p_auto_ack boolean,
-    p_sub_start text, p_sub_at timestamptz, p_lease_id uuid, p_ripe boolean)
+    p_sub_start text, p_sub_at timestamptz, p_lease_id uuid, p_ripe boolean,
+    p_max_bytes bigint)
 RETURNS TABLE (partition_id bigint, queue_name text, partition_name text, msg_offset bigint,
                message_id uuid, transaction_id text, payload text, producer_sub text,
                trace_id uuid, retry_count integer, lease_expires_at timestamptz,
@@ -293,6 +301,9 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     v_queues    bigint[];
     v_left      integer := p_batch;
+    v_bytes     bigint := coalesce(p_max_bytes, 9223372036854775807);   -- octets left
+    v_last      bigint;
+    v_size      bigint;
     c           record;
     v_seg_first bigint;
     v_seg_last  bigint;
@@ -457,7 +468,7 @@ BEGIN
     END IF;
     LOOP
         -- before the fetch: a fetched candidate is a locked row
-        EXIT WHEN v_left <= 0 OR v_claimed >= p_max_partitions;
+        EXIT WHEN v_left <= 0 OR v_bytes <= 0 OR v_claimed >= p_max_partitions;
         FETCH v_cands INTO c;
         EXIT WHEN NOT FOUND;
 
@@ -509,6 +520,31 @@ BEGIN
                 v_upto := least(v_upto, v_until);
             END IF;
         END IF;
+
+        -- The byte budget: the last offset whose payload still fits, and the octets up to it
+        -- (the pop's first message always fits). Only the payloads are read here; the
+        -- messages themselves are read once, below, up to that offset.
+        SELECT max(w.off), sum(w.len) INTO v_last, v_size
+        FROM (
+            SELECT x.off, x.len,
+                   sum(x.len) OVER (ORDER BY x.off ROWS UNBOUNDED PRECEDING) AS upto,
+                   row_number() OVER (ORDER BY x.off ROWS UNBOUNDED PRECEDING) AS rn
+            FROM (
+                SELECT s.first_offset + u.i - 1 AS off, octet_length(u.pl) AS len
+                FROM queen.segments s
+                CROSS JOIN LATERAL unnest(s.payloads) WITH ORDINALITY AS u (pl, i)
+                WHERE s.partition_id = c.pid AND s.first_offset >= v_seg_first
+                  AND s.first_offset < v_upto
+                  AND s.first_offset + u.i - 1 >= v_from
+                  AND s.first_offset + u.i - 1 < v_upto
+                  AND s.first_offset + u.i - 1 <> ALL (c.acked)
+                ORDER BY 1
+                LIMIT v_left
+            ) x
+        ) w
+        WHERE w.upto <= v_bytes OR (w.rn = 1 AND v_left = p_batch);
+        CONTINUE WHEN v_last IS NULL;   -- nothing (more) fits: the partition stays as it is
+        v_upto := v_last + 1;
 
         RETURN QUERY
         WITH pick AS (
@@ -564,6 +600,7 @@ BEGIN
         ORDER BY pick.off;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_left := v_left - v_n;
+        v_bytes := v_bytes - v_size;
     END LOOP;
     CLOSE v_cands;
 
