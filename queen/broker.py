@@ -22,6 +22,7 @@ from typing import Any
 
 from queen.actors.supervisor import Supervisor
 from queen.admin.service import AdminService
+from queen.budget import ByteBudget
 from queen.consume import requests
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
 from queen.consume.options import checked_options, parse_options
@@ -72,10 +73,14 @@ class Broker:
         ops: Operations,
         admin: AdminService,
         store: Store,
+        budget: ByteBudget | None = None,
         consume: ConsumeService | None = None,
         streams: StreamsService | None = None,
     ) -> None:
         self.settings = settings
+        # The bytes of request bodies and pop answers this process holds at once (the HTTP
+        # server charges bodies to it, the consume side answers)
+        self.budget = budget or ByteBudget(settings.max_decoding_bytes)
         self.metrics = metrics
         self.database = database  # what the start-up line calls it (no password)
         self.push_service = push_service
@@ -186,8 +191,11 @@ class Broker:
     ) -> PopResult:
         """Pop from ``queue`` (one ``partition``, or any), or from every queue matching
         ``namespace``/``task``. ``consumer_group`` None is queue mode. Without ``batch`` a pop
-        delivers one message, or with ``autopilot`` as many as the broker chooses. The result
-        is empty when nothing was deliverable (by ``timeout_ms`` with ``wait``)."""
+        delivers one message, or with ``autopilot`` as many as the broker chooses, their
+        payloads adding up to ``QUEEN_POP_MAX_BYTES`` at most (one message at least). The
+        result is empty when nothing was deliverable (by ``timeout_ms`` with ``wait``).
+        Raises :class:`queen.consume.AnswersBusy` when the process's byte budget stays full
+        (nothing is leased)."""
         try:
             subscription = subscription_of(subscription_mode, subscription_from)
         except ValueError:
@@ -208,7 +216,9 @@ class Broker:
             subscription=subscription,
             autopilot=autopilot,
         )
-        return await self.consume.pop(requests.checked_pop(request, self.settings.pop_max_batch))
+        result = await self.consume.pop(requests.checked_pop(request, self.settings.pop_max_batch))
+        result.charge.release()  # the program holds the messages from here
+        return result
 
     async def ack(self, acks: Message | AckItem | Sequence[Message | AckItem]) -> list[AckResult]:
         """Acknowledge popped messages (``completed``), or what :meth:`Message.ack` says of

@@ -34,6 +34,7 @@ from queen.actors.supervisor import Supervisor
 from queen.admin.service import AdminService
 from queen.broadcast import Signal
 from queen.broker import Broker
+from queen.budget import ByteBudget
 from queen.cipher import PayloadCipher, parse_key
 from queen.consume.service import ConsumeService
 from queen.encryption import QueueEncryption
@@ -188,6 +189,7 @@ def assemble(
             scanner=router.scanner,
             deleted_queues=stores.deleted_queues,
         )
+    budget = ByteBudget(settings.max_decoding_bytes)
     consume: ConsumeService | None = None
     streams: StreamsService | None = None
     if stores.consume is not None:
@@ -198,6 +200,7 @@ def assemble(
             switches=maintenance,
             push=push,
             encryption=encryption,
+            budget=budget,
         )
         batcher.add_commit_listener(consume.on_commit)
         if stores.streams is not None:
@@ -241,6 +244,7 @@ def assemble(
         ops=ops,
         admin=admin,
         store=stores.push,
+        budget=budget,
         consume=consume,
         streams=streams,
     )

@@ -80,6 +80,7 @@ class Metrics:
     pop_lag_seconds: float = 0.0  # summed over delivered messages: pop time less creation
     pop_undecryptable: int = 0  # messages withheld: encrypted, and the key cannot open them
     pop_rechecks_shared: int = 0  # re-checks of waiting pops answered by a like pop's look
+    pop_busy: int = 0  # pops answered 503: no room for their answer in the byte budget
     ack_requests: int = 0  # ack and ack/batch calls
     acks: int = 0  # acknowledgments judged by ack and ack/batch
     acks_refused: int = 0  # of which refused (stale lease, unknown message)
@@ -157,6 +158,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "pop_undecryptable": _c("Messages withheld: encrypted and the key cannot open them."),
     "pop_rechecks_shared": _c("Re-checks of waiting pops answered by a like pop's look."),
+    "pop_busy": _c("Pops answered 503 without looking: no room for an answer in the byte budget."),
     "ack_requests": _c("Ack calls (ack and ack/batch)."),
     "acks": _c("Acknowledgments judged (ack and ack/batch)."),
     "acks_refused": _c("Acknowledgments refused (stale lease, unknown message)."),

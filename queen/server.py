@@ -157,6 +157,7 @@ async def _serve_on(
                     sock,
                     shutdown_trigger=partial(_shutdown_trigger, stop, broker),
                     capacity=capacity,
+                    budget=broker.budget,
                 )
             )
             worker = os.environ.get("QUEEN_WORKER_ID", "0")

@@ -11,12 +11,13 @@ admin switch in :mod:`queen.maintenance`).
   PostgreSQL); the values both sides share are in :mod:`queen.records`.
 """
 
-from queen.consume.errors import ConsumeUnavailable, InvalidRequest, NotFound
+from queen.consume.errors import AnswersBusy, ConsumeUnavailable, InvalidRequest, NotFound
 from queen.consume.results import PopResult
 from queen.records import QUEUE_MODE, Delivered, SeekTarget
 
 __all__ = [
     "QUEUE_MODE",
+    "AnswersBusy",
     "ConsumeUnavailable",
     "Delivered",
     "InvalidRequest",

@@ -13,3 +13,9 @@ class ConsumeUnavailable(RuntimeError):
 
 class NotFound(LookupError):
     """A consume-side request names a queue or partition that does not exist (HTTP 404)."""
+
+
+class AnswersBusy(RuntimeError):
+    """The process holds as many answer and body bytes as it may (``QUEEN_MAX_DECODING_BYTES``)
+    and none were given back in time: the pop looked at nothing and leased nothing (HTTP 503
+    with ``Retry-After``)."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from queen.budget import Charge
 from queen.consume.policy import iso_of_uuid7
 from queen.intake import decode_json
 from queen.records import (
@@ -34,7 +35,8 @@ class PopResult:
 
     ``lease_id`` is shared by every claimed partition; it is ``""`` with ``autoAck``, and
     ``lease_expires_at`` is then None. ``sizing`` is set when the request left its sizing to
-    the broker (``autopilot``).
+    the broker (``autopilot``). ``charge`` holds the answer's bytes in the process's byte
+    budget: whoever sends the answer releases it once it is sent.
     """
 
     consumer_group: str
@@ -42,6 +44,7 @@ class PopResult:
     lease_expires_at: datetime | None = None
     delivered: list[Delivered] = field(default_factory=list)
     sizing: Sizing | None = None
+    charge: Charge = field(default_factory=Charge.nothing)
 
     def __bool__(self) -> bool:
         return bool(self.delivered)

@@ -25,6 +25,15 @@ waiting:
   stay stored for a broker with the right key (with autoAck, whose cursor has already moved,
   they are copied to the group's dead letter queue); the other partitions are delivered. If
   nothing is left, the pop fails with :class:`queen.cipher.PayloadUnreadable`.
+- **Answer bytes.** A pop's answer is held to ``pop_max_bytes`` of payloads (in SQL, so
+  nothing beyond is leased) and charged to the process's :class:`~queen.budget.ByteBudget`,
+  which request bodies are charged to too: while a query runs it reserves what its answer may
+  take (``pop_max_bytes``, or less when the budget has less room, and the query then reads
+  less), and once the messages are read their payload bytes stay charged until whoever sends
+  the answer releases :attr:`PopResult.charge`. Queries that hold a reservation are as many
+  as the database has connections for this process, so reservations cannot pile up behind a
+  busy pool. With no room at all a pop waits for some up to a second, then raises
+  :class:`AnswersBusy` having leased nothing.
 - **Shutdown.** :meth:`stop_waiting` makes every waiting pop answer "nothing" at once, so
   a server can finish its requests promptly; new pops answer "nothing" from then on.
 
@@ -43,9 +52,10 @@ from typing import Any
 
 import trio
 
+from queen.budget import ByteBudget, Charge
 from queen.cipher import PREFIX, PayloadUnreadable
 from queen.consume import requests
-from queen.consume.errors import ConsumeUnavailable, InvalidRequest, NotFound
+from queen.consume.errors import AnswersBusy, ConsumeUnavailable, InvalidRequest, NotFound
 from queen.consume.looks import PopKey, SharedLooks
 from queen.consume.policy import pop_sizing
 from queen.consume.results import (
@@ -81,17 +91,19 @@ from queen.records import (
     PopRequest,
     QueueOptions,
     SeekTarget,
+    Sizing,
     TransactionRequest,
 )
 from queen.settings import Settings
 from queen.storage.base import SegmentWrite, WriteResult
-from queen.storage.consume import PENDING_NONE, ConsumeStore, TransactOutcome
+from queen.storage.consume import PENDING_NONE, ConsumeStore, PopOutcome, TransactOutcome
 from queen.storage.listener import PushListener
 
 log = logging.getLogger("queen.consume")
 
 _MIN_RECHECK_S = 0.01
 _RIPE_MARGIN_S = 0.005  # past the ripe time on PostgreSQL's clock too
+ROOM_WAIT_S = 1.0  # a pop that finds the byte budget full waits this long for room at most
 
 
 class ConsumeService:
@@ -104,10 +116,14 @@ class ConsumeService:
         switches: MaintenanceSwitch,
         push: PushService | None = None,
         encryption: QueueEncryption | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
         """``push``: the push service whose actors a transaction's pushes take their turn
-        behind (:meth:`transaction` refuses to push without one)."""
+        behind (:meth:`transaction` refuses to push without one). ``budget``: the process's
+        byte budget (default: one of its own, of ``max_decoding_bytes``)."""
         self.store = store
+        self.budget = budget or ByteBudget(settings.max_decoding_bytes)
+        self._reading = trio.CapacityLimiter(settings.db_pool_size)
         self.push = push
         self.encryption = encryption or QueueEncryption(None, None, refresh_s=1.0)
         self.settings = settings
@@ -166,7 +182,10 @@ class ConsumeService:
 
     async def pop(self, request: PopRequest) -> PopResult:
         """Deliver what is available now, or with ``wait`` as soon as something is, until
-        ``timeout_ms``. An empty result means "nothing to deliver" (also in maintenance)."""
+        ``timeout_ms``. An empty result means "nothing to deliver" (also in maintenance).
+
+        The caller releases the result's :attr:`~PopResult.charge` once the answer is sent.
+        Raises :class:`AnswersBusy` (nothing leased) when the byte budget stays full."""
         s = self.settings
         sizing = pop_sizing(
             request.batch,
@@ -201,9 +220,7 @@ class ConsumeService:
                 looked = look.number
                 lease_id = "" if request.auto_ack else mint_id()
                 try:
-                    outcome = await self.store.pop(
-                        request, sizing, lease_id or None, s.pop_max_bytes
-                    )
+                    outcome, charge = await self._look(request, sizing, lease_id or None)
                 except BaseException:
                     self._looks.finish(look, found_nothing=False)
                     raise
@@ -211,13 +228,19 @@ class ConsumeService:
                 holds_until = self._holds_until(look.started, outcome.ripe_in_s)
                 self._looks.finish(look, found_nothing=not delivered, holds_until=holds_until)
                 if delivered:
-                    delivered = await self._opened(request, delivered, lease_id)
+                    try:
+                        delivered = await self._opened(request, delivered, lease_id)
+                    except BaseException:
+                        charge.release()
+                        raise
                     self.metrics.pop_messages += len(delivered)
                     self.metrics.pop_lag_seconds += _lag_s(delivered)
                     result.delivered = delivered
                     result.lease_id = lease_id
                     result.lease_expires_at = expires_at
+                    result.charge = charge
                     return result
+                charge.release()
             now = trio.current_time()
             if not request.wait or now >= deadline or self._closing:
                 break
@@ -230,6 +253,38 @@ class ConsumeService:
                 await trio.sleep_until(min(deadline, trio.current_time() + self._linger_s))
         self.metrics.pop_empty += 1
         return result
+
+    async def _look(
+        self, request: PopRequest, sizing: Sizing, lease_id: str | None
+    ) -> tuple[PopOutcome, Charge]:
+        """One query within the byte budget: what it found, and the charge of its payloads.
+
+        The query may read ``pop_max_bytes``, or what room the budget has if that is less;
+        that much is reserved while it runs. With no room it waits up to :data:`ROOM_WAIT_S`
+        for some, then raises :class:`AnswersBusy` without querying.
+        """
+        budget = self.budget
+        give_up = trio.current_time() + ROOM_WAIT_S
+        while True:
+            if not await budget.wait_for_room(give_up):
+                self.metrics.pop_busy += 1
+                log.warning(
+                    "pop answered busy: %d of %d bytes of request bodies and pop answers in "
+                    "progress",
+                    budget.in_use_bytes,
+                    budget.limit_bytes,
+                )
+                raise AnswersBusy("too many answers in progress; retry later")
+            async with self._reading:
+                cut = min(self.settings.pop_max_bytes, budget.room)
+                if cut <= 0:
+                    continue  # taken while this pop waited for its turn
+                budget.try_charge(cut)
+                try:
+                    outcome = await self.store.pop(request, sizing, lease_id, cut)
+                finally:
+                    budget.release(cut)
+                return outcome, budget.charge(outcome.payload_bytes)
 
     def _holds_until(self, started: float, ripe_in_s: float | None) -> float:
         """Until when a look started at ``started`` that found nothing holds if nothing fires.

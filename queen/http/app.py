@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException
 from queen.auth import AccessGate, build_gate
 from queen.broker import Broker
 from queen.cipher import PayloadUnreadable
-from queen.consume.errors import ConsumeUnavailable, InvalidRequest, NotFound
+from queen.consume.errors import AnswersBusy, ConsumeUnavailable, InvalidRequest, NotFound
 from queen.errors import StoreUnavailable
 from queen.http import (
     access,
@@ -87,6 +87,12 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
 
     @app.errorhandler(PartitionsBusy)
     async def busy(exc: PartitionsBusy) -> Response:
+        response = error_response(503, str(exc))
+        response.headers["Retry-After"] = "1"
+        return response
+
+    @app.errorhandler(AnswersBusy)
+    async def answers_busy(exc: AnswersBusy) -> Response:
         response = error_response(503, str(exc))
         response.headers["Retry-After"] = "1"
         return response

@@ -1,16 +1,18 @@
 """Consume routes: pop, ack, lease extension, transaction.
 
 Thin: read the request, validate it with :mod:`queen.consume.requests`, call the broker's
-consume service, render the answer (:mod:`queen.http.render`). An empty pop answers 204.
-Path parameters arrive percent-decoded; the queue and partition names of the pop routes may
-span segments (:class:`queen.http.paths.QueueName`: the official clients leave them unquoted).
-A waiting pop stops waiting when the client ends its side of the connection (it closed it, or
-half-closed it and may still read): it answers 204 at once rather than take a lease for a
-client that may be gone.
+consume service, render the answer (:mod:`queen.http.render`). An empty pop answers 204. A
+pop's answer stays charged to the process's byte budget, at the size of its body, until it
+has been sent. Path parameters arrive percent-decoded; the queue and partition names of the
+pop routes may span segments (:class:`queen.http.paths.QueueName`: the official clients leave
+them unquoted). A waiting pop stops waiting when the client ends its side of the connection
+(it closed it, or half-closed it and may still read): it answers 204 at once rather than take
+a lease for a client that may be gone.
 """
 
 from __future__ import annotations
 
+import orjson
 from quart import Blueprint, Response, current_app, request
 
 from queen.broker import Broker
@@ -18,7 +20,8 @@ from queen.consume import requests
 from queen.consume.results import PopResult
 from queen.http import render
 from queen.http.access import producer_sub
-from queen.http.responses import json_body, json_response
+from queen.http.asgi import release_when_sent
+from queen.http.responses import JSON, json_body, json_response
 from queen.records import PopRequest
 from queen.serving import client_end
 
@@ -38,9 +41,13 @@ async def _pop(pop: PopRequest) -> Response:
         result = None
         with end.cancels():  # (the wait is cancelled, never a database call)
             result = await _broker().consume.pop(pop)
+    if result is not None:
+        release_when_sent(result.charge)
     if not result:
         return Response(b"", status=204)
-    return json_response(render.pop(result))
+    body = orjson.dumps(render.pop(result))
+    result.charge.resize(len(body))
+    return Response(body, status=200, content_type=JSON)
 
 
 def _pop_request(queue: str | None, partition: str | None = None) -> PopRequest:
