@@ -23,6 +23,7 @@ An increment on the push path stays a plain attribute update (``metrics.push_ite
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import resource
 import shutil
@@ -264,6 +265,9 @@ class Figures(Protocol):
     def exposition(self, gauges: Gauges, labelled: Labelled) -> str:
         """Every family in Prometheus' text format, ``# HELP`` and ``# TYPE`` included."""
 
+    def failing_elsewhere(self) -> set[str]:
+        """The background loops another process of the service last published as failing."""
+
 
 class _Families:
     """A collector over ready-made families."""
@@ -293,6 +297,9 @@ class LocalFigures:
 
     def publish(self, gauges: Gauges, labelled: Labelled) -> None:
         return None
+
+    def failing_elsewhere(self) -> set[str]:
+        return set()  # no other process
 
     def read(self) -> Reading:
         usage = process_usage()
@@ -428,6 +435,27 @@ class SharedFigures:
     def exposition(self, gauges: Gauges, labelled: Labelled) -> str:
         self.publish(gauges, labelled)
         return _text(_Families(with_original_names(self._collect())))
+
+    def failing_elsewhere(self) -> set[str]:
+        """Read from the other workers' files alone (this process's own state is live)."""
+        from prometheus_client.mmap_dict import MmapedDict
+
+        mine = f"_{os.getpid()}.db"
+        failing: set[str] = set()
+        # (a live gauge: a worker's file goes when the worker dies)
+        mode = FAMILIES["background_loop_failing"].mode
+        for path in self.directory.glob(f"gauge_{mode}_*.db"):
+            if path.name.endswith(mine):
+                continue
+            try:
+                entries = list(MmapedDict.read_all_values_from_file(str(path)))  # type: ignore[no-untyped-call]
+            except (OSError, RuntimeError, ValueError):
+                continue  # a file being removed or grown: the next reading tells
+            for key, value, _timestamp, _pos in entries:
+                name, _sample, labels, *_rest = json.loads(key)
+                if name == "queen_background_loop_failing" and value:
+                    failing.add(str(labels.get("loop", "")))
+        return failing
 
 
 # The original broker's gauges served from ours: name -> (help, our sample).

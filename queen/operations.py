@@ -28,6 +28,8 @@ from queen.storage.retention import PassOutcome, QueueHoldings
 from queen.supervision import Loops, LoopStatus
 
 HEALTH_WAIT_S = 0.5  # longest /health waits for a fresh answer from the database
+# A loop failing in another worker of the service: its details are that worker's.
+ELSEWHERE = "failing in another worker of this service (its /health or log says why)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +84,9 @@ class Operations:
         is then ``degraded`` and ``loops`` says which loop fails and why.
         """
         healthy = await self.db_health.check(HEALTH_WAIT_S)
-        loops = self.loops
-        status = "unhealthy" if not healthy else "degraded" if loops.failing() else "healthy"
+        statuses = self.service_loops()
+        failing = any(loop.state == "failing" for loop in statuses.values())
+        status = "unhealthy" if not healthy else "degraded" if failing else "healthy"
         return Health(
             healthy=healthy,
             status=status,
@@ -91,9 +94,24 @@ class Operations:
             active_partitions=self.supervisor.active_partitions,
             maintenance_mode=self.maintenance.enabled,
             encryption=self.encryption.status(),
-            loops=loops.statuses(),
+            loops=statuses,
             spool=self.spool_state(),
         )
+
+    def service_loops(self) -> dict[str, LoopStatus]:
+        """The background loops of the whole service: this process's states, and (with
+        ``--workers N``) a loop another worker last published as failing shown failing, with
+        that said, whichever worker answers."""
+        statuses = self.loops.statuses()
+        for name in self.figures.failing_elsewhere():
+            mine = statuses.get(name)
+            if mine is None or mine.state != "failing":
+                statuses[name] = LoopStatus(
+                    state="failing",
+                    errors=mine.errors if mine is not None else 0,
+                    last_error=ELSEWHERE,
+                )
+        return statuses
 
     def labelled_metrics(self) -> dict[str, tuple[str, dict[str, float]]]:
         """The /metrics families with a label: errors and state of each background loop."""

@@ -211,3 +211,45 @@ def test_history_says_how_long_popped_messages_waited() -> None:
     assert (quiet.popped, quiet.average_lag_ms) == (0, None)
     assert history.average_lag_s() == 0.5
     assert history.average_lag_s(span_s=5) == 0.0  # the last five seconds popped nothing
+
+
+# A worker whose loops fail as given (FAILING, comma-separated), publishing once; or (READ) a
+# worker answering which loops another worker has published as failing.
+_LOOPS_WORKER = """
+import json, os, sys
+from pathlib import Path
+from queen.metrics import Metrics, SharedFigures
+
+directory, worker, failing = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+figures = SharedFigures(Metrics(), Path(directory), worker)
+states = {name: float(name in failing) for name in ("retention", "push-listener")}
+figures.publish({}, {"background_loop_failing": ("loop", states)})
+print(json.dumps({"pid": os.getpid(), "elsewhere": sorted(figures.failing_elsewhere())}))
+"""
+
+
+def _loops_worker(directory: Path, worker: str, failing: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", _LOOPS_WORKER, str(directory), worker, failing],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_a_loop_failing_in_one_worker_is_seen_failing_by_the_others() -> None:
+    directory = create_shared_dir()
+    try:
+        failing = _loops_worker(directory, "0", "retention")
+        assert failing["elsewhere"] == []  # its own state is not "elsewhere"
+        # a worker whose own loops are all fine sees the first one's failing loop
+        assert _loops_worker(directory, "1", "")["elsewhere"] == ["retention"]
+        # a worker that has exited leaves the live gauges: nothing fails elsewhere any more
+        forget_process(directory, int(failing["pid"]))  # type: ignore[call-overload]
+        assert _loops_worker(directory, "1", "")["elsewhere"] == []
+        # a lone process has no other worker
+        assert LocalFigures(Metrics()).failing_elsewhere() == set()
+    finally:
+        remove_shared_dir(directory)

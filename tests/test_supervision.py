@@ -438,3 +438,27 @@ async def test_the_push_listener_is_failing_while_it_cannot_listen(pg_url: str) 
             await reconnected.wait()
         assert loops.statuses()["push-listener"].state == "ok"
         nursery.cancel_scope.cancel()
+
+
+async def test_a_loop_failing_in_another_worker_makes_this_workers_health_say_so(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --workers N any worker answers /health and the dashboard: a loop another worker
+    publishes as failing is shown failing (and the status degraded) by this one too."""
+    async with open_broker(settings) as broker:
+        client = create_app(broker).test_client()
+        body = await (await client.get("/health")).get_json()
+        assert body["status"] == "healthy"
+        assert body["loops"]["retention"]["state"] == "ok"
+        elsewhere = {"retention"}
+        monkeypatch.setattr(broker.ops.figures, "failing_elsewhere", lambda: elsewhere)
+        body = await (await client.get("/health")).get_json()
+        assert body["status"] == "degraded"
+        assert body["loops"]["retention"]["state"] == "failing"
+        assert "another worker" in body["loops"]["retention"]["lastError"]
+        assert body["loops"]["spool-replay"]["state"] == "ok"
+        standing = await broker.admin.standing()
+        assert standing.loops["retention"].state == "failing"
+        elsewhere.clear()  # that worker's loop recovered
+        body = await (await client.get("/health")).get_json()
+        assert body["status"] == "healthy"

@@ -303,7 +303,7 @@ class AdminService:
             process=self._process(),
             push_maintenance=ops.maintenance.enabled,
             pop_maintenance=pop_maintenance,
-            loops=ops.loops.statuses(),
+            loops=ops.service_loops(),
             rates=self.history.latest_rates(),
         )
 
