@@ -13,8 +13,11 @@ taking part of the traffic. At start the soft limit on open files is raised to t
 With ``workers > 1`` the parent binds the port and starts the database once, then runs that
 many broker processes that accept on the parent's listening socket (inherited, its descriptor
 named by ``QUEEN_LISTEN_FD``) and share the database through the URL. Every setting the parent
-was given (flags included) reaches the workers through their environment. The parent forwards
-SIGINT/SIGTERM to the workers, and a worker gets SIGTERM if the parent dies; if a worker exits
+was given (flags included) reaches the workers through their environment. The workers run in
+a process group of their own, so the terminal's Ctrl-C reaches the parent alone; the parent
+asks each worker to stop (SIGTERM) once, at the first SIGINT/SIGTERM, and a worker gets SIGTERM
+if the parent dies. From the first signal until it exits a process takes any further SIGINT or
+SIGTERM as already answered: a second Ctrl-C does not interrupt the stop. If a worker exits
 on its own, the parent stops the others and exits (with an error if that worker failed), so a
 process manager sees it. The parent also creates the service's metrics directory
 (``PROMETHEUS_MULTIPROC_DIR`` in the workers' environment), where every worker publishes its
@@ -33,7 +36,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -128,10 +132,37 @@ async def serve(
     settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Run one broker process until SIGINT/SIGTERM; ``task_status`` gets the bound port."""
-    gate = check_auth(settings)
-    spool = check_spool_dir(settings)
-    with inherited_socket() or listen_socket(settings.host, settings.port) as sock:
-        await _serve_on(sock, settings, gate, spool, task_status)
+    with stop_signals() as stop:
+        gate = check_auth(settings)
+        spool = check_spool_dir(settings)
+        with inherited_socket() or listen_socket(settings.host, settings.port) as sock:
+            await _serve_on(sock, settings, gate, spool, stop=stop, task_status=task_status)
+
+
+@contextmanager
+def stop_signals() -> Iterator[trio.Event]:
+    """An event set at the first SIGINT or SIGTERM. Until the block ends, further ones are
+    taken and dropped: a second Ctrl-C while the process stops does not interrupt its
+    clean-up (Trio would raise ``KeyboardInterrupt`` wherever the process happened to be).
+    The handlers only hand the signal to the run loop (``run_sync_soon`` is safe in a signal
+    handler); Trio's wake-up descriptor wakes it."""
+    stop = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def noted(signum: int) -> None:
+        if stop.is_set():
+            log.info("%s: already stopping", signal.Signals(signum).name)
+        stop.set()
+
+    def handler(signum: int, _frame: object) -> None:
+        token.run_sync_soon(noted, signum)
+
+    before = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for signum, previous in before.items():
+            signal.signal(signum, previous)
 
 
 async def _serve_on(
@@ -139,16 +170,19 @@ async def _serve_on(
     settings: Settings,
     gate: AccessGate,
     spool: Path,
+    *,
+    stop: trio.Event,
     task_status: trio.TaskStatus[int],
 ) -> None:
     port = sock.getsockname()[1]
     async with open_broker(settings, shared_figures=_shared_figures()) as broker:
         await gate.warm_up()
+        if stop.is_set():  # asked to stop while starting: accept nothing, stop the broker
+            log.info("stopped before serving")
+            return
         app = create_app(broker, gate=gate)
         capacity = capacity_for(settings, broker.metrics)
-        stop = trio.Event()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_stop_on_signal, stop)
             await nursery.start(
                 partial(
                     serve_app,
@@ -191,13 +225,6 @@ async def _shutdown_trigger(stop: trio.Event, broker: Broker) -> None:
     """Hypercorn's graceful shutdown starts when this returns; long polls answer at once."""
     await stop.wait()
     broker.stop_waiting()
-
-
-async def _stop_on_signal(stop: trio.Event) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
-            stop.set()
-            return
 
 
 def worker_environ(
@@ -296,6 +323,11 @@ async def serve_workers(settings: Settings) -> None:
     others are stopped first). An embedded database is kept running meanwhile
     (``embedded-postgres``, as in one process).
     """
+    with stop_signals() as stop:
+        await _serve_workers(settings, stop)
+
+
+async def _serve_workers(settings: Settings, stop: trio.Event) -> None:
     check_auth(settings)
     check_spool_dir(settings)
     with listen_socket(settings.host, settings.port) as sock:
@@ -313,7 +345,7 @@ async def serve_workers(settings: Settings) -> None:
             )
             metrics_dir = create_shared_dir()
             try:
-                failure = await _run_workers(settings, database.conninfo, sock, metrics_dir)
+                failure = await _run_workers(settings, database.conninfo, sock, metrics_dir, stop)
             finally:
                 remove_shared_dir(metrics_dir)
             watching.cancel_scope.cancel()
@@ -339,7 +371,7 @@ def restart_delay(quick_exits: int) -> float:
 
 
 async def _run_workers(
-    settings: Settings, conninfo: str, sock: socket.socket, metrics_dir: Path
+    settings: Settings, conninfo: str, sock: socket.socket, metrics_dir: Path, stop: trio.Event
 ) -> list[str]:
     """Run the workers until they have all stopped; the failure that made them stop.
 
@@ -350,11 +382,18 @@ async def _run_workers(
     row, each time within :data:`QUICK_EXIT_S` of its start, is failing, not unlucky: the
     others are stopped and the failure returned.
 
+    When ``stop`` is set (the first SIGINT/SIGTERM, or a failing worker) each worker is sent
+    SIGTERM once. The workers run in a process group of their own (``process_group=0``): the
+    terminal's Ctrl-C, sent to the foreground group, reaches this process alone, so a worker
+    is never told twice (a second signal arriving while it drains used to end it with a
+    ``KeyboardInterrupt`` traceback).
+
     The workers publish their figures in ``metrics_dir`` (``/metrics`` sums them); a worker
     that exits is forgotten there (its live gauges leave the sums, its counters stay)."""
-    stop = trio.Event()
     failure: list[str] = []
     children: dict[int, WorkerProcess] = {}
+    if stop.is_set():  # asked to stop while the database started
+        return failure
 
     def start(worker: int) -> None:
         children[worker] = WorkerProcess(
@@ -364,69 +403,63 @@ async def _run_workers(
             ),
             pass_fds=(sock.fileno(),),
             preexec_fn=_die_with_parent,
+            process_group=0,
         )
 
-    def stop_all() -> None:
-        stop.set()
-        for child in children.values():
-            child.terminate()
+    try:
+        for i in range(settings.workers):
+            start(i)
 
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        try:
-            for i in range(settings.workers):
-                start(i)
-
-            async def forward() -> None:
-                async for signum in signals:
-                    stop.set()
-                    for child in children.values():
-                        child.send_signal(signum)
-
-            async def watch(worker: int) -> None:
-                quick_exits = 0
-                while True:
-                    child = children[worker]
-                    started = trio.current_time()
-                    code = await child.wait()
-                    forget_process(metrics_dir, child.pid)
-                    if stop.is_set():
-                        return
-                    quick = trio.current_time() - started < QUICK_EXIT_S
-                    quick_exits = quick_exits + 1 if quick else 0
-                    if quick_exits >= QUICK_EXITS_ALLOWED:
-                        failure.append(
-                            f"worker {worker} exited with code {code}, {quick_exits} times in "
-                            f"a row within {QUICK_EXIT_S:g} s of its start"
-                        )
-                        log.error("%s; stopping the others", failure[-1])
-                        stop_all()
-                        return
-                    delay = restart_delay(quick_exits)
-                    log.warning(
-                        "worker %d (pid %d) exited with code %d; starting it again%s",
-                        worker,
-                        child.pid,
-                        code,
-                        f" in {delay:g} s" if delay else "",
-                    )
-                    with trio.move_on_after(delay):
-                        await stop.wait()
-                    if stop.is_set():
-                        return
-                    start(worker)
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(forward)
-                async with trio.open_nursery() as watchers:
-                    for i in range(settings.workers):
-                        watchers.start_soon(watch, i)
-                nursery.cancel_scope.cancel()
-        finally:
+        async def ask_to_stop() -> None:
+            await stop.wait()
             for child in children.values():
                 child.terminate()
-            with trio.CancelScope(shield=True):
-                for child in children.values():
-                    await child.wait()
+
+        async def watch(worker: int) -> None:
+            quick_exits = 0
+            while True:
+                child = children[worker]
+                started = trio.current_time()
+                code = await child.wait()
+                forget_process(metrics_dir, child.pid)
+                if stop.is_set():
+                    return
+                quick = trio.current_time() - started < QUICK_EXIT_S
+                quick_exits = quick_exits + 1 if quick else 0
+                if quick_exits >= QUICK_EXITS_ALLOWED:
+                    failure.append(
+                        f"worker {worker} exited with code {code}, {quick_exits} times in "
+                        f"a row within {QUICK_EXIT_S:g} s of its start"
+                    )
+                    log.error("%s; stopping the others", failure[-1])
+                    stop.set()
+                    return
+                delay = restart_delay(quick_exits)
+                log.warning(
+                    "worker %d (pid %d) exited with code %d; starting it again%s",
+                    worker,
+                    child.pid,
+                    code,
+                    f" in {delay:g} s" if delay else "",
+                )
+                with trio.move_on_after(delay):
+                    await stop.wait()
+                if stop.is_set():
+                    return
+                start(worker)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask_to_stop)
+            async with trio.open_nursery() as watchers:
+                for i in range(settings.workers):
+                    watchers.start_soon(watch, i)
+            nursery.cancel_scope.cancel()
+    finally:
+        for child in children.values():
+            child.terminate()
+        with trio.CancelScope(shield=True):
+            for child in children.values():
+                await child.wait()
     return failure
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -620,3 +621,59 @@ def test_workers_killed_under_pushes_come_back_and_fail_no_push(
     assert "failed" not in statuses and set(statuses) <= {"queued", "cut"}, statuses
     assert "deadlock" not in stderr, stderr[-2000:]
     assert catalog() == before, "a restarted worker applied the schema again"
+
+
+def test_ctrl_c_stops_the_workers_quietly_even_twice(pg_url: str, tmp_path: Path) -> None:
+    """Ctrl-C at a terminal sends SIGINT to the whole foreground process group. The workers
+    must not get it besides the parent's request to stop (a signal arriving while a worker
+    drained ended it with a ``KeyboardInterrupt`` traceback), and a second, impatient Ctrl-C
+    while the service stops must not interrupt it either: exit 0, and the stop logs no
+    traceback."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        _serve_argv(port, tmp_path / "spool", "--workers", "2", "--log-level", "info"),
+        env=_external_env(pg_url),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, as a shell gives a foreground job
+    )
+    assert proc.stderr is not None
+    log: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr or ():
+            log.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while sum("listening on" in line for line in log) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sum("listening on" in line for line in log) == 2, log
+        workers = _children(proc.pid)
+        assert len(workers) == 2
+        # the terminal's SIGINT goes to the foreground group: the parent's alone
+        assert all(os.getpgid(pid) != os.getpgid(proc.pid) for pid in workers)
+        before = len(log)
+        os.killpg(proc.pid, signal.SIGINT)
+        pressed = time.monotonic()
+        deadline = pressed + 30
+        while sum("shutting down" in line for line in log) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with contextlib.suppress(ProcessLookupError):  # already gone: nothing to press
+            os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=30)
+        stopped_s = time.monotonic() - pressed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=10)
+    proc.stderr.close()
+    stopping = "".join(log[before:])
+    assert "Traceback" not in stopping and "KeyboardInterrupt" not in stopping, stopping
+    assert code == 0, stopping
+    assert stopped_s < 10, (stopped_s, stopping)
