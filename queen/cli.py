@@ -80,11 +80,15 @@ def version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["serve"]:
-        return serve_main(args[1:])
-    if args[:1] == ["import"]:
-        return import_main(args[1:])
-    return _commands().main(args, prog_name="queen", standalone_mode=False) or 0
+    try:
+        if args[:1] == ["serve"]:
+            return serve_main(args[1:])
+        if args[:1] == ["import"]:
+            return import_main(args[1:])
+        return _commands().main(args, prog_name="queen", standalone_mode=False) or 0
+    except KeyboardInterrupt:  # Ctrl-C before a command took over its signals
+        print("queen: interrupted", file=sys.stderr)
+        return 130
 
 
 def _commands() -> Any:

@@ -36,8 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -54,7 +53,7 @@ from queen.serving import capacity_for, raise_descriptor_limit, serve_app
 from queen.settings import Settings, describe
 from queen.spool import files
 from queen.storage.database import open_database
-from queen.supervision import Loops
+from queen.supervision import Loops, stop_signals
 
 log = logging.getLogger("queen.server")
 
@@ -137,32 +136,6 @@ async def serve(
         spool = check_spool_dir(settings)
         with inherited_socket() or listen_socket(settings.host, settings.port) as sock:
             await _serve_on(sock, settings, gate, spool, stop=stop, task_status=task_status)
-
-
-@contextmanager
-def stop_signals() -> Iterator[trio.Event]:
-    """An event set at the first SIGINT or SIGTERM. Until the block ends, further ones are
-    taken and dropped: a second Ctrl-C while the process stops does not interrupt its
-    clean-up (Trio would raise ``KeyboardInterrupt`` wherever the process happened to be).
-    The handlers only hand the signal to the run loop (``run_sync_soon`` is safe in a signal
-    handler); Trio's wake-up descriptor wakes it."""
-    stop = trio.Event()
-    token = trio.lowlevel.current_trio_token()
-
-    def noted(signum: int) -> None:
-        if stop.is_set():
-            log.info("%s: already stopping", signal.Signals(signum).name)
-        stop.set()
-
-    def handler(signum: int, _frame: object) -> None:
-        token.run_sync_soon(noted, signum)
-
-    before = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for signum, previous in before.items():
-            signal.signal(signum, previous)
 
 
 async def _serve_on(

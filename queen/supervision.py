@@ -27,14 +27,21 @@ A loop is an ``async def run(*, task_status)`` that reports ready once. If it fa
 the broker does not wait for it: it is reported ready (and failing), and retried like any other.
 A loop that returns has nothing (more) to do (e.g. a refresh with no database to read): it is
 ``done`` and not restarted.
+
+:func:`stop_signals` is how a process (``queen serve``, each of its workers, ``queen import``)
+hears that it is asked to stop: the first SIGINT or SIGTERM sets an event, and the later ones
+are taken as already answered instead of raising ``KeyboardInterrupt`` in the middle of the
+clean-up.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -229,3 +236,33 @@ class Loops:
                 error,
             )
         return float(min(self._retry_max_s, self._retry_min_s * 2 ** (state.streak - 1)))
+
+
+@contextmanager
+def stop_signals(on_stop: Callable[[], object] | None = None) -> Iterator[trio.Event]:
+    """An event set at the first SIGINT or SIGTERM (``on_stop``, if given, is called then, in
+    the run loop). Until the block ends, further ones are taken and dropped: a second Ctrl-C
+    while the process stops does not interrupt its clean-up (Trio would raise
+    ``KeyboardInterrupt`` wherever the process happened to be). The handlers only hand the
+    signal to the run loop (``run_sync_soon`` is safe in a signal handler); Trio's wake-up
+    descriptor wakes it. Call from Trio's main thread."""
+    stop = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def noted(signum: int) -> None:
+        if stop.is_set():
+            log.info("%s: already stopping", signal.Signals(signum).name)
+            return
+        stop.set()
+        if on_stop is not None:
+            on_stop()
+
+    def handler(signum: int, _frame: object) -> None:
+        token.run_sync_soon(noted, signum)
+
+    before = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for signum, previous in before.items():
+            signal.signal(signum, previous)

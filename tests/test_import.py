@@ -3,11 +3,14 @@ command in a child process, then read back through this broker's HTTP API."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import signal
+import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -322,6 +325,77 @@ async def test_killed_mid_import_resumes_with_every_message_once_in_order(
     async with broker_api(dst) as api:
         got = await pop_all(api, "orders", "p1", None)
         assert [m["id"] for m in got] == o.ordered("orders", "p1")[7:]
+
+
+def test_ctrl_c_stops_an_import_at_once_and_the_next_run_continues(new_database: Any) -> None:
+    """Ctrl-C (SIGINT to the foreground process group) in the middle of the copy: the import
+    stops after the batch being written, says so without a traceback, exits 130, and keeps
+    what it wrote; the next run imports the rest, every message once and in order."""
+    src, dst = new_database("orig"), new_database("ours")
+    o = OriginalDb(src)
+    o.create_schema()
+    o.queue("big")
+    total = 3000
+    for push in range(total // 500):
+        o.push("big", "Default", [{"n": push * 500 + i} for i in range(500)])
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "QUEEN_"))}
+    environ.update({"DATABASE_URL": dst, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queen.cli", "import", "--from", src, "--batch-size", "1"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environ,
+        cwd=str(ROOT),
+        start_new_session=True,  # its own group, as a shell gives a foreground job
+    )
+    stored_sql = "SELECT coalesce(sum(last_offset - first_offset + 1), 0) FROM queen.segments"
+    try:
+        deadline = time.monotonic() + 60
+        started = False
+        while not started and time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(psycopg.Error):  # no schema yet
+                started = rows(dst, stored_sql)[0][0] >= 10
+            time.sleep(0.02)
+        assert started, "the copy did not start"
+        os.killpg(proc.pid, signal.SIGINT)
+        pressed = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+        stopped_s = time.monotonic() - pressed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    text = err.decode()
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    assert "run it again to continue where it stopped" in text
+    assert out == b""  # no report: it did not finish
+    assert stopped_s < 5, stopped_s
+    ((stored,),) = rows(dst, stored_sql)
+    assert 10 <= stored < total  # stopped part way, and kept what it wrote
+    assert f"{stored} messages were imported by this run" in text
+    assert rows(dst, "SELECT count(*) FROM queen.cursors") == [(0,)]  # positions come last
+
+    done = subprocess.run(
+        [sys.executable, "-m", "queen.cli", "import", "--from", src, "--batch-size", "500"],
+        capture_output=True,
+        env=environ,
+        cwd=str(ROOT),
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    ids = [
+        r[0]
+        for r in rows(
+            dst,
+            """SELECT u.mid::text FROM queen.segments s
+               CROSS JOIN LATERAL unnest(s.message_ids) WITH ORDINALITY AS u (mid, i)
+               ORDER BY s.first_offset, u.i""",
+        )
+    ]
+    assert ids == o.ordered("big", "Default")
 
 
 async def test_dry_run_reports_and_writes_nothing(new_database: Any) -> None:

@@ -2,7 +2,9 @@
 
 The target is the database ``queen serve`` would use (``DATABASE_URL``, the ``PG_*``
 settings, or the embedded default). Exit status: 0 done (or, with ``--dry-run``, planned),
-1 failed part way (run it again: it continues where it stopped), 2 refused (nothing written).
+1 failed part way (run it again: it continues where it stopped), 2 refused (nothing written),
+130 interrupted (Ctrl-C or SIGTERM: it stops after the batch being written; run it again to
+continue).
 """
 
 from __future__ import annotations
@@ -61,10 +63,11 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     import trio
 
     from queen.migrate.progress import progress_for
-    from queen.migrate.run import Importer, ImportOptions, ImportRefused
+    from queen.migrate.run import Importer, ImportInterrupted, ImportOptions, ImportRefused
     from queen.settings import Settings
     from queen.storage.database import open_database
     from queen.storage.embedded import DataDirInUse
+    from queen.supervision import stop_signals
 
     out = out if out is not None else sys.stdout
     try:
@@ -78,22 +81,40 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     )
     progress = progress_for(sys.stderr)
 
+    importer: list[Importer] = []
+
+    def interrupted() -> None:
+        progress.say("interrupted: stopping after the batch being written")
+        for running in importer:
+            running.interrupt()
+
     async def run() -> Any:
-        async with open_database(settings) as db:
-            options = ImportOptions(
-                source_url=args.source,
-                target_conninfo=db.conninfo,
-                dry_run=args.dry_run,
-                batch_size=args.batch_size,
-                encryption_key=settings.encryption_key,
-            )
-            return await trio.to_thread.run_sync(Importer(options, progress).run)
+        with stop_signals(interrupted) as stop:
+            async with open_database(settings) as db:
+                options = ImportOptions(
+                    source_url=args.source,
+                    target_conninfo=db.conninfo,
+                    dry_run=args.dry_run,
+                    batch_size=args.batch_size,
+                    encryption_key=settings.encryption_key,
+                )
+                importer.append(Importer(options, progress))
+                if stop.is_set():  # while the database started
+                    importer[0].interrupt()
+                return await trio.to_thread.run_sync(importer[0].run)
 
     try:
         report = trio.run(run)
     except (ImportRefused, DataDirInUse) as exc:
         print(f"queen import: {exc}", file=sys.stderr)
         return 2
+    except ImportInterrupted as exc:
+        print(
+            f"queen import: interrupted; {exc.messages} messages were imported by this run "
+            "and are kept: run it again to continue where it stopped",
+            file=sys.stderr,
+        )
+        return 130
     except psycopg.Error as exc:
         text = str(exc).strip().splitlines()
         print(

@@ -12,12 +12,19 @@
 
 The source is read in one repeatable-read, read-only snapshot: a source still in use is
 imported as of the moment the import began (stop the original first to take everything).
+
+:meth:`Importer.interrupt` (Ctrl-C) stops it at the next batch: the batch being written is
+committed or not at all, a read of the source in progress is cancelled, and
+:class:`ImportInterrupted` is raised. What was committed stays, as after a killed import: the
+next run continues from there. Once the positions are being written (phase 4, one
+transaction) the import finishes.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +73,15 @@ class ImportRefused(Exception):
     """The import cannot start; nothing was written. The text is one line for an operator."""
 
 
+class ImportInterrupted(Exception):
+    """Stopped when asked (:meth:`Importer.interrupt`); ``messages`` were committed by this
+    run before it stopped."""
+
+    def __init__(self, messages: int) -> None:
+        super().__init__(f"interrupted after {messages} messages")
+        self.messages = messages
+
+
 @dataclass(frozen=True, slots=True)
 class ImportOptions:
     source_url: str
@@ -111,17 +127,41 @@ class Importer:
         kill = os.environ.get(KILL_AFTER_BATCHES_ENV)
         self.kill_after = int(kill) if kill else None
         self.batches = 0
+        self.copied = 0  # messages committed by this run
         self.notes: list[str] = []
+        self._stop = threading.Event()
+        self._source: psycopg.Connection[Any] | None = None
+
+    def interrupt(self) -> None:
+        """Stop at the next batch (from any thread): see the module."""
+        self._stop.set()
+        source = self._source
+        if source is not None:
+            try:
+                source.cancel_safe(timeout=5.0)
+            except psycopg.Error:
+                pass  # the source is gone already: the import stops at its next read
+
+    def _stop_here(self) -> None:
+        if self._stop.is_set():
+            raise ImportInterrupted(self.copied)
 
     def run(self) -> ImportReport:
+        self._stop_here()
         source = _connect(self.options.source_url, "--from")
+        self._source = source
         try:
             target = _connect(self.options.target_conninfo, "the target database")
             try:
                 return self._run(source, target)
+            except psycopg.errors.QueryCanceled:
+                if self._stop.is_set():  # our cancel of a source read
+                    raise ImportInterrupted(self.copied) from None
+                raise
             finally:
                 target.close()
         finally:
+            self._source = None
             source.close()
 
     # --- phase 1 ---------------------------------------------------------------------------
@@ -147,6 +187,7 @@ class Importer:
         self, source: psycopg.Connection[Any], target: psycopg.Connection[Any]
     ) -> ImportReport:
         self._check(source, target)
+        self._stop_here()
         open_snapshot(source)
         reader = OriginalReader(source)
         queues = read_queues(source)
@@ -194,6 +235,7 @@ class Importer:
         if self.options.dry_run:
             return report
 
+        self._stop_here()
         by_queue = {q.source_id: q for q in live}
         self.progress.start(sum(pending.values()))
         try:
@@ -202,6 +244,7 @@ class Importer:
             )
         finally:
             self.progress.finish()
+        self._stop_here()
         groups, cursors, wanted = cursor_plan(live, parts, positions, subs, targets)
         counts = reader.subscriptions_through([(w.source_partition, w.sub.since) for w in wanted])
         cursors += start_cursors(wanted, counts, targets)
@@ -273,11 +316,13 @@ class Importer:
     ) -> dict[str, Target]:
         queue_ids = dict(state.queues)
         for q in queues:
+            self._stop_here()
             if q.source_id not in queue_ids:
                 queue_ids[q.source_id] = create_queue(target, q, self.options.dedup_window_s)
         by_id = {q.source_id: q for q in queues}
         targets: dict[str, Target] = {}
         for p in parts:
+            self._stop_here()
             q = by_id[p.source_queue]
             where = f"{q.name}/{p.name}"
             done = state.partitions.get(p.source_id)
@@ -294,6 +339,7 @@ class Importer:
             cipher = self.cipher if q.encryption_enabled else None
             left = pending[p.source_id]
             while left > 0:
+                self._stop_here()
                 batch = reader.messages_after(p.source_id, after, self.options.batch_size)
                 if not batch:
                     break
@@ -312,6 +358,7 @@ class Importer:
                         f"partition {where} cannot be imported further: {exc}"
                     ) from None
                 imported += len(batch)
+                self.copied += len(batch)
                 left -= len(batch)
                 after = (batch[-1].created_at, batch[-1].id)
                 self.progress.advance(where, len(batch))
