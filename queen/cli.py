@@ -68,16 +68,6 @@ def _flag_type(name: str) -> Callable[[str], Any]:
     return parse
 
 
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as package_version
-
-    try:
-        return package_version("queen-trio")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -92,34 +82,46 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _commands() -> Any:
-    """``queen``: ``serve`` beside the operator commands. Failures print one line and give
-    the exit statuses of :class:`queen.ctl.Exit`; a usage error is 2."""
+    """``queen``: ``serve`` and ``import`` beside the operator commands. Failures print one
+    line and give the exit statuses of :class:`queen.ctl.Exit`; a usage error is 1."""
     import click
 
-    from queen.ctl import COMMANDS
-    from queen.ctl.options import connection_options, with_options
+    from queen.ctl import ALIASES, COMMANDS, Exit
+    from queen.ctl.inspect import package_version
+    from queen.ctl.options import AliasGroup, connection_options, with_options
 
-    class Queen(click.Group):
+    class Queen(AliasGroup):
         def main(self, *args: Any, **kwargs: Any) -> Any:
             try:
                 return super().main(*args, **kwargs)
+            except click.UsageError as exc:
+                exc.show()
+                return int(Exit.USAGE)
             except click.ClickException as exc:
                 exc.show()
                 return exc.exit_code
             except click.Abort:
                 click.echo("queen: interrupted", err=True)
-                return 130
+                return int(Exit.INTERRUPTED)
 
-    @click.group(cls=Queen, context_settings={"help_option_names": ["-h", "--help"]})
-    @click.version_option(version(), "--version", prog_name="queen", message="%(prog)s %(version)s")
+    @click.group(
+        cls=Queen,
+        aliases=ALIASES,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    @click.version_option(
+        package_version(), "--version", prog_name="queen", message="%(prog)s %(version)s"
+    )
     @functools.partial(with_options, options=connection_options(top=True))
     def queen(**_options: Any) -> None:
         """Queen on Trio: a partitioned, durable message broker.
 
         `queen serve` runs the broker and `queen import` copies an original Queen database;
-        the other commands operate a running one through its HTTP API (QUEEN_URL,
-        QUEEN_TOKEN). Exit statuses: 0 ok, 1 the operation failed or found nothing, 2 usage
-        error, 3 broker unreachable, 4 authentication or role refused."""
+        the other commands operate a running one through its HTTP API (QUEEN_URL or
+        QUEEN_SERVER, QUEEN_TOKEN). queenctl's commands, flags and output formats work too.
+        Exit statuses: 0 ok, 1 usage error, 2 the broker failed or is unreachable, 3
+        authentication or role refused, 4 nothing to do (no message, nothing to push), 5
+        items refused (a failed push item, a refused ack), 130 interrupted."""
 
     @queen.command(
         "serve",

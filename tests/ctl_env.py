@@ -66,18 +66,29 @@ class LiveBroker:
         token: str | None = ADMIN,
         stdin: str | None = None,
         url: str | None = None,
+        env: dict[str, str] | None = None,
         timeout_s: float = 60,
     ) -> Run:
-        env = environ(QUEEN_URL=url or self.url)
-        env.pop("QUEEN_TOKEN", None)
+        """Run ``queen ARGS`` with ``QUEEN_URL`` (``url``, else this broker's) and
+        ``QUEEN_TOKEN`` (``token``; ``None``: none), then ``env`` (a value ``""`` removes that
+        variable). No queenctl config is read unless ``env`` names one."""
+        full = environ(QUEEN_URL=url or self.url)
+        for name in ("QUEEN_TOKEN", "QUEEN_SERVER", "QUEEN_CONTEXT"):
+            full.pop(name, None)
+        full["QUEEN_CONFIG"] = str(Path(os.devnull).parent / "nonexistent" / "config.yaml")
         if token is not None:
-            env["QUEEN_TOKEN"] = token
+            full["QUEEN_TOKEN"] = token
+        for name, value in (env or {}).items():
+            if value:
+                full[name] = value
+            else:
+                full.pop(name, None)
         done = subprocess.run(
             [sys.executable, "-m", "queen", *args],
             input=stdin if stdin is not None else "",
             capture_output=True,
             text=True,
-            env=env,
+            env=full,
             timeout=timeout_s,
             check=False,
         )

@@ -4,7 +4,7 @@ One synchronous :class:`BrokerClient` per command run (``httpx.Client``: one con
 alive across the calls of a command). Every failure becomes a :class:`CtlError` carrying the
 exit status a script can rely on (:class:`Exit`), with a one-line message: the broker down,
 a token refused or lacking a role (the broker's 403 names the roles the route needs), or the
-broker's own error text.
+broker's own error text. ``verify=False`` (``--insecure``) skips the TLS certificate check.
 """
 
 from __future__ import annotations
@@ -22,13 +22,19 @@ DEFAULT_URL = "http://127.0.0.1:6632"
 
 
 class Exit(enum.IntEnum):
-    """Exit statuses of the operator commands (``docs/command.md``)."""
+    """Exit statuses of the operator commands (``docs/command.md``). 0 to 4 mean what they
+    mean to queenctl; 5 is ours."""
 
     OK = 0
-    FAILED = 1  # the broker answered, and the operation failed or found nothing to act on
-    USAGE = 2  # bad command line or bad input; nothing was sent
-    UNREACHABLE = 3  # no answer from the broker (refused, timed out, name unknown)
-    REFUSED = 4  # authentication refused (401) or a role missing (403)
+    USAGE = 1  # bad command line or bad input; nothing was sent
+    BROKER = 2  # no answer (refused, timed out, name unknown), or an error answer: not found,
+    # conflict, a server error; a broker that is not healthy; an operation that failed
+    AUTH = 3  # authentication refused (401) or a role missing (403)
+    EMPTY = 4  # done, and there was nothing to do: no message to pop, nothing to push or ack,
+    # nothing to retry, drain or delete
+    REFUSED = 5  # the broker took the request and refused some of its items: a push item
+    # failed, an acknowledgment was refused (a stale lease)
+    INTERRUPTED = 130  # Ctrl-C
 
 
 class CtlError(click.ClickException):
@@ -62,13 +68,17 @@ class Answer:
 class BrokerClient:
     """Calls one broker. ``timeout_s`` bounds each call (a long poll adds its own wait)."""
 
-    def __init__(self, url: str, token: str | None, timeout_s: float) -> None:
+    def __init__(
+        self, url: str, token: str | None, timeout_s: float, *, verify: bool = True
+    ) -> None:
         self.url = url.rstrip("/")
         headers = {"User-Agent": "queen-ctl"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.timeout_s = timeout_s
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout_s, verify=verify
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -116,11 +126,11 @@ class BrokerClient:
             raise CtlError(
                 f"broker at {self.url} did not answer {method} {path} within "
                 f"{self.timeout_s + wait_s:g} s",
-                Exit.UNREACHABLE,
+                Exit.BROKER,
             ) from None
         except httpx.TransportError as exc:
             raise CtlError(
-                f"broker unreachable at {self.url}: {_reason(exc)}", Exit.UNREACHABLE
+                f"broker unreachable at {self.url}: {_reason(exc)}", Exit.BROKER
             ) from None
         answer = Answer(resp.status_code, _decode(resp))
         if resp.is_success or resp.status_code in accept:
@@ -166,7 +176,7 @@ def _refusal(method: str, path: str, answer: Answer) -> CtlError:
         return CtlError(
             f"authentication refused for {what}: {error_text(answer.body)} "
             "(give a token with QUEEN_TOKEN or --token)",
-            Exit.REFUSED,
+            Exit.AUTH,
         )
     if answer.status == 403:
         roles = answer.body.get("required") if isinstance(answer.body, dict) else None
@@ -176,5 +186,18 @@ def _refusal(method: str, path: str, answer: Answer) -> CtlError:
             needs = f"the route needs the role {names}, and the token does not hold {held}"
         else:
             needs = error_text(answer.body)
-        return CtlError(f"permission refused for {what}: {needs}", Exit.REFUSED)
-    return CtlError(f"{what} failed ({answer.status}): {error_text(answer.body)}", Exit.FAILED)
+        return CtlError(f"permission refused for {what}: {needs}", Exit.AUTH)
+    return CtlError(f"{what} failed ({answer.status}): {error_text(answer.body)}", Exit.BROKER)
+
+
+def require_queue(ctl: Any, queue: str) -> None:
+    """Exit 2 (``queue 'x' not found``) unless the broker knows ``queue``: for the routes that
+    answer an unknown queue as an empty one (pop, clear)."""
+    known = ctl.client.call(
+        "GET",
+        f"/api/v1/resources/queues/{segment(queue)}",
+        params={"limit": 1},
+        accept=frozenset({404}),
+    )
+    if known.status == 404:
+        raise CtlError(f"queue {queue!r} not found", Exit.BROKER)

@@ -1,30 +1,163 @@
-"""Read-only commands: ``status``, ``lag``, ``traces``, ``metrics``."""
+"""Read-only commands: ``status``, ``ping``, ``version``, ``lag``, ``traces``, ``metrics``."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
 
 from queen.ctl.client import CtlError, Exit, segment
-from queen.ctl.options import Ctl, broker_command
-from queen.ctl.output import emit_json, emit_pairs, emit_table, seconds
+from queen.ctl.options import Ctl, broker_command, group
+from queen.ctl.output import emit_json, emit_pairs, seconds
+
+_PAGE = 1000
+
+
+def _health(ctl: Ctl) -> dict[str, Any]:
+    body = ctl.client.call("GET", "/health", accept=frozenset({503})).body
+    return body if isinstance(body, dict) else {}
+
+
+def _healthy(health: dict[str, Any]) -> bool:
+    return health.get("status") == "healthy" and health.get("database") in (None, "", "connected")
+
+
+def _unhealthy(ctl: Ctl, health: dict[str, Any]) -> CtlError:
+    return CtlError(
+        f"broker at {ctl.client.url} is not healthy: status={health.get('status', '?')} "
+        f"database={health.get('database', '?')}",
+        Exit.BROKER,
+    )
+
+
+def queue_row(q: dict[str, Any]) -> dict[str, Any]:
+    """One queue as queenctl's ``status`` prints it, from a queue of ``GET
+    /api/v1/resources/queues`` (or the answer of ``.../queues/{queue}``)."""
+    raw = q.get("messages") if isinstance(q.get("messages"), dict) else q.get("totals")
+    counts: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    partitions = q.get("partitionCount", q.get("partitions"))
+    if q.get("oldestPendingAt"):
+        lag_s = q.get("oldestPendingAgeSeconds")
+    else:  # one queue's answer: the oldest pending message of the partitions it lists
+        listed = q.get("partitions")
+        ages = [
+            p.get("oldestPendingAgeSeconds") or 0
+            for p in (listed if isinstance(listed, list) else [])
+            if isinstance(p, dict) and p.get("oldestPendingAt")
+        ]
+        lag_s = max(ages, default=0)
+    return {
+        "queue": q.get("name") or q.get("queue"),
+        "namespace": q.get("namespace") or None,
+        "task": q.get("task") or None,
+        "pending": counts.get("pending"),
+        "processing": counts.get("processing"),
+        "completed": counts.get("completed"),
+        "failed": counts.get("failed"),
+        "dlq": counts.get("deadLetter"),
+        "partitions": partitions if isinstance(partitions, int) else len(partitions or []),
+        "lagSeconds": lag_s,
+    }
+
+
+def all_queues(ctl: Ctl, namespace: str | None, task: str | None) -> list[dict[str, Any]]:
+    """Every queue of ``GET /api/v1/resources/queues``, page by page."""
+    found: list[dict[str, Any]] = []
+    while True:
+        page = ctl.client.get(
+            "/api/v1/resources/queues",
+            {"namespace": namespace, "task": task, "limit": _PAGE, "offset": len(found)},
+        )
+        batch = page.get("queues", [])
+        found.extend(batch)
+        if not batch or len(found) >= page.get("total", 0):
+            return found
+
+
+def _queue_table(ctl: Ctl, rows: list[dict[str, Any]]) -> None:
+    ctl.out.table(
+        [
+            "queue",
+            "namespace",
+            "task",
+            "pending",
+            "processing",
+            "completed",
+            "failed",
+            "dlq",
+            "partitions",
+            "lag",
+        ],
+        (
+            [
+                r["queue"],
+                r["namespace"],
+                r["task"],
+                r["pending"],
+                r["processing"],
+                r["completed"],
+                r["failed"],
+                r["dlq"],
+                r["partitions"],
+                seconds(r["lagSeconds"]) if r["lagSeconds"] else "-",
+            ]
+            for r in rows
+        ),
+        empty="no queues",
+    )
 
 
 @click.command()
+@click.argument("queue", required=False)
+@click.option("--namespace", default=None, help="only the queues of this namespace")
+@click.option("--task", default=None, help="only the queues of this task")
+@click.option("--partitions", "with_partitions", is_flag=True, help="with QUEUE: its partitions")
 @broker_command
-def status(ctl: Ctl) -> int:
-    """The broker's health and its figures: database, maintenance, spool, queues, messages.
+def status(
+    ctl: Ctl,
+    *,
+    queue: str | None,
+    namespace: str | None,
+    task: str | None,
+    with_partitions: bool,
+) -> int:
+    """The broker's health and figures; with QUEUE, that queue's depth and lag.
 
-    Exits 0 when the broker reports itself healthy, 1 when it answers but is not (database
-    unreachable, a background loop failing)."""
-    health = ctl.client.call("GET", "/health", accept=frozenset({503})).body
-    figures = ctl.client.get("/api/v1/status")
-    healthy = isinstance(health, dict) and health.get("status") == "healthy"
-    if ctl.json:
-        emit_json({"health": health, "status": figures})
-        return Exit.OK if healthy else Exit.FAILED
-    health = health if isinstance(health, dict) else {}
+    Exits 2 when the broker answers but is not healthy (database unreachable, a background
+    loop failing). With -o, the queues as rows (queue, namespace, task, pending,
+    processing, completed, failed, dlq, partitions, lagSeconds), as queenctl prints them."""
+    if queue is not None:
+        detail = ctl.client.get(f"/api/v1/resources/queues/{segment(queue)}", {"limit": _PAGE})
+        row = queue_row(detail)
+
+        def one() -> None:
+            _queue_table(ctl, [row])
+            if with_partitions:
+                click.echo()
+                from queen.ctl.queues import partition_table
+
+                partition_table(ctl, detail.get("partitions", []))
+
+        ctl.out.show(document=[row], rows=[row], table=one, broker=detail)
+        return Exit.OK
+    health = _health(ctl)
+    if ctl.out.tables:
+        _status_pairs(ctl, health, ctl.client.get("/api/v1/status"))
+        if namespace is not None or task is not None:
+            click.echo()
+            _queue_table(ctl, [queue_row(q) for q in all_queues(ctl, namespace, task)])
+    elif ctl.out.mode == "broker":
+        emit_json({"health": health, "status": ctl.client.get("/api/v1/status")})
+    else:
+        rows = [queue_row(q) for q in all_queues(ctl, namespace, task)]
+        ctl.out.render(rows, rows)
+    if not _healthy(health):
+        raise _unhealthy(ctl, health)
+    return Exit.OK
+
+
+def _status_pairs(ctl: Ctl, health: dict[str, Any], figures: dict[str, Any]) -> None:
     spool = health.get("spool") or {}
     messages = figures.get("messages", {})
     totals = figures.get("totals") or {}
@@ -55,44 +188,117 @@ def status(ctl: Ctl) -> int:
     ]
     if failing:
         click.echo(f"failing loops     {', '.join(failing)}")
-    return Exit.OK if healthy else Exit.FAILED
+
+
+def _latency(elapsed_s: float) -> str:
+    """As queenctl prints it (a Go duration rounded to the millisecond)."""
+    if elapsed_s < 1:
+        return f"{round(elapsed_s * 1000)}ms"
+    return f"{elapsed_s:.3f}".rstrip("0").rstrip(".") + "s"
 
 
 @click.command()
-@click.option("--group", "group", default=None, help="only this consumer group")
+@broker_command(timeout_s=5.0)
+def ping(ctl: Ctl) -> int:
+    """Check the broker's health: exit 0 when it is healthy (database connected), 2 when it
+    is not or does not answer (--timeout, 5 s by default)."""
+    started = time.monotonic()
+    health = _health(ctl)
+    latency = _latency(time.monotonic() - started)
+    if not _healthy(health):
+        raise _unhealthy(ctl, health)
+    row = {
+        "status": health.get("status"),
+        "database": health.get("database"),
+        "version": health.get("version"),
+        "latency": latency,
+    }
+    ctl.out.show(
+        document=row,
+        table=lambda: ctl.out.table(
+            ["status", "database", "version", "latency"], [list(row.values())], empty=""
+        ),
+        broker=health,
+    )
+    return Exit.OK
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as of
+
+    try:
+        return of("queen-trio")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@click.command()
+@click.option("--short", is_flag=True, help="only this command's version; ask no broker")
+@broker_command(timeout_s=5.0)
+def version(ctl: Ctl, *, short: bool) -> int:
+    """This command's version, then the broker's (version, status, database)."""
+    click.echo(f"queen {package_version()}")
+    if short:
+        return Exit.OK
+    health = _health(ctl)
+    emit_pairs(
+        [
+            ("server", f"{health.get('server', '-')} {health.get('version', '-')}"),
+            ("status", health.get("status")),
+            ("database", health.get("database")),
+            ("broker", ctl.client.url),
+        ]
+    )
+    return Exit.OK
+
+
+@click.command()
+@click.option("--group", "--cg", "group_name", default=None, help="only this consumer group")
 @click.option("--queue", "queue", default=None, help="only this queue")
 @click.option("--min-lag", type=click.IntRange(min=0), default=0, help="hide partitions with less")
+@click.option(
+    "--min-seconds",
+    type=click.IntRange(min=0),
+    default=0,
+    help="only partitions whose oldest unconsumed message is at least this old",
+)
 @broker_command
-def lag(ctl: Ctl, *, group: str | None, queue: str | None, min_lag: int) -> int:
+def lag(
+    ctl: Ctl, *, group_name: str | None, queue: str | None, min_lag: int, min_seconds: int
+) -> int:
     """Consumer lag per group and partition, the largest first.
 
     Lag is counted in messages (``offsetLag``: stored but not yet consumed by the group) and in
-    seconds (the age of the oldest of them). Queue mode is the group ``__QUEUE_MODE__``."""
-    if group is not None:
-        names = [group]
-    else:
-        listed = ctl.client.get("/api/v1/consumer-groups")
-        names = sorted({g["name"] for g in listed if queue is None or g["queueName"] == queue})
-    rows: list[dict[str, Any]] = []
-    for name in names:
-        for queue_name, partition in _group_partitions(ctl, name):
-            if queue is not None and queue_name != queue:
-                continue
-            if partition.get("offsetLag", 0) >= min_lag:
-                rows.append({"consumerGroup": name, "queue": queue_name, **partition})
-    rows.sort(
-        key=lambda r: (
-            -r.get("offsetLag", 0),
-            -(r.get("timeLagSeconds") or 0.0),
-            r["consumerGroup"],
-            r["queue"],
-            r.get("partition", ""),
-        )
-    )
-    if ctl.json:
+    seconds (the age of the oldest of them). Queue mode is the group ``__QUEUE_MODE__``. With
+    -o, queenctl's rows: the groups (``GET /api/v1/consumer-groups``), or with --min-seconds
+    the lagging partitions (``GET /api/v1/consumer-groups/lagging``)."""
+    if not ctl.out.tables and ctl.out.mode != "broker":
+        if min_seconds > 0:
+            rows = ctl.client.get("/api/v1/consumer-groups/lagging", {"minLagSeconds": min_seconds})
+        else:
+            rows = ctl.client.get("/api/v1/consumer-groups")
+        rows = [
+            r
+            for r in rows
+            if (group_name is None or r.get("name") == group_name)
+            and (queue is None or r.get("queueName") == queue)
+            and (r.get("offsetLag", r.get("lagMessages")) or 0) >= min_lag
+        ]
+        ctl.out.render(rows, rows)
+        return Exit.OK
+
+    def shown(r: dict[str, Any]) -> bool:
+        behind = r.get("offsetLag") or 0
+        if behind < min_lag:
+            return False
+        return not min_seconds or (behind > 0 and (r.get("timeLagSeconds") or 0) >= min_seconds)
+
+    rows = [r for r in partition_lag(ctl, group_name, queue) if shown(r)]
+    if ctl.out.mode == "broker":
         emit_json(rows)
         return Exit.OK
-    emit_table(
+    ctl.out.table(
         ["group", "queue", "partition", "lag", "time lag", "consumed", "next", "leased"],
         (
             [
@@ -112,10 +318,31 @@ def lag(ctl: Ctl, *, group: str | None, queue: str | None, min_lag: int) -> int:
     return Exit.OK
 
 
-_PAGE = 1000
+def partition_lag(ctl: Ctl, group_name: str | None, queue: str | None) -> list[dict[str, Any]]:
+    """Every partition row of every group (or ``group_name``), most behind first."""
+    if group_name is not None:
+        names = [group_name]
+    else:
+        listed = ctl.client.get("/api/v1/consumer-groups")
+        names = sorted({g["name"] for g in listed if queue is None or g["queueName"] == queue})
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        for queue_name, partition in group_partitions(ctl, name):
+            if queue is None or queue_name == queue:
+                rows.append({"consumerGroup": name, "queue": queue_name, **partition})
+    rows.sort(
+        key=lambda r: (
+            -r.get("offsetLag", 0),
+            -(r.get("timeLagSeconds") or 0.0),
+            r["consumerGroup"],
+            r["queue"],
+            r.get("partition", ""),
+        )
+    )
+    return rows
 
 
-def _group_partitions(ctl: Ctl, name: str) -> list[tuple[str, dict[str, Any]]]:
+def group_partitions(ctl: Ctl, name: str) -> list[tuple[str, dict[str, Any]]]:
     """Every (queue, partition figures) of group ``name``, page by page."""
     found: list[tuple[str, dict[str, Any]]] = []
     offset = 0
@@ -127,7 +354,7 @@ def _group_partitions(ctl: Ctl, name: str) -> list[tuple[str, dict[str, Any]]]:
             raise CtlError(
                 f"consumer group {name!r} cannot be looked up: "
                 f"/api/v1/consumer-groups/{name} is another route",
-                Exit.FAILED,
+                Exit.BROKER,
             )
         more = False
         for queue_name, entry in detail.items():
@@ -139,7 +366,7 @@ def _group_partitions(ctl: Ctl, name: str) -> list[tuple[str, dict[str, Any]]]:
         offset += _PAGE
 
 
-@click.group()
+@group(aliases={"by-message": "message", "by-name": "name", "list": "names", "ls": "names"})
 def traces() -> None:
     """Processing traces: of one message, by name, or the names in use."""
 
@@ -151,63 +378,72 @@ def traces() -> None:
 def traces_message(ctl: Ctl, *, partition_id: str, transaction_id: str) -> int:
     """The traces recorded for one message (PARTITION_ID as pops give it), oldest first."""
     page = ctl.client.get(f"/api/v1/traces/{segment(partition_id)}/{segment(transaction_id)}")
-    return _trace_page(ctl, page)
+    return trace_page(ctl, page)
 
 
 @traces.command("name")
 @click.argument("name")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(0, 1000), default=100, show_default=True)
 @click.option("--offset", type=click.IntRange(min=0), default=0)
 @broker_command
 def traces_name(ctl: Ctl, *, name: str, limit: int, offset: int) -> int:
     """The traces carrying NAME, oldest first."""
     page = ctl.client.get(
-        f"/api/v1/traces/by-name/{segment(name)}", {"limit": limit, "offset": offset}
+        f"/api/v1/traces/by-name/{segment(name)}", {"limit": limit or None, "offset": offset}
     )
-    return _trace_page(ctl, page)
+    return trace_page(ctl, page)
 
 
 @traces.command("names")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(0, 1000), default=100, show_default=True)
 @click.option("--offset", type=click.IntRange(min=0), default=0)
 @broker_command
 def traces_names(ctl: Ctl, *, limit: int, offset: int) -> int:
     """The trace names in use, with their counts."""
-    page = ctl.client.get("/api/v1/traces/names", {"limit": limit, "offset": offset})
-    if ctl.json:
-        emit_json(page)
-        return Exit.OK
-    emit_table(
-        ["name", "traces", "messages", "last"],
-        (
-            [n.get("trace_name"), n.get("trace_count"), n.get("message_count"), n.get("last_seen")]
-            for n in page.get("trace_names", [])
+    page = ctl.client.get("/api/v1/traces/names", {"limit": limit or None, "offset": offset})
+    names = page.get("trace_names", [])
+    ctl.out.show(
+        document=page,
+        rows=names,
+        table=lambda: ctl.out.table(
+            ["name", "traces", "messages", "last"],
+            (
+                [
+                    n.get("trace_name"),
+                    n.get("trace_count"),
+                    n.get("message_count"),
+                    n.get("last_seen"),
+                ]
+                for n in names
+            ),
+            empty="no trace names",
         ),
-        empty="no trace names",
     )
     return Exit.OK
 
 
-def _trace_page(ctl: Ctl, page: Any) -> int:
-    if ctl.json:
-        emit_json(page)
-        return Exit.OK
-    emit_table(
-        ["time", "group", "event", "names", "queue", "partition", "transaction id", "data"],
-        (
-            [
-                t.get("created_at"),
-                t.get("consumer_group"),
-                t.get("event_type"),
-                ",".join(t.get("trace_names") or []),
-                t.get("queue_name"),
-                t.get("partition_name"),
-                t.get("transaction_id"),
-                t.get("data"),
-            ]
-            for t in page.get("traces", [])
+def trace_page(ctl: Ctl, page: Any) -> int:
+    found = page.get("traces", [])
+    ctl.out.show(
+        document=page,
+        rows=found,
+        table=lambda: ctl.out.table(
+            ["time", "group", "event", "names", "queue", "partition", "transaction id", "data"],
+            (
+                [
+                    t.get("created_at"),
+                    t.get("consumer_group"),
+                    t.get("event_type"),
+                    ",".join(t.get("trace_names") or []),
+                    t.get("queue_name"),
+                    t.get("partition_name"),
+                    t.get("transaction_id"),
+                    t.get("data"),
+                ]
+                for t in found
+            ),
+            empty="no traces",
         ),
-        empty="no traces",
     )
     return Exit.OK
 
@@ -221,16 +457,16 @@ def metrics(ctl: Ctl, *, prometheus: bool) -> int:
         click.echo(ctl.client.get("/metrics").rstrip("\n"))
         return Exit.OK
     figures = ctl.client.get("/metrics", headers={"Accept": "application/json"})
-    if ctl.json:
-        emit_json(figures)
-        return Exit.OK
-    emit_pairs(
-        [
-            ("process", figures.get("processId")),
-            ("uptime", seconds(figures.get("uptime"))),
-            ("rss bytes", figures.get("memory", {}).get("rss")),
-            ("cpu seconds", figures.get("cpu", {}).get("seconds")),
-            *sorted((figures.get("counters") or {}).items()),
-        ]
+    ctl.out.show(
+        document=figures,
+        table=lambda: emit_pairs(
+            [
+                ("process", figures.get("processId")),
+                ("uptime", seconds(figures.get("uptime"))),
+                ("rss bytes", figures.get("memory", {}).get("rss")),
+                ("cpu seconds", figures.get("cpu", {}).get("seconds")),
+                *sorted((figures.get("counters") or {}).items()),
+            ]
+        ),
     )
     return Exit.OK

@@ -1,39 +1,52 @@
-"""What every operator command shares: the connection options, the :class:`Ctl` its body
-receives, confirmations, and reading JSON values from arguments, a file or stdin."""
+"""What every operator command shares: the connection and output options, the :class:`Ctl`
+its body receives, command groups with aliases (queenctl's words beside ours),
+confirmations, and reading JSON values from arguments, a file or stdin."""
 
 from __future__ import annotations
 
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, overload
 
 import click
 
 from queen.ctl.client import DEFAULT_URL, BrokerClient, CtlError, Exit, usage
+from queen.ctl.output import FORMATS, Output
+from queen.ctl.times import Duration
+
+DEFAULT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
 class Ctl:
-    """What a command body works with: the broker and the output mode."""
+    """What a command body works with: the broker, the output mode, and whether
+    ``--timeout`` was given (``pop --wait`` without a value waits that long, as queenctl's
+    ``pop --timeout`` does)."""
 
     client: BrokerClient
-    json: bool
+    out: Output
+    timeout_given: bool = False
 
 
 def connection_options(*, top: bool) -> tuple[Callable[[Any], Any], ...]:
-    """``--url``, ``--token``, ``--timeout`` and ``--json``. They are taken before the command
-    (``queen --url ... status``, where the environment and defaults apply) or after it
-    (``queen status --url ...``), which wins."""
+    """The options every command takes, before it (``queen --url ... status``, where the
+    environment applies) or after it (``queen status --url ...``), which wins. queenctl's
+    names are taken too: ``--server``, ``-o``, ``-q``, ``--no-headers``, ``--insecure``,
+    ``--context``, ``--config`` (and ``--color``/``--no-color``, which change nothing: the
+    tables have no colour)."""
     return (
         click.option(
             "--url",
-            envvar="QUEEN_URL" if top else None,
-            default=DEFAULT_URL if top else None,
-            show_default=top,
-            help="the broker's base URL [env QUEEN_URL; default " + DEFAULT_URL + "]",
+            "--server",
+            "url",
+            envvar=["QUEEN_URL", "QUEEN_SERVER"] if top else None,
+            default=None,
+            help="the broker's base URL [env QUEEN_URL, then QUEEN_SERVER; default "
+            + DEFAULT_URL
+            + "]",
         ),
         click.option(
             "--token",
@@ -43,14 +56,50 @@ def connection_options(*, top: bool) -> tuple[Callable[[Any], Any], ...]:
         ),
         click.option(
             "--timeout",
-            type=click.FloatRange(min=0.1),
-            default=30.0 if top else None,
-            help="seconds to wait for each answer, a long poll's wait added [default 30]",
+            type=Duration(minimum=0.1),
+            default=None,
+            help="how long to wait for each answer, in seconds or as 500ms, 10s, 1m; a long "
+            "poll's wait is added [default 30]",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="print the broker's answer as JSON"),
+        click.option(
+            "-o",
+            "--output",
+            "output",
+            default=None,
+            metavar="FORMAT",
+            help=f"{' | '.join(FORMATS)} [default: table at a terminal, json otherwise]",
+        ),
+        click.option("-q", "--quiet", is_flag=True, help="no confirmation lines"),
+        click.option("--no-headers", is_flag=True, help="tables without their header"),
+        click.option("--insecure", is_flag=True, help="do not check the TLS certificate"),
+        click.option(
+            "--context", "context_name", default=None, help="a queenctl context [env QUEEN_CONTEXT]"
         ),
         click.option(
-            "--json", "as_json", is_flag=True, help="print JSON for scripts instead of tables"
+            "--config",
+            "config_path",
+            default=None,
+            metavar="PATH",
+            help="queenctl's config file [env QUEEN_CONFIG; default ~/.queen/config.yaml]",
         ),
+        click.option("--color/--no-color", default=None, hidden=True),
     )
+
+
+_SHARED = (
+    "url",
+    "token",
+    "timeout",
+    "as_json",
+    "output",
+    "quiet",
+    "no_headers",
+    "insecure",
+    "context_name",
+    "config_path",
+    "color",
+)
 
 
 def with_options(f: Any, options: tuple[Callable[[Any], Any], ...]) -> Any:
@@ -59,31 +108,110 @@ def with_options(f: Any, options: tuple[Callable[[Any], Any], ...]) -> Any:
     return f
 
 
-def broker_command(body: Callable[..., int]) -> Callable[..., int]:
-    """Add the connection options to a command; its body gets a :class:`Ctl` first and
-    returns its exit status."""
+Body = Callable[..., int]
+
+
+@overload
+def broker_command(body: Body, *, timeout_s: float = ...) -> Body: ...
+
+
+@overload
+def broker_command(body: None = None, *, timeout_s: float = ...) -> Callable[[Body], Body]: ...
+
+
+def broker_command(
+    body: Body | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Body | Callable[[Body], Body]:
+    """Add the shared options to a command; its body gets a :class:`Ctl` first and returns
+    its exit status. ``timeout_s`` is the command's default ``--timeout``
+    (``@broker_command(timeout_s=5.0)``)."""
+    if body is None:
+        return functools.partial(broker_command, timeout_s=timeout_s)
 
     @functools.wraps(body)
-    def run(
-        *args: Any,
-        url: str | None,
-        token: str | None,
-        timeout: float | None,
-        as_json: bool,
-        **kwargs: Any,
-    ) -> int:
+    def run(*args: Any, **kwargs: Any) -> int:
+        mine = {name: kwargs.pop(name) for name in _SHARED}
         top = click.get_current_context().find_root().params
-        url = url or top.get("url") or DEFAULT_URL
-        token = token or top.get("token")
-        timeout = timeout or top.get("timeout") or 30.0
-        as_json = as_json or bool(top.get("as_json"))
+
+        def given(name: str) -> Any:
+            value = mine.get(name)
+            return value if value not in (None, False) else top.get(name)
+
+        url, token = given("url"), given("token")
+        insecure = bool(given("insecure"))
+        if not url or not token:
+            from queen.ctl.contexts import load_context
+
+            context = load_context(
+                given("config_path"), given("context_name"), token_given=bool(token)
+            )
+            if context is not None:
+                url = url or context.server
+                token = token or context.token
+                insecure = insecure or context.insecure
+        url = url or DEFAULT_URL
         if not url.startswith(("http://", "https://")):
-            raise usage(f"--url / QUEEN_URL must start with http:// or https://, got {url!r}")
-        with BrokerClient(url, token, timeout) as client:
-            return body(Ctl(client, as_json), *args, **kwargs)
+            raise usage(
+                f"--url / QUEEN_URL / QUEEN_SERVER must start with http:// or https://, got {url!r}"
+            )
+        timeout = given("timeout")
+        try:
+            out = Output.choose(
+                given("output"),
+                bool(given("as_json")),
+                quiet=bool(given("quiet")),
+                headers=not given("no_headers"),
+            )
+        except ValueError as exc:
+            raise usage(f"-o: {exc}") from None
+        with BrokerClient(url, token, timeout or timeout_s, verify=not insecure) as client:
+            return body(Ctl(client, out, timeout is not None), *args, **kwargs)
 
     wrapped: Callable[..., int] = with_options(run, connection_options(top=False))
     return wrapped
+
+
+class AliasGroup(click.Group):
+    """A command group that also answers to other words: ``aliases`` maps a word to the name
+    of one of its commands (queenctl's ``queue`` for our ``queues``, ``ls`` for ``list``).
+    ``--help`` names them beside each command."""
+
+    def __init__(self, *args: Any, aliases: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.aliases = dict(aliases or {})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.aliases.get(cmd_name, cmd_name))
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        _, command, rest = super().resolve_command(ctx, args)
+        return (command.name if command else None), command, rest
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            also = sorted(a for a, target in self.aliases.items() if target == name)
+            suffix = f" (also: {', '.join(also)})" if also else ""
+            limit = max(20, formatter.width - 6 - len(name) - len(suffix))
+            rows.append((name, command.get_short_help_str(limit=limit) + suffix))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def group(*, aliases: Mapping[str, str] | None = None) -> Callable[[Any], AliasGroup]:
+    """``@group(aliases={...})``: a :class:`AliasGroup` from a function."""
+
+    def make(f: Any) -> AliasGroup:
+        made: AliasGroup = click.group(cls=AliasGroup, aliases=aliases)(f)
+        return made
+
+    return make
 
 
 def json_value(text: str, what: str) -> Any:
@@ -101,7 +229,7 @@ def confirm(yes: bool, what: str) -> None:
     if not sys.stdin.isatty():
         raise usage(f"refusing to {what} without --yes")
     if not click.confirm(f"{what}?", default=False):
-        raise CtlError("not confirmed; nothing changed", Exit.FAILED)
+        raise CtlError("not confirmed; nothing changed", Exit.USAGE)
 
 
 def _json_lines(stream: IO[str], source: str) -> Iterator[Any]:
