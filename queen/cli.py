@@ -94,6 +94,9 @@ def _commands() -> Any:
         def main(self, *args: Any, **kwargs: Any) -> Any:
             try:
                 return super().main(*args, **kwargs)
+            except click.exceptions.NoArgsIsHelpError as exc:  # `queen` alone: its help
+                exc.show()
+                return int(Exit.OK)
             except click.UsageError as exc:
                 exc.show()
                 return int(Exit.USAGE)

@@ -9,16 +9,32 @@ queenctl does), so the tests that read a table ask for ``-o table``."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import httpx
 import pytest
 import yaml
 
-from tests.ctl_env import ADMIN, LiveBroker, closed_port, json_lines, new_queue, start_broker, token
+from queen.cli import _commands
+from tests.ctl_env import (
+    ADMIN,
+    LiveBroker,
+    closed_port,
+    environ,
+    json_lines,
+    new_queue,
+    start_broker,
+    token,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -780,3 +796,121 @@ def test_messages_partitions_namespaces_and_replay(live: LiveBroker) -> None:
     assert dry.code == 0 and dry.out.startswith("[dry-run] would seek cg=r")
     to_end = live.queen("partition", "seek", queue, "p", "--cg", "r")
     assert to_end.out.strip() == f"seek cg=r queue={queue} partition=p to=end"
+
+
+QUEENCTL_WORDS = (
+    "ping",
+    "version",
+    "status",
+    "lag",
+    "push",
+    "pop",
+    "tail",
+    "ack",
+    "replay",
+    "metrics",
+    "queue list",
+    "queue ls",
+    "queues describe",
+    "q get",
+    "queue show",
+    "queue configure",
+    "queue delete",
+    "queue rm",
+    "queue stats",
+    "queue clear",
+    "partition list",
+    "partitions ls",
+    "p describe",
+    "partition get",
+    "partition show",
+    "partition seek",
+    "messages list",
+    "msg ls",
+    "msgs get",
+    "messages describe",
+    "messages show",
+    "messages delete",
+    "messages rm",
+    "messages traces",
+    "cg list",
+    "cg ls",
+    "consumer-group describe",
+    "consumer-groups get",
+    "cg show",
+    "cg lag",
+    "cg seek",
+    "cg delete",
+    "cg rm",
+    "cg refresh-stats",
+    "dlq list",
+    "dlq ls",
+    "dlq describe",
+    "dlq get",
+    "dlq drain",
+    "dlq requeue",
+    "namespace list",
+    "namespaces ls",
+    "ns list",
+    "task list",
+    "tasks ls",
+    "maintenance get",
+    "maint on",
+    "maint off",
+    "traces names",
+    "traces list",
+    "traces ls",
+    "traces by-name",
+    "traces by-message",
+    "lease extend",
+)
+
+
+def test_every_queenctl_word_reaches_a_command() -> None:
+    """queenctl's command words (its command tree, aliases included) each reach one of ours;
+    our own words stay."""
+    root = _commands()
+    for words in (*QUEENCTL_WORDS, "queues list", "groups list", "maintenance status", "seek"):
+        command: click.Command | None = root
+        for word in words.split():
+            assert isinstance(command, click.Group), words
+            command = command.get_command(click.Context(command), word)
+            assert command is not None, f"queen {words}: no command {word!r}"
+        assert not isinstance(command, click.Group), f"queen {words} is a group"
+
+
+def test_ctrl_c_while_waiting_exits_130_and_a_tail_0(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the process group) during a long poll: ``pop`` stops with 130 and one
+    line, ``tail`` (stopped by Ctrl-C as queenctl's is) with 0; no traceback either way. The
+    "broker" is a socket that takes the request and never answers."""
+    for args, expected in ((["pop", "q", "--wait", "30"], 130), (["tail", "q", "-f"], 0)):
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            server.settimeout(30)
+            url = f"http://127.0.0.1:{server.getsockname()[1]}"
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "queen", *args],
+                env={**environ(QUEEN_URL=url), "QUEEN_CONFIG": str(tmp_path / "none.yaml")},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            try:
+                conn, _ = server.accept()
+                with conn:
+                    conn.settimeout(30)
+                    assert conn.recv(65536).startswith(b"GET /api/v1/pop/queue/q?")
+                    os.killpg(proc.pid, signal.SIGINT)
+                    out, err = proc.communicate(timeout=30)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+        assert proc.returncode == expected, (args, err)
+        assert "Traceback" not in err, err
+        assert out == ""
+        if expected == 130:
+            assert err.strip() == "queen: interrupted"

@@ -10,6 +10,7 @@ import click
 from queen.ctl.client import CtlError, Exit, segment
 from queen.ctl.options import Ctl, broker_command, group
 from queen.ctl.output import emit_json, emit_pairs, seconds
+from queen.ctl.views import partition_table, queue_row
 
 _PAGE = 1000
 
@@ -29,36 +30,6 @@ def _unhealthy(ctl: Ctl, health: dict[str, Any]) -> CtlError:
         f"database={health.get('database', '?')}",
         Exit.BROKER,
     )
-
-
-def queue_row(q: dict[str, Any]) -> dict[str, Any]:
-    """One queue as queenctl's ``status`` prints it, from a queue of ``GET
-    /api/v1/resources/queues`` (or the answer of ``.../queues/{queue}``)."""
-    raw = q.get("messages") if isinstance(q.get("messages"), dict) else q.get("totals")
-    counts: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    partitions = q.get("partitionCount", q.get("partitions"))
-    if q.get("oldestPendingAt"):
-        lag_s = q.get("oldestPendingAgeSeconds")
-    else:  # one queue's answer: the oldest pending message of the partitions it lists
-        listed = q.get("partitions")
-        ages = [
-            p.get("oldestPendingAgeSeconds") or 0
-            for p in (listed if isinstance(listed, list) else [])
-            if isinstance(p, dict) and p.get("oldestPendingAt")
-        ]
-        lag_s = max(ages, default=0)
-    return {
-        "queue": q.get("name") or q.get("queue"),
-        "namespace": q.get("namespace") or None,
-        "task": q.get("task") or None,
-        "pending": counts.get("pending"),
-        "processing": counts.get("processing"),
-        "completed": counts.get("completed"),
-        "failed": counts.get("failed"),
-        "dlq": counts.get("deadLetter"),
-        "partitions": partitions if isinstance(partitions, int) else len(partitions or []),
-        "lagSeconds": lag_s,
-    }
 
 
 def all_queues(ctl: Ctl, namespace: str | None, task: str | None) -> list[dict[str, Any]]:
@@ -135,8 +106,6 @@ def status(
             _queue_table(ctl, [row])
             if with_partitions:
                 click.echo()
-                from queen.ctl.queues import partition_table
-
                 partition_table(ctl, detail.get("partitions", []))
 
         ctl.out.show(document=[row], rows=[row], table=one, broker=detail)

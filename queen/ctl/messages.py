@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from queen.ctl.client import Exit, segment
@@ -12,6 +10,7 @@ from queen.ctl.inspect import lag, traces_message
 from queen.ctl.options import Ctl, broker_command, confirm, group
 from queen.ctl.output import emit_pairs
 from queen.ctl.queues import LIST_ALIASES, seek
+from queen.ctl.views import message_table
 
 
 @group(aliases={"ls": "list", "describe": "get", "show": "get", "rm": "delete"})
@@ -19,42 +18,13 @@ def messages() -> None:
     """Stored messages: list them, show one, delete one, its traces."""
 
 
-def message_table(ctl: Ctl, found: list[dict[str, Any]]) -> None:
-    ctl.out.table(
-        [
-            "created",
-            "queue",
-            "partition",
-            "partition id",
-            "transaction id",
-            "status",
-            "offset",
-            "lease until",
-        ],
-        (
-            [
-                m.get("createdAt"),
-                m.get("queue"),
-                m.get("partition"),
-                m.get("partitionId"),
-                m.get("transactionId"),
-                m.get("status"),
-                m.get("offset"),
-                m.get("leaseExpiresAt"),
-            ]
-            for m in found
-        ),
-        empty="no messages",
-    )
-
-
 @messages.command("list")
 @click.option("--queue", default=None)
 @click.option("--partition", default=None)
 @click.option(
     "--status",
-    type=click.Choice(["pending", "processing", "completed", "failed", "dead_letter"]),
     default=None,
+    help="pending, processing, completed or dead_letter (dlq)",
 )
 @click.option(
     "--group", "--cg", "group_name", default=None, help="as this consumer group sees them"

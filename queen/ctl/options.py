@@ -197,7 +197,7 @@ class AliasGroup(click.Group):
                 continue
             also = sorted(a for a, target in self.aliases.items() if target == name)
             suffix = f" (also: {', '.join(also)})" if also else ""
-            limit = max(20, formatter.width - 6 - len(name) - len(suffix))
+            limit = max(45, formatter.width - 6 - len(name) - len(suffix))
             rows.append((name, command.get_short_help_str(limit=limit) + suffix))
         if rows:
             with formatter.section("Commands"):

@@ -11,6 +11,7 @@ from queen.ctl.client import CtlError, Exit, require_queue, segment, usage
 from queen.ctl.options import Ctl, broker_command, confirm, group, json_value
 from queen.ctl.output import emit_pairs, seconds
 from queen.ctl.times import EPOCH, iso, moment
+from queen.ctl.views import message_table, partition_table, queue_row
 
 LIST_ALIASES = {"ls": "list", "get": "describe", "show": "describe", "rm": "delete"}
 
@@ -142,38 +143,6 @@ def queues_describe(ctl: Ctl, *, queue: str, limit: int, offset: int) -> int:
 
 def _unit(value: Any, unit: str) -> str:
     return "-" if value is None else f"{value} {unit}"
-
-
-def partition_table(ctl: Ctl, partitions: list[dict[str, Any]]) -> None:
-    ctl.out.table(
-        [
-            "partition",
-            "id",
-            "total",
-            "pending",
-            "processing",
-            "completed",
-            "dead letter",
-            "offsets low/next",
-            "oldest pending",
-            "lease until",
-        ],
-        (
-            [
-                p.get("name"),
-                p.get("id"),
-                *(
-                    (p.get("messages") or {}).get(k)
-                    for k in ("total", "pending", "processing", "completed", "deadLetter")
-                ),
-                f"{(p.get('offsets') or {}).get('low')}/{(p.get('offsets') or {}).get('next')}",
-                seconds(p.get("oldestPendingAgeSeconds")) if p.get("oldestPendingAt") else "-",
-                p.get("leaseExpiresAt"),
-            ]
-            for p in partitions
-        ),
-        empty="no partitions",
-    )
 
 
 _CONFIG_FLAGS = (
@@ -317,8 +286,6 @@ _ROW_KEYS = (
 @broker_command
 def queues_stats(ctl: Ctl, *, namespace: str | None, task: str | None) -> int:
     """Message counts per queue (``GET /api/v1/status/queues``), by namespace and task."""
-    from queen.ctl.inspect import queue_row
-
     answer = ctl.client.get(
         "/api/v1/status/queues", {"namespace": namespace, "task": task, "limit": 1000}
     )
@@ -466,8 +433,6 @@ def partitions_list(ctl: Ctl, *, queue: str) -> int:
 @broker_command
 def partitions_describe(ctl: Ctl, *, queue: str, partition: str, limit: int) -> int:
     """The latest messages of one partition (``GET /api/v1/messages``)."""
-    from queen.ctl.messages import message_table
-
     page = ctl.client.get(
         "/api/v1/messages", {"queue": queue, "partition": partition, "limit": limit}
     )

@@ -1,0 +1,100 @@
+"""Rows and tables more than one command shows: a queue as queenctl's ``status`` row, the
+partitions of a queue, a page of messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from queen.ctl.options import Ctl
+from queen.ctl.output import seconds
+
+
+def queue_row(q: dict[str, Any]) -> dict[str, Any]:
+    """One queue as queenctl's ``status`` prints it, from a queue of ``GET
+    /api/v1/resources/queues`` (or the answer of ``.../queues/{queue}``)."""
+    raw = q.get("messages") if isinstance(q.get("messages"), dict) else q.get("totals")
+    counts: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    partitions = q.get("partitionCount", q.get("partitions"))
+    if q.get("oldestPendingAt"):
+        lag_s = q.get("oldestPendingAgeSeconds")
+    else:  # one queue's answer: the oldest pending message of the partitions it lists
+        listed = q.get("partitions")
+        ages = [
+            p.get("oldestPendingAgeSeconds") or 0
+            for p in (listed if isinstance(listed, list) else [])
+            if isinstance(p, dict) and p.get("oldestPendingAt")
+        ]
+        lag_s = max(ages, default=0)
+    return {
+        "queue": q.get("name") or q.get("queue"),
+        "namespace": q.get("namespace") or None,
+        "task": q.get("task") or None,
+        "pending": counts.get("pending"),
+        "processing": counts.get("processing"),
+        "completed": counts.get("completed"),
+        "failed": counts.get("failed"),
+        "dlq": counts.get("deadLetter"),
+        "partitions": partitions if isinstance(partitions, int) else len(partitions or []),
+        "lagSeconds": lag_s,
+    }
+
+
+def partition_table(ctl: Ctl, partitions: list[dict[str, Any]]) -> None:
+    ctl.out.table(
+        [
+            "partition",
+            "id",
+            "total",
+            "pending",
+            "processing",
+            "completed",
+            "dead letter",
+            "offsets low/next",
+            "oldest pending",
+            "lease until",
+        ],
+        (
+            [
+                p.get("name"),
+                p.get("id"),
+                *(
+                    (p.get("messages") or {}).get(k)
+                    for k in ("total", "pending", "processing", "completed", "deadLetter")
+                ),
+                f"{(p.get('offsets') or {}).get('low')}/{(p.get('offsets') or {}).get('next')}",
+                seconds(p.get("oldestPendingAgeSeconds")) if p.get("oldestPendingAt") else "-",
+                p.get("leaseExpiresAt"),
+            ]
+            for p in partitions
+        ),
+        empty="no partitions",
+    )
+
+
+def message_table(ctl: Ctl, found: list[dict[str, Any]]) -> None:
+    ctl.out.table(
+        [
+            "created",
+            "queue",
+            "partition",
+            "partition id",
+            "transaction id",
+            "status",
+            "offset",
+            "lease until",
+        ],
+        (
+            [
+                m.get("createdAt"),
+                m.get("queue"),
+                m.get("partition"),
+                m.get("partitionId"),
+                m.get("transactionId"),
+                m.get("status"),
+                m.get("offset"),
+                m.get("leaseExpiresAt"),
+            ]
+            for m in found
+        ),
+        empty="no messages",
+    )
