@@ -412,8 +412,14 @@ class SharedFigures:
                     self._set(name, value, key)
 
     def _collect(self) -> list[Metric]:
-        collector = MultiProcessCollector(None, str(self.directory))  # type: ignore[no-untyped-call]
-        return list(collector.collect())  # type: ignore[no-untyped-call]
+        # A worker that is starting creates its files empty, then sizes them: an empty one
+        # holds nothing yet (read, it would fail the whole reading).
+        while True:
+            files = [str(p) for p in self.directory.glob("*.db") if _sized(p)]
+            try:
+                return list(MultiProcessCollector.merge(files, accumulate=True))  # type: ignore[no-untyped-call]
+            except FileNotFoundError:
+                continue  # a dead worker's live gauges removed meanwhile: read again
 
     def read(self) -> Reading:
         counters: dict[str, float] = {}
@@ -445,7 +451,7 @@ class SharedFigures:
         # (a live gauge: a worker's file goes when the worker dies)
         mode = FAMILIES["background_loop_failing"].mode
         for path in self.directory.glob(f"gauge_{mode}_*.db"):
-            if path.name.endswith(mine):
+            if path.name.endswith(mine) or not _sized(path):
                 continue
             try:
                 entries = list(MmapedDict.read_all_values_from_file(str(path)))  # type: ignore[no-untyped-call]
@@ -456,6 +462,13 @@ class SharedFigures:
                 if name == "queen_background_loop_failing" and value:
                     failing.add(str(labels.get("loop", "")))
         return failing
+
+
+def _sized(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False  # removed meanwhile (a worker that died)
 
 
 # The original broker's gauges served from ours: name -> (help, our sample).

@@ -253,3 +253,16 @@ def test_a_loop_failing_in_one_worker_is_seen_failing_by_the_others() -> None:
         assert LocalFigures(Metrics()).failing_elsewhere() == set()
     finally:
         remove_shared_dir(directory)
+
+
+def test_a_starting_workers_empty_file_does_not_fail_the_reading() -> None:
+    directory = create_shared_dir()
+    try:
+        _worker(directory, "0", 3, 1)
+        # another worker has just created its file and not sized it yet
+        (directory / "counter_999999.db").touch()
+        (directory / "gauge_livemax_999999.db").touch()
+        done = _worker(directory, "reader", 2, 1)
+        assert json.loads(done.stdout)["counters"]["push_requests"] == 5
+    finally:
+        remove_shared_dir(directory)
