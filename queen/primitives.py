@@ -10,11 +10,13 @@ partition's actor to stand still while another writer of this process writes the
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import trio
+
+from queen.model import PartitionKey
 
 T = TypeVar("T")
 
@@ -149,3 +151,70 @@ class Fence:
 
     granted: Reply[Route] = field(default_factory=Reply)
     released: trio.Event = field(default_factory=trio.Event)
+
+
+class NoTurn(RuntimeError):
+    """A store method that writes partitions around their actors was called without a live
+    :class:`Turn` covering them (a programming error: the write is refused before it starts)."""
+
+
+_GRANT = object()  # what a turn is made with
+_UNCLAIMED = [_GRANT]  # :meth:`Turn.granter` takes it, once
+
+
+class Turn:
+    """Proof that this process's actors of :attr:`keys` stand still for a write: the push
+    service's hold (:meth:`queen.push.PushService.hold`) yields one, and the store methods that
+    write partitions around the actors (a transaction's pushes, a streaming cycle's sink
+    pushes, a dead letter retry's copies) take one and refuse a write without it
+    (:func:`require_turn`). The type makes mypy ask for it; the runtime check refuses one
+    made elsewhere, one whose hold is over, and one that does not cover the partitions.
+
+    Only the push service makes turns: it takes the one grant (:meth:`granter`) when it is
+    imported; constructing a turn without that grant raises :class:`TypeError`.
+    """
+
+    __slots__ = ("_live", "keys")
+
+    def __init__(self, keys: Iterable[PartitionKey], grant: object) -> None:
+        if grant is not _GRANT:
+            raise TypeError("a Turn is granted by the push service's hold only")
+        self.keys = frozenset(keys)
+        self._live = True
+
+    @staticmethod
+    def granter() -> Callable[[Iterable[PartitionKey]], Turn]:
+        """Make turns from here on: for the push service, once per process."""
+        if not _UNCLAIMED:
+            raise RuntimeError("turns are granted by the push service alone")
+        key = _UNCLAIMED.pop()
+
+        def grant(keys: Iterable[PartitionKey]) -> Turn:
+            return Turn(keys, key)
+
+        return grant
+
+    @property
+    def live(self) -> bool:
+        """True until the hold that granted it is over."""
+        return self._live
+
+    def end(self) -> None:
+        """The hold is over: the turn proves nothing any more."""
+        self._live = False
+
+
+def require_turn(turn: object, keys: Iterable[PartitionKey], what: str) -> None:
+    """Raise :class:`NoTurn` unless ``turn`` is a live :class:`Turn` covering ``keys`` (the
+    partitions ``what`` writes)."""
+    if type(turn) is not Turn:
+        raise NoTurn(
+            f"{what} writes partitions around their actors: it needs the push service's hold "
+            f"(a Turn), not {type(turn).__name__}"
+        )
+    if not turn.live:
+        raise NoTurn(f"{what}: the hold that granted this turn is over")
+    missing = set(keys) - turn.keys
+    if missing:
+        named = ", ".join(f"{k.queue}/{k.partition}" for k in sorted(missing))
+        raise NoTurn(f"{what} writes partitions its turn does not hold: {named}")

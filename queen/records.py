@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from queen.intake import PreparedPush
+from queen.model import PartitionKey
 
 INT32_MAX = 2_147_483_647
 
@@ -108,6 +109,10 @@ class TransactionRequest:
     pushes: list[TxPush]
     required_leases: list[str]
     size: int  # number of flat results
+
+    def push_keys(self) -> list[PartitionKey]:
+        """The partitions its pushes write."""
+        return [batch.key for push in self.pushes for batch in push.prepared.batches]
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +291,10 @@ class CycleRequest:
     ack: CycleAck | None
     release_lease: bool
     push: PreparedPush | None
+
+    def push_keys(self) -> list[PartitionKey]:
+        """The partitions its sink pushes write."""
+        return [] if self.push is None else [batch.key for batch in self.push.batches]
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,16 @@ from typing import Any
 
 import trio
 
+from queen.actors.batcher import Batcher
+from queen.actors.supervisor import Supervisor
 from queen.broadcast import Signal
 from queen.errors import StoreError, StoreUnavailable
 from queen.ids import NIL_UUID, mint_id
+from queen.metrics import Metrics
 from queen.model import PartitionKey
+from queen.push import PushService
 from queen.records import Delivered, PopRequest, Sizing
+from queen.settings import Settings
 from queen.storage.base import SegmentWrite, WriteResult
 from queen.storage.consume import PopOutcome
 
@@ -270,3 +275,20 @@ _CONSUME_CALLS = {
     "seek",
     "set_subscription",
 }
+
+
+def idle_push_service(settings: Settings) -> PushService:
+    """A push service over an in-memory store whose actors never run: for consume tests that
+    push nothing but need the service a consume service is built with."""
+    store = MemoryStore()
+    metrics = Metrics()
+    batcher = Batcher(
+        store,
+        metrics,
+        concurrency=1,
+        max_items=settings.batch_max_items,
+        max_bytes=settings.batch_max_bytes,
+        linger_s=0.0,
+        queue_size=1,
+    )
+    return PushService(Supervisor(store, batcher, settings, metrics), metrics)

@@ -18,7 +18,7 @@ from queen.records import PopRequest
 from queen.settings import Settings
 from queen.storage.base import SegmentWrite
 from queen.storage.consume import PENDING_NONE
-from tests.fakes import MemoryConsumeStore
+from tests.fakes import MemoryConsumeStore, idle_push_service
 
 TIMEOUT_MS = 30_000
 
@@ -38,7 +38,13 @@ async def _service(
         pop_linger_ms=linger_ms,
     )
     switches = MaintenanceSwitch(store, refresh_s=1.0, changed=Signal())  # type: ignore[arg-type]
-    service = ConsumeService(store, settings, Metrics(), switches=switches)  # type: ignore[arg-type]
+    service = ConsumeService(
+        store,  # type: ignore[arg-type]
+        settings,
+        Metrics(),
+        switches=switches,
+        push=idle_push_service(settings),
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
         yield service

@@ -28,7 +28,7 @@ from queen.records import PopRequest
 from queen.settings import Settings
 from tests.conftest import Db
 from tests.consuming import Api
-from tests.fakes import MemoryConsumeStore
+from tests.fakes import MemoryConsumeStore, idle_push_service
 from tests.procs import BrokerProcess
 
 MIB = 1024 * 1024
@@ -62,6 +62,7 @@ async def service(
         settings,
         Metrics(),
         switches=switches,
+        push=idle_push_service(settings),
         budget=budget,
     )
     async with trio.open_nursery() as nursery:

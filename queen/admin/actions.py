@@ -3,7 +3,7 @@ queue's filter), move a message to a group's DLQ by hand, clear a queue or a par
 
 Every call is one SQL function in one transaction (``admin.sql``). A retry appends copies to
 partitions, so it is a write to those partitions: it holds their actors for the statement
-(:meth:`queen.push.PushService.hold`), as a transaction with pushes does, and raises
+(:meth:`queen.push.PushService.write_held`), as a transaction with pushes does, and raises
 :class:`queen.push.PartitionsBusy` (nothing applied) while one of them cannot be written (the
 database away, maintenance, a spooled backlog waiting). A bulk retry works through the dead
 letters that existed when it started, ``RETRY_CHUNK`` at a time (each chunk holding only its
@@ -49,9 +49,9 @@ def _who(by: str | None) -> str:
 
 
 class AdminActions:
-    def __init__(self, store: PgAdminStore | None, push: PushService | None) -> None:
-        """``store`` is None without PostgreSQL, ``push`` without a push path (the actions
-        then raise :class:`ConsumeUnavailable`)."""
+    def __init__(self, store: PgAdminStore | None, push: PushService) -> None:
+        """``store`` is None without PostgreSQL (the actions then raise
+        :class:`ConsumeUnavailable`); ``push`` holds the partitions a retry writes."""
         self._store = store
         self._push = push
 
@@ -64,11 +64,11 @@ class AdminActions:
     async def _retry(self, targets: list[Row]) -> list[RetriedCopy]:
         if not targets:
             return []
-        if self._push is None:
-            raise ConsumeUnavailable("retrying dead letters needs the push service")
         keys = {PartitionKey(t["queue_name"], t["partition_name"]) for t in targets}
-        async with self._push.hold(sorted(keys)):
-            rows = await self.store.retry_dead_letters([int(t["id"]) for t in targets])
+        store = self.store
+        rows = await self._push.write_held(
+            keys, lambda turn: store.retry_dead_letters(targets, turn)
+        )
         return [
             RetriedCopy(
                 int(r["partition_id"]),

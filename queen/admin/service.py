@@ -129,7 +129,7 @@ class AdminService:
         store: PgAdminStore | None = None,
         consume: ConsumeService | None = None,
         history: History | None = None,
-        push: PushService | None = None,
+        push: PushService,
         figures: Figures | None = None,
     ) -> None:
         """``database``: what the start-up line calls it; ``store`` and ``consume`` are None

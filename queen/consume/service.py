@@ -55,7 +55,7 @@ import trio
 from queen.budget import ByteBudget, Charge
 from queen.cipher import PREFIX, PayloadUnreadable
 from queen.consume import requests
-from queen.consume.errors import AnswersBusy, ConsumeUnavailable, InvalidRequest, NotFound
+from queen.consume.errors import AnswersBusy, InvalidRequest, NotFound
 from queen.consume.looks import PopKey, SharedLooks
 from queen.consume.policy import pop_sizing
 from queen.consume.results import (
@@ -114,12 +114,12 @@ class ConsumeService:
         metrics: Metrics,
         *,
         switches: MaintenanceSwitch,
-        push: PushService | None = None,
+        push: PushService,
         encryption: QueueEncryption | None = None,
         budget: ByteBudget | None = None,
     ) -> None:
         """``push``: the push service whose actors a transaction's pushes take their turn
-        behind (:meth:`transaction` refuses to push without one). ``budget``: the process's
+        behind. ``budget``: the process's
         byte budget (default: one of its own, of ``max_decoding_bytes``)."""
         self.store = store
         self.budget = budget or ByteBudget(settings.max_decoding_bytes)
@@ -418,17 +418,13 @@ class ConsumeService:
         so they keep one writer and their spooled backlog keeps its place: raises
         :class:`queen.push.PartitionsBusy` (nothing applied) when one cannot be written now.
         """
-        keys = [batch.key for push in request.pushes for batch in push.prepared.batches]
-        if keys and self.push is None:
-            raise ConsumeUnavailable("a transaction with pushes needs the push service")
         for push in request.pushes:
             for batch in push.prepared.batches:
                 self.encryption.seal(batch.key.queue, [batch])
-        if self.push is None:
-            outcome = await self.store.transact(request, producer_sub)
-        else:
-            async with self.push.hold(keys):
-                outcome = await self.store.transact(request, producer_sub)
+        outcome = await self.push.write_held(
+            request.push_keys(),
+            lambda turn: self.store.transact(request, producer_sub, turn),
+        )
         self.metrics.transactions += 1
         self.metrics.transactions_failed += not outcome.ok
         results: list[TxAckResult | TxPushResult | None] = [None] * request.size

@@ -6,10 +6,12 @@ take its turn behind them.
   (HTTP renders it in :mod:`queen.http.render`; :meth:`PushAnswer.items` gives one
   :class:`PushedItem` per item to an embedding program).
 - :meth:`PushService.hold` makes the actors of some partitions stand still while another
-  writer (a transaction, a streaming cycle) writes to them, so a partition keeps one writer in
-  this process and its spooled backlog keeps its place. It raises :class:`PartitionsBusy` when
-  a partition cannot be written to the database now. The consume and streams services take
-  their writes through it; nothing else of theirs writes to a partition.
+  writer (a transaction, a streaming cycle, a dead letter retry) writes to them, so a
+  partition keeps one writer in this process and its spooled backlog keeps its place. It
+  yields a :class:`queen.primitives.Turn`, which the store methods that write partitions
+  around the actors require, so no such write can be made without the hold. It raises
+  :class:`PartitionsBusy` when a partition cannot be written to the database now.
+  :meth:`PushService.write_held` is the hold-then-write sequence every such writer uses.
 - Shutdown: :meth:`close` refuses new work (:class:`BrokerClosed`), :meth:`drain` waits for the
   pushes and holds in flight.
 """
@@ -17,9 +19,9 @@ take its turn behind them.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -28,7 +30,11 @@ from queen.actors.supervisor import Supervisor
 from queen.intake import PartitionBatch, PreparedPush, prepare_push
 from queen.metrics import Metrics
 from queen.model import PartitionKey, Status
-from queen.primitives import Fence, Reply, ReplyGroup, Route
+from queen.primitives import Fence, Reply, ReplyGroup, Route, Turn
+
+T = TypeVar("T")
+
+_grant_turn = Turn.granter()  # the push service alone makes turns
 
 
 class BrokerClosed(RuntimeError):
@@ -153,10 +159,20 @@ class PushService:
         m.push_items_queued += queued
         return PushAnswer(prepared.count, tuple(zip(prepared.batches, outcomes, strict=True)))
 
+    async def write_held(
+        self, keys: Iterable[PartitionKey], write: Callable[[Turn], Awaitable[T]]
+    ) -> T:
+        """Hold the actors of ``keys`` (:meth:`hold`) and make ``write`` with the turn: the
+        one sequence of every write of partitions around their actors. Raises what
+        :meth:`hold` raises, then what ``write`` raises."""
+        async with self.hold(keys) as turn:
+            return await write(turn)
+
     @contextlib.asynccontextmanager
-    async def hold(self, keys: Sequence[PartitionKey]) -> AsyncIterator[None]:
+    async def hold(self, keys: Iterable[PartitionKey]) -> AsyncIterator[Turn]:
         """Make the actors of ``keys`` stand still until the block ends, so the block's write
-        to those partitions takes its turn behind theirs. The actors are fenced one after
+        to those partitions takes its turn behind theirs; yields the :class:`Turn` the store
+        asks of that write (void once the block ends). The actors are fenced one after
         another in key order (every holder takes them in the same order, so two never wait
         for each other) and released on the way out, whatever happened. Raises
         :class:`PartitionsBusy` (nothing held any more) when a partition cannot be written to
@@ -164,9 +180,11 @@ class PushService:
         if self._closing:
             raise BrokerClosed("broker is shutting down")
         fences: list[Fence] = []
+        held = sorted(set(keys))
+        turn: Turn | None = None
         self._begin()
         try:
-            for key in sorted(set(keys)):
+            for key in held:
                 fence = Fence()
                 fences.append(fence)
                 await self.supervisor.submit(key, fence)
@@ -183,8 +201,11 @@ class PushService:
                     raise PartitionsBusy(
                         f"{why} ({key.queue}/{key.partition}); nothing was applied, retry later"
                     )
-            yield
+            turn = _grant_turn(held)
+            yield turn
         finally:
+            if turn is not None:
+                turn.end()
             for fence in fences:
                 fence.released.set()
             self._end()

@@ -12,6 +12,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from queen.model import PartitionKey
+from queen.primitives import Turn, require_turn
 from queen.storage.pool import ConnectionPool
 
 Row = dict[str, Any]
@@ -215,10 +217,15 @@ class PgAdminStore:
         rows = await self._rows("SELECT coalesce(max(id), 0) AS id FROM queen.dlq")
         return int(rows[0]["id"])
 
-    async def retry_dead_letters(self, ids: list[int]) -> list[Row]:
-        """Deliver those dead letters again (one row per copy appended: ``partition_id``,
-        ``transaction_id``, ``consumer_group``, ``msg_offset``). The caller holds the
-        partitions' actors."""
+    async def retry_dead_letters(self, targets: list[Row], turn: Turn) -> list[Row]:
+        """Deliver those dead letters again (``targets``: rows of
+        :meth:`dead_letter_targets`; one row per copy appended: ``partition_id``,
+        ``transaction_id``, ``consumer_group``, ``msg_offset``). ``turn``: the push service's
+        hold of their partitions (raises :class:`queen.primitives.NoTurn`, nothing sent,
+        without it)."""
+        keys = {PartitionKey(t["queue_name"], t["partition_name"]) for t in targets}
+        require_turn(turn, keys, "a dead letter retry")
+        ids = [int(t["id"]) for t in targets]
         return await self._rows("SELECT * FROM queen.admin_retry_dead_letters(%s)", (ids,))
 
     async def dead_letter_message(

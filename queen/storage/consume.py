@@ -23,6 +23,7 @@ from psycopg import errors as pg_errors
 
 from queen.errors import StoreDeadlock
 from queen.model import PartitionKey, first_wins
+from queen.primitives import Turn, require_turn
 from queen.records import (
     AckItem,
     AckResult,
@@ -157,7 +158,7 @@ class ConsumeStore(Protocol):
     ) -> tuple[int, datetime | None, str]: ...
 
     async def transact(
-        self, request: TransactionRequest, producer_sub: str | None
+        self, request: TransactionRequest, producer_sub: str | None, turn: Turn
     ) -> TransactOutcome: ...
 
     async def dlq_page(self, query: DlqQuery) -> tuple[int, list[DlqEntry]]: ...
@@ -297,9 +298,12 @@ class PgConsumeStore:
         return await self.pool.run(_retrying(call))
 
     async def transact(
-        self, request: TransactionRequest, producer_sub: str | None
+        self, request: TransactionRequest, producer_sub: str | None, turn: Turn
     ) -> TransactOutcome:
-        """Apply the acks and pushes of one transaction atomically (``queen.transact``)."""
+        """Apply the acks and pushes of one transaction atomically (``queen.transact``).
+        ``turn``: the push service's hold of the pushed partitions (raises
+        :class:`queen.primitives.NoTurn`, nothing sent, without it)."""
+        require_turn(turn, request.push_keys(), "a transaction")
         frames, push_params = _push_arrays(request, producer_sub)
         items = [a.item for a in request.acks]
         params = (request.required_leases, *_ack_arrays(items), *push_params)

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 
+from queen.primitives import Turn, require_turn
 from queen.records import (
     CycleRequest,
     RegisterRequest,
@@ -85,8 +86,13 @@ class PgStreamsStore:
         query_id, fresh, reset, conflict = await self.pool.run(_retrying(call))
         return Registered(str(query_id), bool(fresh), bool(reset), bool(conflict))
 
-    async def cycle(self, request: CycleRequest, producer_sub: str | None) -> CycleOutcome:
-        """Apply one cycle atomically (``queen_streams.cycle``)."""
+    async def cycle(
+        self, request: CycleRequest, producer_sub: str | None, turn: Turn
+    ) -> CycleOutcome:
+        """Apply one cycle atomically (``queen_streams.cycle``). ``turn``: the push service's
+        hold of the sink partitions (raises :class:`queen.primitives.NoTurn`, nothing sent,
+        without it)."""
+        require_turn(turn, request.push_keys(), "a streaming cycle")
         frames: list[PushedFrame] = []
         push_cols: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
         if request.push is not None:

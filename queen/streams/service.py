@@ -11,7 +11,6 @@ its source queue when the lease was released).
 
 from __future__ import annotations
 
-from queen.consume.errors import ConsumeUnavailable
 from queen.consume.results import TxPushResult
 from queen.consume.service import ConsumeService
 from queen.records import CycleRequest, RegisterRequest, StateEntry, StateQuery
@@ -62,18 +61,12 @@ class StreamsService:
         ``success`` False with nothing applied; an unknown query raises
         :class:`UnknownQuery`. Its sink partitions are held for the write (raises
         :class:`queen.push.PartitionsBusy`, nothing applied, when one cannot be written now)."""
-        keys = [batch.key for batch in request.push.batches] if request.push is not None else []
-        push = self.consume.push
-        if keys and push is None:
-            raise ConsumeUnavailable("a cycle with sink pushes needs the push service")
         if request.push is not None:
             for batch in request.push.batches:
                 self.consume.encryption.seal(batch.key.queue, [batch])
-        if push is None:
-            outcome = await self.store.cycle(request, producer_sub)
-        else:
-            async with push.hold(keys):
-                outcome = await self.store.cycle(request, producer_sub)
+        outcome = await self.consume.push.write_held(
+            request.push_keys(), lambda turn: self.store.cycle(request, producer_sub, turn)
+        )
         metrics = self.consume.metrics
         metrics.streams_cycles += 1
         if not outcome.ok and outcome.reason == "query":
