@@ -25,7 +25,7 @@ from queen.admin.service import AdminService
 from queen.budget import ByteBudget
 from queen.consume import requests
 from queen.consume.errors import ConsumeUnavailable, InvalidRequest
-from queen.consume.options import checked_options, parse_options
+from queen.consume.options import parse_options
 from queen.consume.policy import subscription_of
 from queen.consume.results import (
     AckResult,
@@ -161,16 +161,14 @@ class Broker:
         :class:`queen.records.QueueOptions`, or the route's camelCase option names, whose
         missing options go back to their defaults)."""
         return await self.consume.configure(
-            _required_name(queue, "queue"),
-            requests.name(namespace, "namespace", required=False) or "",
-            requests.name(task, "task", required=False) or "",
-            checked_options(options)
-            if isinstance(options, QueueOptions)
-            else parse_options(options),
+            queue,
+            namespace,
+            task,
+            options if isinstance(options, QueueOptions) else parse_options(options),
         )
 
     async def delete_queue(self, queue: str) -> QueueDeleted:
-        return await self.consume.delete_queue(_required_name(queue, "queue"))
+        return await self.consume.delete_queue(queue)
 
     async def pop(
         self,
@@ -216,7 +214,7 @@ class Broker:
             subscription=subscription,
             autopilot=autopilot,
         )
-        result = await self.consume.pop(requests.checked_pop(request, self.settings.pop_max_batch))
+        result = await self.consume.pop(request)
         result.charge.release()  # the program holds the messages from here
         return result
 
@@ -228,8 +226,7 @@ class Broker:
 
     async def extend_lease(self, lease_id: str, seconds: int | None = None) -> LeaseExtension:
         """Extend a lease by ``seconds`` (default: the queue's lease time)."""
-        checked = requests.count(seconds, "seconds", 1, requests.MAX_LEASE_SECONDS)
-        return await self.consume.extend_lease(requests.lease_id(lease_id), checked)
+        return await self.consume.extend_lease(lease_id, seconds)
 
     async def transaction(
         self,
@@ -283,12 +280,6 @@ class Broker:
 
     async def retention_totals(self) -> dict[str, int]:
         return await self.ops.retention_totals()
-
-
-def _required_name(value: str, what: str) -> str:
-    checked = requests.name(value, what)
-    assert checked is not None
-    return checked
 
 
 def _checked(ack: Message | AckItem) -> AckItem:

@@ -249,8 +249,16 @@ async def test_lease_extension_with_no_body_uses_the_lease_time(
     assert (expired["success"], expired["error"]) == (False, "Lease already expired")
     missing = (await api.post(f"/api/v1/lease/{uuid.uuid4()}/extend"))[1][0]
     assert (missing["success"], missing["error"]) == (False, "Lease not found")
-    assert (await api.post("/api/v1/lease/not-a-uuid/extend"))[0] == 400
+    assert await api.post("/api/v1/lease/not-a-uuid/extend") == (
+        400,
+        {"error": "leaseId must be a UUID"},
+    )
     assert (await api.post(f"/api/v1/lease/{lease}/extend", {"seconds": "x"}))[0] == 400
+    for seconds in (0, 604_801):
+        assert await api.post(f"/api/v1/lease/{lease}/extend", {"seconds": seconds}) == (
+            400,
+            {"error": "seconds must be between 1 and 604800"},
+        )
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,8 @@ from queen.consume.requests import (
     ack_batch,
     ack_item,
     checked_ack,
+    checked_lease_seconds,
+    checked_pop,
     dlq_query,
     enabled_flag,
     lease_seconds,
@@ -155,7 +157,6 @@ def test_pop_parameters_as_the_client_sends_them() -> None:
             "autopilot": "true",
         },
         queue="q",
-        max_batch=1000,
     )
     assert (request.queue, request.batch, request.partitions) == ("q", 10, 4)
     assert (request.wait, request.timeout_ms, request.auto_ack, request.autopilot) == (
@@ -169,11 +170,11 @@ def test_pop_parameters_as_the_client_sends_them() -> None:
 
 
 def test_pop_defaults_are_queue_mode_no_wait_and_broker_sizing() -> None:
-    request = pop_request({}, queue="q", max_batch=1000)
+    request = pop_request({}, queue="q")
     assert request.consumer_group == QUEUE_MODE
     assert (request.batch, request.partitions, request.wait) == (None, None, False)
     assert request.timeout_ms == 30000
-    assert pop_request({"consumerGroup": ""}, queue="q", max_batch=9).consumer_group == QUEUE_MODE
+    assert pop_request({"consumerGroup": ""}, queue="q").consumer_group == QUEUE_MODE
 
 
 @pytest.mark.parametrize(
@@ -190,14 +191,15 @@ def test_pop_defaults_are_queue_mode_no_wait_and_broker_sizing() -> None:
     ],
 )
 def test_bad_pop_parameters_are_refused(args: dict[str, str], message: str) -> None:
+    """By the route's reading (types) or by the rules the consume service applies."""
     with pytest.raises(InvalidRequest, match=message):
-        pop_request(args, queue="q", max_batch=50)
+        checked_pop(pop_request(args, queue="q"), max_batch=50)
 
 
 def test_a_filtered_pop_needs_a_namespace_or_a_task() -> None:
     with pytest.raises(InvalidRequest, match="namespace or a task"):
-        pop_request({}, queue=None, max_batch=50)
-    assert pop_request({"task": "t"}, queue=None, max_batch=50).task == "t"
+        checked_pop(pop_request({}, queue=None), max_batch=50)
+    assert checked_pop(pop_request({"task": "t"}, queue=None), max_batch=50).task == "t"
 
 
 # --- acks and transactions ------------------------------------------------------------------
@@ -358,8 +360,10 @@ def test_bad_transactions_are_refused(body: object, message: str) -> None:
 def test_small_admin_bodies() -> None:
     assert lease_seconds(None) is None
     assert lease_seconds({"seconds": 30}) == 30
-    with pytest.raises(InvalidRequest, match="seconds must be"):
-        lease_seconds({"seconds": 0})
+    with pytest.raises(InvalidRequest, match="seconds must be an integer"):
+        lease_seconds({"seconds": "soon"})
+    with pytest.raises(InvalidRequest, match="seconds must be between 1 and 604800"):
+        checked_lease_seconds(lease_seconds({"seconds": 0}))
     assert subscription_timestamp({"subscriptionTimestamp": "2024-01-01T00:00:00Z"}).year == 2024
     with pytest.raises(InvalidRequest, match="subscriptionTimestamp is required"):
         subscription_timestamp({})

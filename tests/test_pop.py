@@ -348,6 +348,8 @@ async def test_embedding_api_pops_and_acks(broker: Broker, queue: str) -> None:
     ("query", "message"),
     [
         ("batch=0", "batch must be between 1 and 10000"),
+        ("batch=10001", "batch must be between 1 and 10000"),
+        ("timeout=3600001", "timeout must be between 0 and 3600000"),
         ("batch=lots", "batch must be an integer"),
         ("wait=sometimes", "wait must be true or false"),
         ("timeout=-5", "timeout must be between"),

@@ -2,6 +2,9 @@
 
 Pure functions, no I/O. The HTTP routes and the embedding API both build their requests here,
 so both refuse the same input with the same messages (:class:`InvalidRequest`, HTTP 400).
+The rules of a pop (:func:`checked_pop`), of a queue's configuration, of a queue name to
+delete and of a lease extension are applied by the consume service itself, whoever calls it;
+the readers here (:func:`pop_request`, :func:`lease_seconds`) only read the wire's types.
 """
 
 from __future__ import annotations
@@ -102,19 +105,16 @@ def count(value: str | int | None, what: str, lowest: int, highest: int) -> int 
 
 
 def pop_request(
-    args: Mapping[str, Any],
-    *,
-    queue: str | None,
-    partition: str | None = None,
-    max_batch: int,
+    args: Mapping[str, Any], *, queue: str | None, partition: str | None = None
 ) -> PopRequest:
-    """Read the query parameters of a pop route (then the rules of :func:`checked_pop`)."""
+    """Read the query parameters of a pop route: their types only (the rules are
+    :func:`checked_pop`'s, which the consume service applies)."""
     try:
         subscription = subscription_of(args.get("subscriptionMode"), args.get("subscriptionFrom"))
     except ValueError:
         raise InvalidRequest("subscriptionFrom must be 'now' or an ISO-8601 timestamp") from None
     timeout = count(args.get("timeout"), "timeout", -_MAX_BIGINT, _MAX_BIGINT)
-    request = PopRequest(
+    return PopRequest(
         queue=queue,
         partition=partition,
         namespace=args.get("namespace") or "",
@@ -128,12 +128,11 @@ def pop_request(
         subscription=subscription,
         autopilot=flag(args.get("autopilot"), "autopilot", False),
     )
-    return checked_pop(request, max_batch)
 
 
 def checked_pop(request: PopRequest, max_batch: int) -> PopRequest:
-    """The rules of a pop on a typed request (the embedding API's, or one a route read):
-    names, a queue or a namespace/task, the ranges of batch, partitions and timeout."""
+    """The rules of a pop on a typed request (whoever made it): names, a queue or a
+    namespace/task, the ranges of batch, partitions and timeout."""
     queue = name(request.queue, "queue", required=False)
     namespace = name(request.namespace, "namespace", required=False) or ""
     task = name(request.task, "task", required=False) or ""
@@ -326,12 +325,18 @@ def dlq_query(args: Mapping[str, Any]) -> DlqQuery:
 
 
 def lease_seconds(body: Any) -> int | None:
-    """The optional ``{"seconds": n}`` of a lease extension (an empty body is fine)."""
+    """The optional ``{"seconds": n}`` of a lease extension (an empty body is fine); its
+    range is :func:`checked_lease_seconds`'s."""
     if body is None or body == {}:
         return None
     if type(body) is not dict:
         raise InvalidRequest("body must be a JSON object or empty")
-    return count(body.get("seconds"), "seconds", 1, MAX_LEASE_SECONDS)
+    return count(body.get("seconds"), "seconds", -_MAX_BIGINT, _MAX_BIGINT)
+
+
+def checked_lease_seconds(seconds: int | None) -> int | None:
+    """How long a lease extension is: none (the queue's lease time), or 1 s to a week."""
+    return count(seconds, "seconds", 1, MAX_LEASE_SECONDS)
 
 
 def lease_id(value: Any) -> str:

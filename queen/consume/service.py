@@ -57,6 +57,7 @@ from queen.cipher import PREFIX, PayloadUnreadable
 from queen.consume import requests
 from queen.consume.errors import AnswersBusy, InvalidRequest, NotFound
 from queen.consume.looks import PopKey, SharedLooks
+from queen.consume.options import checked_options
 from queen.consume.policy import pop_sizing
 from queen.consume.results import (
     AckResult,
@@ -161,8 +162,18 @@ class ConsumeService:
     # --- queues ------------------------------------------------------------------------------
 
     async def configure(
-        self, queue: str, namespace: str, task: str, options: QueueOptions
+        self,
+        queue: str,
+        namespace: str | None = None,
+        task: str | None = None,
+        options: QueueOptions | None = None,
     ) -> QueueConfigured:
+        """Create or reconfigure ``queue`` (``options`` None: every option's default). Raises
+        :class:`InvalidRequest` for a bad name or option; nothing is changed then."""
+        queue = _name(queue, "queue")
+        namespace = requests.name(namespace, "namespace", required=False) or ""
+        task = requests.name(task, "task", required=False) or ""
+        options = checked_options(QueueOptions() if options is None else options)
         queue_id, partition_id = await self.store.configure(queue, namespace, task, options)
         self.encryption.configured(queue, options.encryption_enabled)
         warning = None
@@ -174,6 +185,9 @@ class ConsumeService:
         return QueueConfigured(queue_id, partition_id, queue, namespace, task, options, warning)
 
     async def delete_queue(self, queue: str) -> QueueDeleted:
+        """Delete ``queue`` and everything of it. Raises :class:`InvalidRequest` for a bad
+        name."""
+        queue = _name(queue, "queue")
         existed = await self.store.delete_queue(queue)
         self.encryption.deleted(queue)
         return QueueDeleted(queue, existed)
@@ -185,8 +199,12 @@ class ConsumeService:
         ``timeout_ms``. An empty result means "nothing to deliver" (also in maintenance).
 
         The caller releases the result's :attr:`~PopResult.charge` once the answer is sent.
-        Raises :class:`AnswersBusy` (nothing leased) when the byte budget stays full."""
+        Raises :class:`InvalidRequest` for a request that breaks a rule
+        (:func:`queen.consume.requests.checked_pop`: names, ``pop_max_batch``, the ranges of
+        partitions and timeout), :class:`AnswersBusy` (nothing leased) when the byte budget
+        stays full."""
         s = self.settings
+        request = requests.checked_pop(request, s.pop_max_batch)
         sizing = pop_sizing(
             request.batch,
             request.partitions,
@@ -403,7 +421,11 @@ class ConsumeService:
         self.wakeups.fire({o.queue for o in outcomes if o.lease_released and o.queue})
         return outcomes
 
-    async def extend_lease(self, lease_id: str, seconds: int | None) -> LeaseExtension:
+    async def extend_lease(self, lease_id: str, seconds: int | None = None) -> LeaseExtension:
+        """Extend the lease by ``seconds`` (None: the queue's lease time). Raises
+        :class:`InvalidRequest` for a lease id that is not a UUID or seconds out of range."""
+        lease_id = requests.lease_id(lease_id)
+        seconds = requests.checked_lease_seconds(seconds)
         renewed, expires_at, state = await self.store.extend_lease(lease_id, seconds)
         return LeaseExtension(lease_id, state, renewed, expires_at)
 

@@ -31,22 +31,15 @@ async def configure() -> Response:
     queue = body.get("queue")
     if type(queue) is not str or not queue:
         raise InvalidRequest("queue is required")
-    checked = requests.name(queue, "queue")
-    assert checked is not None
     answer = await _broker().consume.configure(
-        checked,
-        requests.name(body.get("namespace"), "namespace", required=False) or "",
-        requests.name(body.get("task"), "task", required=False) or "",
-        parse_options(body.get("options")),
+        queue, body.get("namespace"), body.get("task"), parse_options(body.get("options"))
     )
     return json_response(render.configured(answer))
 
 
 @blueprint.delete("/api/v1/resources/queues/<path:queue>")
 async def delete_queue(queue: str) -> Response:
-    checked = requests.name(queue, "queue")
-    assert checked is not None
-    return json_response(render.queue_deleted(await _broker().consume.delete_queue(checked)))
+    return json_response(render.queue_deleted(await _broker().consume.delete_queue(queue)))
 
 
 @blueprint.get("/api/v1/dlq")

@@ -51,12 +51,7 @@ async def _pop(pop: PopRequest) -> Response:
 
 
 def _pop_request(queue: str | None, partition: str | None = None) -> PopRequest:
-    return requests.pop_request(
-        request.args,
-        queue=queue,
-        partition=partition,
-        max_batch=_broker().settings.pop_max_batch,
-    )
+    return requests.pop_request(request.args, queue=queue, partition=partition)
 
 
 @blueprint.get("/api/v1/pop/queue/<queue:queue>")
@@ -90,7 +85,7 @@ async def ack_batch() -> Response:
 @blueprint.post("/api/v1/lease/<lease>/extend")
 async def extend_lease(lease: str) -> Response:
     seconds = requests.lease_seconds(await json_body(allow_empty=True))
-    answer = await _broker().consume.extend_lease(requests.lease_id(lease), seconds)
+    answer = await _broker().consume.extend_lease(lease, seconds)
     return json_response([render.lease_extension(answer)])
 
 
