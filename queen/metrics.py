@@ -29,7 +29,7 @@ import resource
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -590,3 +590,54 @@ def forget_process(directory: Path, pid: int) -> None:
 def remove_shared_dir(directory: Path) -> None:
     """The service has stopped: its figures go with it."""
     shutil.rmtree(directory, ignore_errors=True)
+
+
+FLOW_SPAN_S = 3600
+"""How long :class:`QueueFlow` keeps its minutes."""
+
+
+@dataclass(slots=True)
+class Flow:
+    """Messages popped from one queue in one minute, and how long they had waited."""
+
+    pops: int = 0
+    lag_sum_s: float = 0.0
+    lag_max_s: float = 0.0
+
+
+class QueueFlow:
+    """Per queue and per minute of the last hour, what this process's pops delivered and how
+    long those messages had waited (pop time less creation): the per-queue lag series. Kept
+    in memory by the one Trio thread, as the counters are."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.minutes: dict[tuple[int, str], Flow] = {}
+
+    def popped(self, queue: str, lags_s: Iterable[float]) -> None:
+        now = self.clock()
+        minute = int(now // 60) * 60
+        flow = self.minutes.get((minute, queue))
+        if flow is None:
+            horizon = minute - FLOW_SPAN_S
+            for key in [k for k in self.minutes if k[0] < horizon]:
+                del self.minutes[key]
+            flow = self.minutes[(minute, queue)] = Flow()
+        for lag in lags_s:
+            flow.pops += 1
+            flow.lag_sum_s += lag
+            flow.lag_max_s = max(flow.lag_max_s, lag)
+
+    def rows(
+        self, since: float, until: float, queue: str | None = None
+    ) -> list[tuple[int, str, Flow]]:
+        """(minute start, queue, flow) of the minutes starting from ``since`` to ``until``,
+        oldest first."""
+        return sorted(
+            (
+                (minute, name, flow)
+                for (minute, name), flow in self.minutes.items()
+                if since - 60 < minute <= until and (queue is None or name == queue)
+            ),
+            key=lambda row: (row[0], row[1]),
+        )

@@ -221,3 +221,71 @@ async def test_lagging_answers_one_row_per_group_and_partition(client: Any, queu
     }
     far = await (await client.get("/api/v1/consumer-groups/lagging?minLagSeconds=3600")).get_json()
     assert not any(r["consumer_group"] == group for r in far)
+
+
+def _types(value: Any, path: str) -> Any:
+    """The value at a dotted key path ("a.b.0.c") of a JSON answer."""
+    for key in path.split("."):
+        value = value[int(key)] if isinstance(value, list) else value[key]
+    return value
+
+
+async def test_queue_operations_reads_per_queue_lag_and_the_worker_series(
+    client: Any, queue: str
+) -> None:
+    await client.post("/api/v1/stats/refresh")  # a history point before the traffic
+    await _push(client, queue, "p", "a", "b", "c")
+    popped = await _pop(client, f"/api/v1/pop/queue/{queue}?batch=2&wait=false")
+    await _ack(client, popped[0])
+    await client.post("/api/v1/stats/refresh")
+    window = "from=2020-01-01T00:00:00.000Z&to=2100-01-01T00:00:00.000Z"
+    # the app iterates the answer itself: [{bucketTime, queueName, avgLagMs, maxLagMs, popCount}]
+    lag = await (await client.get(f"/api/v1/analytics/queue-lag?{window}&queue={queue}")).get_json()
+    assert isinstance(lag, list)
+    [row] = lag
+    assert row["queueName"] == queue and row["popCount"] == 2
+    assert isinstance(row["bucketTime"], str) and row["bucketTime"].endswith("Z")
+    assert 0 < row["avgLagMs"] <= row["maxLagMs"] < 60_000
+    ops = await (await client.get(f"/api/v1/analytics/queue-ops?{window}&queue={queue}")).get_json()
+    assert ops["queues"] == [queue] and isinstance(ops["bucketMinutes"], int)
+    [op] = ops["series"]
+    assert op["queueName"] == queue and op["bucket"] == row["bucketTime"]
+    assert op["popMessages"] == 2 and op["avgLagMs"] == row["avgLagMs"]
+    assert {"pushMessages", "ackSuccess", "parkedCount", "popEmpty"} <= set(op)
+    parked = await client.get(f"/api/v1/analytics/queue-parked-replicas?{window}")
+    assert parked.status_code == 200
+    assert await parked.get_json() | {"timeRange": None} == {
+        "timeRange": None,
+        "bucketMinutes": 1,
+        "series": [],
+        "replicas": [],
+    }
+    worker = await (await client.get(f"/api/v1/analytics/worker-metrics?{window}")).get_json()
+    assert worker["bucketMinutes"] > 0 and worker["pointCount"] >= 1
+    series = worker["timeSeries"]
+    stamps = [p["timestamp"] for p in series]
+    assert stamps == sorted(stamps, reverse=True)  # newest first; the app reverses it
+    keys = {
+        "pushPerSecond": float,
+        "popPerSecond": float,
+        "ackPerSecond": float,
+        "avgLagMs": (float, type(None)),
+        "maxLagMs": (float, type(None)),
+        "avgEventLoopLagMs": int,
+        "maxEventLoopLagMs": int,
+        "avgJobQueueSize": int,
+        "maxJobQueueSize": int,
+        "dbErrors": int,
+        "ackFailed": int,
+        "dlqCount": int,
+    }
+    for point in series:
+        for key, kind in keys.items():
+            assert isinstance(point[key], kind), (key, point[key])
+    # the refresh after the traffic closed an interval holding it (or the loop sampled between)
+    assert sum(p["popMessages"] for p in series[:2]) >= 2
+    assert sum(p["ackSuccess"] for p in series[:2]) >= 1
+    [me] = worker["workers"]
+    assert set(me) >= {"hostname", "workerId", "freeSlots", "dbConnections", "lastSeen"}
+    assert worker["summary"]["totalPopMessages"] >= 2
+    assert worker["summary"]["totalAckMessages"] >= 1

@@ -82,6 +82,9 @@ class History:
             def rate(name: str, s: float = span) -> float:
                 return round(delta(name) / s, 2)
 
+            def cpu_share(name: str, s: float = span) -> float:
+                return round(delta(name) / 1e4 / s, 2)  # microseconds per second, in percent
+
             out.append(
                 RatePoint(
                     at=datetime.fromtimestamp(after.at, UTC),
@@ -99,6 +102,9 @@ class History:
                     rss_bytes=after.rss_bytes,
                     popped=delta("pop_messages"),
                     average_lag_ms=_average_ms(before, after),
+                    deltas={name: delta(name) for name in after.counters},
+                    cpu_user_percent=cpu_share("cpu_user_microseconds"),
+                    cpu_system_percent=cpu_share("cpu_system_microseconds"),
                 )
             )
         return out

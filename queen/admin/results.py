@@ -12,7 +12,7 @@ a shown payload :class:`queen.admin.payloads.Shown`, a page :class:`queen.admin.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -87,6 +87,10 @@ class RatePoint:
     rss_bytes: int  # at the end of the interval
     popped: int = 0
     average_lag_ms: float | None = None
+    # what each counter of the service went up by in the interval
+    deltas: dict[str, int] = field(default_factory=dict)
+    cpu_user_percent: float = 0.0
+    cpu_system_percent: float = 0.0
 
 
 # --- queues ------------------------------------------------------------------------------------
@@ -269,6 +273,9 @@ class ProcessSeries:
     interval: str
     process_id: int
     points: list[RatePoint]
+    step_s: float = 10.0
+    counters: dict[str, float] = field(default_factory=dict)
+    hostname: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,3 +553,24 @@ class GroupOnQueue:
 def age_s(moment: datetime | None, now: datetime) -> float:
     """Seconds from ``moment`` to ``now``, to the millisecond; 0 for none (or the future)."""
     return 0.0 if moment is None else round(max(0.0, (now - moment).total_seconds()), 3)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLagPoint:
+    """One minute of one queue: the messages this process popped from it and how long they
+    had waited (milliseconds)."""
+
+    minute: datetime
+    queue: str
+    pops: int
+    average_lag_ms: float
+    max_lag_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFlowSeries:
+    """``GET /api/v1/analytics/queue-lag`` and ``/queue-ops``: per queue and minute over the
+    window."""
+
+    window: TimeRange
+    points: list[QueueLagPoint]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -34,7 +35,6 @@ from queen.admin.results import (
     Depth,
     Grouping,
     Groupings,
-    GroupPage,
     GroupView,
     MessageCounts,
     MessageDeletion,
@@ -48,7 +48,9 @@ from queen.admin.results import (
     ProcessSeries,
     ProcessState,
     QueueFigures,
+    QueueFlowSeries,
     QueueGauges,
+    QueueLagPoint,
     QueuePage,
     QueueResources,
     QueueStatus,
@@ -361,6 +363,9 @@ class AdminService:
             interval=args.get("interval") or "10s",
             process_id=os.getpid(),
             points=self._throughput(since),
+            step_s=self.history.step_s,
+            counters=self.figures.read().counters,
+            hostname=socket.gethostname(),
         )
 
     async def analytics(self, args: Mapping[str, Any]) -> ProcessSeries:
@@ -373,15 +378,31 @@ class AdminService:
         window."""
         return self._series(args)
 
-    async def queue_lag(self, args: Mapping[str, Any]) -> GroupPage:
-        """``GET /api/v1/analytics/queue-lag``: per (group, queue), messages behind and the age
-        of the oldest of them, now."""
-        page = params.page(args)
-        return GroupPage(await self.consumer_groups.standings(args, page=page), page)
+    async def worker_metrics(self, args: Mapping[str, Any]) -> ProcessSeries:
+        """``GET /api/v1/analytics/worker-metrics``: the service's history over the window
+        with its counter totals."""
+        return self._series(args)
 
-    async def queue_ops(self, args: Mapping[str, Any]) -> QueuePage:
-        """``GET /api/v1/analytics/queue-ops``: per queue, depth and flow figures now."""
-        return await self.queues(args)
+    async def queue_flow(self, args: Mapping[str, Any]) -> QueueFlowSeries:
+        """``GET /api/v1/analytics/queue-lag`` and ``/queue-ops``: per queue and minute of the
+        window (filter ``queue``), what this process popped and how long it had waited."""
+        since, until = params.window(args, default=timedelta(hours=1))
+        queue = params.optional_name(args, "queue")
+        flow = None if self._consume is None else self._consume.flow
+        rows = [] if flow is None else flow.rows(since.timestamp(), until.timestamp(), queue)
+        return QueueFlowSeries(
+            TimeRange(since, until),
+            [
+                QueueLagPoint(
+                    minute=datetime.fromtimestamp(minute, UTC),
+                    queue=name,
+                    pops=flow.pops,
+                    average_lag_ms=round(1000 * flow.lag_sum_s / flow.pops, 1) if flow.pops else 0,
+                    max_lag_ms=round(1000 * flow.lag_max_s, 1),
+                )
+                for minute, name, flow in rows
+            ],
+        )
 
     async def retention(self) -> RetentionFigures:
         counters = self.metrics.snapshot()

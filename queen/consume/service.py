@@ -83,7 +83,7 @@ from queen.errors import StoreError
 from queen.ids import millis_of, mint_id
 from queen.intake import decode_json
 from queen.maintenance import MaintenanceSwitch
-from queen.metrics import Metrics
+from queen.metrics import Metrics, QueueFlow
 from queen.push import PushService
 from queen.records import (
     AckItem,
@@ -129,6 +129,7 @@ class ConsumeService:
         self.encryption = encryption or QueueEncryption(None, None, refresh_s=1.0)
         self.settings = settings
         self.metrics = metrics
+        self.flow = QueueFlow()  # per queue and minute: pops and how long they had waited
         self.wakeups = Wakeups()
         self.switches = switches
         self.traces = Traces(store.trace_store(), self.encryption)
@@ -252,7 +253,17 @@ class ConsumeService:
                         charge.release()
                         raise
                     self.metrics.pop_messages += len(delivered)
-                    self.metrics.pop_lag_seconds += _lag_s(delivered)
+                    lags = _lags_s(delivered)
+                    self.metrics.pop_lag_seconds += sum(lags)
+                    for queue in {d.queue for d in delivered}:
+                        self.flow.popped(
+                            queue,
+                            (
+                                lag
+                                for d, lag in zip(delivered, lags, strict=True)
+                                if d.queue == queue
+                            ),
+                        )
                     result.delivered = delivered
                     result.lease_id = lease_id
                     result.lease_expires_at = expires_at
@@ -542,11 +553,11 @@ class ConsumeService:
         return PopMaintenance(enabled)
 
 
-def _lag_s(delivered: list[Delivered]) -> float:
-    """How long the delivered messages waited, summed: pop time less each message's creation
-    time (carried by its id); a message created "later" (another host's clock) counts 0."""
+def _lags_s(delivered: list[Delivered]) -> list[float]:
+    """How long each delivered message waited: pop time less its creation time (carried by
+    its id); a message created "later" (another host's clock) counts 0."""
     now_ms = time.time() * 1000
-    return sum(max(0.0, now_ms - millis_of(d.message_id)) for d in delivered) / 1000
+    return [max(0.0, now_ms - millis_of(d.message_id)) / 1000 for d in delivered]
 
 
 def _name(value: Any, what: str) -> str:

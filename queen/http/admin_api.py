@@ -173,7 +173,7 @@ async def status_analytics() -> Response:
 
 @blueprint.get("/api/v1/analytics/worker-metrics")
 async def worker_metrics() -> Response:
-    return json_response(render.analytics(await admin().analytics(request.args)))
+    return json_response(render.worker_metrics(await admin().worker_metrics(request.args)))
 
 
 @blueprint.get("/api/v1/analytics/system-metrics")
@@ -183,12 +183,17 @@ async def system_metrics() -> Response:
 
 @blueprint.get("/api/v1/analytics/queue-lag")
 async def queue_lag() -> Response:
-    return json_response(render.queue_lag(await admin().queue_lag(request.args)))
+    return json_response(render.queue_lag(await admin().queue_flow(request.args)))
 
 
 @blueprint.get("/api/v1/analytics/queue-ops")
 async def queue_ops() -> Response:
-    return json_response(render.queue_ops(await admin().queue_ops(request.args)))
+    return json_response(render.queue_ops(await admin().queue_flow(request.args)))
+
+
+@blueprint.get("/api/v1/analytics/queue-parked-replicas")
+async def queue_parked_replicas() -> Response:
+    return json_response(render.parked_replicas(await admin().queue_flow(request.args)))
 
 
 @blueprint.get("/api/v1/analytics/retention")

@@ -20,7 +20,6 @@ from queen.admin.results import (
     Depth,
     Groupings,
     GroupOnQueue,
-    GroupPage,
     GroupPartition,
     GroupStanding,
     GroupView,
@@ -39,6 +38,7 @@ from queen.admin.results import (
     ProcessState,
     QueueCleared,
     QueueFigures,
+    QueueFlowSeries,
     QueueGauges,
     QueuePage,
     QueueResources,
@@ -116,8 +116,46 @@ def _point(p: RatePoint) -> Json:
 
 
 def _lag_point(p: RatePoint) -> Json:
-    """The original's keys of a status point: messages popped and how long they had waited."""
-    return {"popMessages": p.popped, "avgLagMs": p.average_lag_ms}
+    """The original's keys of a point of ``/status`` and ``/analytics/worker-metrics``: flow,
+    errors and process figures of the interval. The original's event loop, thread pool and
+    per-interval pool figures have no counterpart here: event loop lags are 0, the pool's
+    and the interval's longest wait are null."""
+    d = p.deltas
+    acks, refused = d.get("acks", 0), d.get("acks_refused", 0)
+    return {
+        "popMessages": p.popped,
+        "avgLagMs": p.average_lag_ms,
+        "maxLagMs": None,
+        "lagCount": p.popped,
+        "pushMessages": p.ingested,
+        "ackMessages": acks,
+        "pushRequests": d.get("push_requests", 0),
+        "popRequests": d.get("pop_requests", 0),
+        "ackRequests": d.get("ack_requests", 0),
+        "popEmpty": d.get("pop_empty", 0),
+        "transactions": d.get("transactions", 0),
+        "pushPerSecond": p.rates.ingested_per_s,
+        "ackPerSecond": p.rates.processed_per_s,
+        "dbErrors": d.get("push_transaction_failures", 0),
+        "ackSuccess": acks - refused,
+        "ackFailed": refused,
+        "dlqCount": d.get("acks_dlq", 0),
+        "avgEventLoopLagMs": 0,
+        "maxEventLoopLagMs": 0,
+        "avgFreeSlots": None,
+        "minFreeSlots": None,
+        "dbConnections": None,
+        "avgJobQueueSize": 0,
+        "maxJobQueueSize": 0,
+        "backoffSize": 0,
+        "jobsDone": 0,
+        "queenCpuUserPct": p.cpu_user_percent,
+        "queenCpuSysPct": p.cpu_system_percent,
+        "queenRssMb": round(p.rss_bytes / 2**20, 1),
+        "dbPoolActive": None,
+        "dbPoolIdle": None,
+        "dbPoolSize": None,
+    }
 
 
 # --- queues ------------------------------------------------------------------------------------
@@ -152,9 +190,67 @@ def queue_page(page: QueuePage) -> Json:
     }
 
 
-def queue_ops(page: QueuePage) -> Json:
-    """``GET /api/v1/analytics/queue-ops``."""
-    return {"queues": [_queue(q) for q in page.queues], "pagination": _queue_pagination(page)}
+def queue_lag(s: QueueFlowSeries) -> list[Json]:
+    """``GET /api/v1/analytics/queue-lag``: per queue and minute (newest first), messages
+    popped and how long they had waited."""
+    return [
+        {
+            "bucketTime": _iso(p.minute),
+            "queueName": p.queue,
+            "popCount": p.pops,
+            "avgLagMs": p.average_lag_ms,
+            "maxLagMs": p.max_lag_ms,
+        }
+        for p in sorted(s.points, key=lambda p: (-p.minute.timestamp(), p.queue))
+    ]
+
+
+def queue_ops(s: QueueFlowSeries) -> Json:
+    """``GET /api/v1/analytics/queue-ops``: per queue and minute (oldest first), the pop
+    figures this process keeps per queue; the original's push, ack, transaction, partition and
+    parked figures are not kept per queue here and are null."""
+    series = [
+        {
+            "bucket": _iso(p.minute),
+            "queueName": p.queue,
+            "popMessages": p.pops,
+            "popPerSecond": round(p.pops / 60, 2),
+            "avgLagMs": p.average_lag_ms,
+            "maxLagMs": p.max_lag_ms,
+            **dict.fromkeys(UNKEPT_QUEUE_OPS),
+        }
+        for p in s.points
+    ]
+    return {
+        "timeRange": _window(s.window),
+        "bucketMinutes": 1,
+        "series": series,
+        "queues": sorted({p.queue for p in s.points}),
+    }
+
+
+UNKEPT_QUEUE_OPS = (
+    "pushRequests",
+    "pushMessages",
+    "popEmpty",
+    "ackRequests",
+    "ackSuccess",
+    "ackFailed",
+    "transactions",
+    "partitionsCreated",
+    "partitionsDeleted",
+    "partitionCount",
+    "pushPerSecond",
+    "ackPerSecond",
+    "emptyPerSecond",
+    "parkedCount",
+)
+
+
+def parked_replicas(s: QueueFlowSeries) -> Json:
+    """``GET /api/v1/analytics/queue-parked-replicas``: long polls are not counted per queue
+    and replica here, so the series is empty."""
+    return {"timeRange": _window(s.window), "bucketMinutes": 1, "series": [], "replicas": []}
 
 
 def _partition(p: PartitionFigures) -> Json:
@@ -430,6 +526,49 @@ def analytics(s: ProcessSeries) -> Json:
         "processId": s.process_id,
         "pointCount": len(s.points),
         "throughput": [_point(p) for p in s.points],
+    }
+
+
+def worker_metrics(s: ProcessSeries) -> Json:
+    """``GET /api/v1/analytics/worker-metrics``: the original's ``timeSeries`` (newest first,
+    as the original answers), this process as its one worker, and the service's totals;
+    ``throughput`` (oldest first) is kept beside them."""
+    c = s.counters
+
+    def total(name: str) -> int:
+        return int(c.get(name, 0))
+
+    return {
+        **analytics(s),
+        "bucketMinutes": round(s.step_s / 60, 3),
+        "timeSeries": [_point(p) | _lag_point(p) for p in reversed(s.points)],
+        "workers": [
+            {
+                "hostname": s.hostname,
+                "workerId": s.process_id,
+                "avgEventLoopLagMs": 0,
+                "maxEventLoopLagMs": 0,
+                "freeSlots": None,
+                "dbConnections": None,
+                "jobQueueSize": 0,
+                "backoffSize": 0,
+                "messagesProcessed": total("acks"),
+                "lastSeen": _iso(s.points[-1].at) if s.points else None,
+            }
+        ],
+        "queues": [],
+        "summary": {
+            "totalPushMessages": total("push_items_queued"),
+            "totalPopMessages": total("pop_messages"),
+            "totalAckMessages": total("acks"),
+            "totalPushRequests": total("push_requests"),
+            "totalPopRequests": total("pop_requests"),
+            "totalAckRequests": total("ack_requests"),
+            "totalDbErrors": total("push_transaction_failures"),
+            "totalAckFailed": total("acks_refused"),
+            "totalDlq": total("acks_dlq"),
+            "pendingMessages": total("push_items_queued") - total("pop_messages"),
+        },
     }
 
 
@@ -745,11 +884,6 @@ def lagging(rows: list[LaggingPartition]) -> list[Json]:
             }
         )
     return out
-
-
-def queue_lag(page: GroupPage) -> Json:
-    """``GET /api/v1/analytics/queue-lag``."""
-    return {"lag": group_standings(page.groups), "pagination": _page(page.page)}
 
 
 def _group_partition(p: GroupPartition) -> Json:
