@@ -289,3 +289,30 @@ async def test_queue_operations_reads_per_queue_lag_and_the_worker_series(
     assert set(me) >= {"hostname", "workerId", "freeSlots", "dbConnections", "lastSeen"}
     assert worker["summary"]["totalPopMessages"] >= 2
     assert worker["summary"]["totalAckMessages"] >= 1
+
+
+async def test_retention_answers_a_series_of_what_each_interval_removed(
+    client: Any, broker: Broker
+) -> None:
+    await client.post("/api/v1/stats/refresh")
+    # what a retention pass that removed 3 messages and an eviction of 2 record
+    broker.metrics.retention_passes += 1
+    broker.metrics.retention_messages_removed += 3
+    broker.metrics.eviction_messages_removed += 2
+    await client.post("/api/v1/stats/refresh")
+    body = await (await client.get("/api/v1/analytics/retention")).get_json()
+    newest = body["series"][-1]
+    assert newest["retentionMsgs"] == 3 and newest["evictionMsgs"] == 2
+    assert newest["totalMsgs"] == 5 and newest["completedRetentionMsgs"] == 0
+    assert newest["bucket"].endswith("Z") and newest["eventCount"] == 1
+    totals = body["totals"]
+    assert totals["totalMsgs"] == sum(row["totalMsgs"] for row in body["series"]) >= 5
+    assert set(totals) == {
+        "retentionMsgs",
+        "completedRetentionMsgs",
+        "evictionMsgs",
+        "totalMsgs",
+        "eventCount",
+    }
+    assert isinstance(body["bucketMinutes"], float | int)
+    assert "thisProcess" in body and "allProcesses" in body  # ours, kept beside

@@ -306,6 +306,9 @@ class RetentionFigures:
     all_processes: dict[str, int]
     this_process: dict[str, int]
     interval_s: float
+    # the service's history over the asked window: what each interval removed
+    window: TimeRange | None = None
+    points: list[RatePoint] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -404,7 +404,10 @@ class AdminService:
             ],
         )
 
-    async def retention(self) -> RetentionFigures:
+    async def retention(self, args: Mapping[str, Any] | None = None) -> RetentionFigures:
+        """``GET /api/v1/analytics/retention``: what retention removed, in total and per
+        interval of the service's history over the window."""
+        since, until = params.window(args or {}, default=timedelta(hours=1))
         counters = self.metrics.snapshot()
         try:
             totals = await self.ops.retention_totals()
@@ -414,6 +417,8 @@ class AdminService:
             all_processes=totals,
             this_process={k: counters[k] for k in RETENTION_COUNTERS},
             interval_s=self.settings.retention_interval_s,
+            window=TimeRange(since, until),
+            points=self._throughput(since),
         )
 
     async def postgres(self) -> PostgresStats:

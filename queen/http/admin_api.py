@@ -198,7 +198,7 @@ async def queue_parked_replicas() -> Response:
 
 @blueprint.get("/api/v1/analytics/retention")
 async def retention() -> Response:
-    return json_response(render.retention(await admin().retention()))
+    return json_response(render.retention(await admin().retention(request.args)))
 
 
 @blueprint.get("/api/v1/analytics/postgres-stats")

@@ -584,9 +584,32 @@ def system_metrics(s: ProcessSeries) -> Json:
     }
 
 
-def retention(r: RetentionFigures) -> Json:
-    """``GET /api/v1/analytics/retention``."""
+def _removed(p: RatePoint) -> Json:
+    """What one interval of the history removed, in the original's keys: retention is not
+    told apart by message status here (``completedRetentionMsgs`` is 0)."""
+    d = p.deltas
+    kept = d.get("retention_messages_removed", 0)
+    evicted = d.get("eviction_messages_removed", 0)
     return {
+        "bucket": _iso(p.at),
+        "retentionMsgs": kept,
+        "completedRetentionMsgs": 0,
+        "evictionMsgs": evicted,
+        "totalMsgs": kept + evicted,
+        "eventCount": d.get("retention_passes", 0),
+    }
+
+
+def retention(r: RetentionFigures) -> Json:
+    """``GET /api/v1/analytics/retention``: the original's ``series`` (the history's intervals
+    that removed something, oldest first) and ``totals`` over the window, then ours."""
+    series = [row for row in map(_removed, r.points) if row["totalMsgs"]]
+    keys = ("retentionMsgs", "completedRetentionMsgs", "evictionMsgs", "totalMsgs", "eventCount")
+    return {
+        "timeRange": _window(r.window) if r.window else None,
+        "bucketMinutes": round(r.points[0].span_s / 60, 3) if r.points else 1,
+        "series": series,
+        "totals": {key: sum(row[key] for row in series) for key in keys},
         "allProcesses": r.all_processes,
         "thisProcess": r.this_process,
         "intervalSeconds": r.interval_s,
