@@ -316,3 +316,39 @@ async def test_retention_answers_a_series_of_what_each_interval_removed(
     }
     assert isinstance(body["bucketMinutes"], float | int)
     assert "thisProcess" in body and "allProcesses" in body  # ours, kept beside
+
+
+async def test_queue_detail_lists_every_partition_unless_a_page_is_asked(
+    client: Any, queue: str
+) -> None:
+    items = [
+        {"queue": queue, "partition": f"p{i:03d}", "transactionId": f"t{i}", "payload": {}}
+        for i in range(105)
+    ]
+    assert (await client.post("/api/v1/push", json={"items": items})).status_code == 201
+    detail = await (await client.get(f"/api/v1/status/queues/{queue}")).get_json()
+    assert len(detail["partitions"]) == 105 == detail["partitionCount"]
+    assert detail["totals"]["pending"] == 105
+    paged = await (await client.get(f"/api/v1/status/queues/{queue}?limit=10")).get_json()
+    assert len(paged["partitions"]) == 10
+
+
+async def test_status_counts_every_groups_live_leases(client: Any, queue: str) -> None:
+    before = (await (await client.get("/api/v1/status")).get_json())["leases"]
+    for partition in ("p1", "p2", "p3"):
+        await _push(client, queue, partition, f"{partition}-a", f"{partition}-b")
+    group = f"leases-{queue}"
+    for partition in ("p1", "p2", "p3"):
+        popped = await _pop(
+            client,
+            f"/api/v1/pop/queue/{queue}/partition/{partition}"
+            f"?batch=2&wait=false&consumerGroup={group}",
+        )
+        assert len(popped) == 2
+    await _ack(client, popped[1], group)  # the second first: the lease still holds both
+    after = (await (await client.get("/api/v1/status")).get_json())["leases"]
+    # a group's leases are leases (the queue-mode figure alone said 0)
+    assert after["active"] - before["active"] == 3
+    assert after["partitionsWithLeases"] - before["partitionsWithLeases"] == 3
+    assert after["totalBatchSize"] - before["totalBatchSize"] == 6
+    assert after["totalAcked"] - before["totalAcked"] == 1

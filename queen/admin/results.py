@@ -252,6 +252,17 @@ class Overview:
 
 
 @dataclass(frozen=True, slots=True)
+class Leases:
+    """The leases live now (every group's): how many, on how many partitions, the messages
+    they hand out and how many of those are acknowledged already."""
+
+    active: int = 0
+    partitions: int = 0
+    messages: int = 0
+    acked: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """``GET /api/v1/status``: the service's history over the window, the overview, the
     queues holding messages, the history's step and the service's counter totals."""
@@ -262,6 +273,7 @@ class Status:
     queues: list[QueueSummary]
     step_s: float
     counters: dict[str, float]
+    leases: Leases = field(default_factory=Leases)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,13 +18,14 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import trio
 
 from queen.admin import params
 from queen.admin.actions import AdminActions
-from queen.admin.groups import ConsumerGroups, standing
+from queen.admin.groups import ConsumerGroups, every_row, standing
 from queen.admin.history import History
 from queen.admin.params import Page
 from queen.admin.payloads import decode_payload
@@ -36,6 +37,7 @@ from queen.admin.results import (
     Grouping,
     Groupings,
     GroupView,
+    Leases,
     MessageCounts,
     MessageDeletion,
     MessageDetail,
@@ -193,14 +195,21 @@ class AdminService:
         total = int(rows[0]["full_count"]) if rows else 0
         return QueuePage([self._queue_summary(r, now) for r in rows], total, page)
 
-    async def _figures(self, queue: Row, args: Mapping[str, Any]) -> QueueFigures:
-        """The queue of ``queue`` (its row), one page of its partitions, and its totals."""
+    async def _figures(
+        self, queue: Row, args: Mapping[str, Any], *, every_partition: bool = False
+    ) -> QueueFigures:
+        """The queue of ``queue`` (its row), one page of its partitions (every one of them
+        when ``every_partition`` and no ``limit`` is asked), and its totals."""
         page = params.page(args)
         order = params.partition_order(args)
         queue_id = int(queue["id"])
-        rows = await self.store.partitions(
-            queue_id, limit=page.limit, offset=page.offset, order=order
-        )
+        if every_partition and not args.get("limit") and not args.get("offset"):
+            rows = await every_row(partial(self.store.partitions, queue_id, order=order))
+            page = Page(len(rows), 0)
+        else:
+            rows = await self.store.partitions(
+                queue_id, limit=page.limit, offset=page.offset, order=order
+            )
         dlq = await self.store.dlq_by_partition(queue_id)
         now = datetime.now(UTC)
         partitions = [
@@ -240,12 +249,15 @@ class AdminService:
             return None
         return QueueResources(await self._figures(queue, args), holdings)
 
-    async def queue_status(self, name: str, args: Mapping[str, Any]) -> QueueStatus | None:
-        """``GET /api/v1/status/queues/{q}``: configuration, partitions, totals, groups."""
+    async def queue_status(
+        self, name: str, args: Mapping[str, Any], *, every_partition: bool = False
+    ) -> QueueStatus | None:
+        """``GET /api/v1/status/queues/{q}``: configuration, partitions (every one, as the
+        original answers, when ``every_partition`` and no page is asked), totals, groups."""
         queue = await self.store.queue(name)
         if queue is None:
             return None
-        figures = await self._figures(queue, args)
+        figures = await self._figures(queue, args, every_partition=every_partition)
         groups = await self.store.groups(group=None, queue=name, limit=params.MAX_LIMIT, offset=0)
         now = datetime.now(UTC)
         return QueueStatus(figures, [standing(g, now) for g in groups])
@@ -354,6 +366,16 @@ class AdminService:
             active,
             self.history.step_s,
             self.figures.read().counters,
+            await self._leases(),
+        )
+
+    async def _leases(self) -> Leases:
+        r = await self.store.live_leases()
+        return Leases(
+            active=int(r["active"]),
+            partitions=int(r["partitions"]),
+            messages=int(r["messages"]),
+            acked=int(r["acked"]),
         )
 
     def _series(self, args: Mapping[str, Any]) -> ProcessSeries:

@@ -156,7 +156,9 @@ async def status_queues() -> Response:
 async def status_queue(queue: str) -> Response:
     name = check_name(queue, "queue")
     return _found(
-        await admin().queue_status(name, request.args), render.queue_status, f"queue {name!r}"
+        await admin().queue_status(name, request.args, every_partition=True),
+        render.queue_status,
+        f"queue {name!r}",
     )
 
 

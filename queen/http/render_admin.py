@@ -504,7 +504,14 @@ def status(s: Status) -> Json:
                 "ack": _per(c["acks"], requests["ack"]),
             },
         },
-        "leases": {"active": o.messages.processing},
+        # every group's live leases, as the original counts them
+        "leases": {
+            "active": s.leases.active,
+            "partitionsWithLeases": s.leases.partitions,
+            "totalBatchSize": s.leases.messages,
+            "totalAcked": s.leases.acked,
+            "processingMessages": o.messages.processing,
+        },
         "deadLetterQueue": {
             "total": o.messages.dead_letter,
             "totalMessages": o.messages.dead_letter,

@@ -250,6 +250,19 @@ class PgAdminStore:
         )
         return {str(r["name"]): int(r["n"]) for r in rows}
 
+    async def live_leases(self) -> Row:
+        """The leases live now, every group's (queue mode's too): how many, on how many
+        partitions, the messages they still hold (from the cursor to the lease's end) and how
+        many of those are acknowledged already (out of order)."""
+        rows = await self._rows(
+            """SELECT count(*) AS active, count(DISTINCT partition_id) AS partitions,
+                      coalesce(sum(lease_end - next_offset), 0) AS messages,
+                      coalesce(sum(cardinality(acked)), 0) AS acked
+                 FROM queen.cursors
+                WHERE lease_id IS NOT NULL AND lease_expires_at > now()"""
+        )
+        return rows[0]
+
     async def postgres(self) -> Row:
         """The database server: version, size, connections, transaction and cache figures,
         and the size of the broker's tables."""
