@@ -115,6 +115,7 @@ async def test_consumer_groups_and_lag(client: Any, queue: str) -> None:
     groups = await (await client.get(f"/api/v1/consumer-groups?queue={queue}")).get_json()
     [g] = [g for g in groups if g["name"] == f"g-{queue}"]
     assert g["queueName"] == queue and g["totalLag"] == 3 and g["members"] == 1
+    assert g["partitionsWithLag"] == 1 and g["leasedPartitions"] == 1
     detail = await (await client.get(f"/api/v1/consumer-groups/g-{queue}")).get_json()
     [part] = detail[queue]["partitions"]
     assert part["offsetLag"] == 3 and part["leaseActive"] is True

@@ -352,3 +352,27 @@ async def test_status_counts_every_groups_live_leases(client: Any, queue: str) -
     assert after["partitionsWithLeases"] - before["partitionsWithLeases"] == 3
     assert after["totalBatchSize"] - before["totalBatchSize"] == 6
     assert after["totalAcked"] - before["totalAcked"] == 1
+
+
+async def test_group_members_are_partitions_with_a_cursor_and_lag_counts_lagging_ones(
+    client: Any, queue: str
+) -> None:
+    group = f"members-{queue}"
+    for partition in ("p1", "p2", "p3"):
+        await _push(client, queue, partition, f"{partition}-a")
+    await _push(client, queue, "p1", "p1-b")
+    for partition in ("p1", "p2", "p3"):
+        [message] = await _pop(
+            client,
+            f"/api/v1/pop/queue/{queue}/partition/{partition}"
+            f"?batch=1&wait=false&consumerGroup={group}",
+        )
+        if partition != "p3":
+            await _ack(client, message, group)
+    groups = await (await client.get(f"/api/v1/consumer-groups?queue={queue}")).get_json()
+    [row] = [g for g in groups if g["name"] == group]
+    # three cursors; p1 still has p1-b to deliver and p3 is leased, p2 is done
+    assert row["members"] == 3
+    assert row["partitionsWithLag"] == 2
+    assert row["leasedPartitions"] == 1
+    assert isinstance(row["maxTimeLag"], float) and row["topics"] == [queue]

@@ -237,13 +237,16 @@ STANDING = GroupStanding(
     subscription_mode="all",
     subscribed_at=None,
     subscription_created_at=AT,
+    lagging=2,
 )
 STANDING_WIRE = {
     "name": "g1",
     "queueName": "orders",
     "topics": ["orders"],
-    "members": 1,
+    "members": 2,
     "partitions": 2,
+    "partitionsWithLag": 2,
+    "leasedPartitions": 1,
     "totalLag": 7,
     "maxTimeLag": 120.204,
     "lagMessages": 7,

@@ -155,6 +155,7 @@ def standing(r: Row, now: datetime) -> GroupStanding:
         subscription_mode=SUBSCRIPTION_MODES.get(r["subscription_mode"], r["subscription_mode"]),
         subscribed_at=r["subscribed_at"],
         subscription_created_at=r["subscription_created_at"],
+        lagging=int(r["lagging"]),
     )
 
 

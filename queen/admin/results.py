@@ -521,6 +521,7 @@ class GroupStanding:
     subscription_mode: str | None
     subscribed_at: datetime | None
     subscription_created_at: datetime | None
+    lagging: int = 0  # partitions where it has messages to receive
 
 
 @dataclass(frozen=True, slots=True)

@@ -864,8 +864,10 @@ def group_standing(g: GroupStanding) -> Json:
         "name": g.name,
         "queueName": g.queue,
         "topics": [g.queue],
-        "members": g.leased,
+        "members": g.partitions,  # the original's: partitions the group has a cursor on
         "partitions": g.partitions,
+        "partitionsWithLag": g.lagging,
+        "leasedPartitions": g.leased,
         "totalLag": g.lag,
         "maxTimeLag": g.max_time_lag_s,
         "lagMessages": g.lag,  # the original's queenctl reads these two

@@ -219,12 +219,22 @@ $fn$;
 -- Every consumer group's standing on every queue it reads (queue mode included, once it has
 -- popped there), one page in (group, queue) order. lag = messages the group will still
 -- receive, over every partition holding messages (see queen.admin_group_positions);
--- partitions = those it has a cursor on; oldest_at = created_at of the oldest message it
--- will still receive. p_group / p_queue narrow the list.
+-- partitions = those it has a cursor on; lagging = partitions where it has messages to receive;
+-- oldest_at = created_at of the oldest message it will still receive. p_group / p_queue narrow
+-- the list.
+DO $do$
+BEGIN   -- earlier answers had no lagging column (and cannot be replaced in place)
+    IF EXISTS (SELECT 1 FROM pg_proc
+               WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_groups'
+                 AND NOT ('lagging' = ANY (proargnames))) THEN
+        DROP FUNCTION queen.admin_groups(text, text, integer, integer);
+    END IF;
+END
+$do$;
 CREATE OR REPLACE FUNCTION queen.admin_groups(
     p_group text, p_queue text, p_limit integer, p_offset integer)
 RETURNS TABLE (consumer_group text, queue_id bigint, queue_name text, partitions bigint,
-               lag bigint, leased bigint, oldest_at timestamptz, last_delivered_at timestamptz,
+               lag bigint, lagging bigint, leased bigint, oldest_at timestamptz, last_delivered_at timestamptz,
                subscription_mode text, subscribed_at timestamptz, subscription_created_at timestamptz,
                full_count bigint)
 LANGUAGE sql STABLE SET jit = off AS $fn$
@@ -253,7 +263,7 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
     ),
     agg AS (
         SELECT x.consumer_group, x.queue_id, count(*) FILTER (WHERE x.has_cursor) AS partitions,
-               sum(x.lag)::bigint AS lag,
+               sum(x.lag)::bigint AS lag, count(*) FILTER (WHERE x.lag > 0) AS lagging,
                count(*) FILTER (WHERE x.lease_expires_at IS NOT NULL) AS leased,
                min(x.oldest_at) AS oldest_at, max(x.delivered_at) AS last_delivered_at
         FROM queen.admin_group_positions(
@@ -263,7 +273,8 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
         GROUP BY x.consumer_group, x.queue_id
     )
     SELECT page.consumer_group, page.queue_id, page.queue_name,
-           coalesce(agg.partitions, 0), coalesce(agg.lag, 0), coalesce(agg.leased, 0),
+           coalesce(agg.partitions, 0), coalesce(agg.lag, 0), coalesce(agg.lagging, 0),
+           coalesce(agg.leased, 0),
            agg.oldest_at, agg.last_delivered_at,
            page.subscription_mode, page.subscribed_at, page.subscription_created_at,
            page.full_count
