@@ -223,7 +223,7 @@ async def test_lagging_answers_one_row_per_group_and_partition(client: Any, queu
     assert not any(r["consumer_group"] == group for r in far)
 
 
-def _types(value: Any, path: str) -> Any:
+def _at(value: Any, path: str) -> Any:
     """The value at a dotted key path ("a.b.0.c") of a JSON answer."""
     for key in path.split("."):
         value = value[int(key)] if isinstance(value, list) else value[key]
@@ -376,3 +376,38 @@ async def test_group_members_are_partitions_with_a_cursor_and_lag_counts_lagging
     assert row["partitionsWithLag"] == 2
     assert row["leasedPartitions"] == 1
     assert isinstance(row["maxTimeLag"], float) and row["topics"] == [queue]
+
+
+async def test_system_page_reads_one_replica_with_its_metrics_per_interval(
+    client: Any, broker: Broker
+) -> None:
+    await client.post("/api/v1/stats/refresh")
+    await client.post("/api/v1/stats/refresh")
+    body = await (await client.get("/api/v1/analytics/system-metrics")).get_json()
+    assert body["replicaCount"] == 1 and body["pointCount"] >= 1
+    assert body["bucketMinutes"] > 0
+    [replica] = body["replicas"]
+    assert isinstance(replica["hostname"], str) and replica["hostname"]
+    last = replica["timeSeries"][-1]
+    assert last["timestamp"].endswith("Z")
+    m = last["metrics"]
+    for path in (
+        "cpu.user_us.last",
+        "cpu.system_us.last",
+        "memory.rss_bytes.last",
+        "database.pool_active.last",
+        "database.pool_idle.last",
+        "database.pool_size.last",
+        "threadpool.db.queue_size.last",
+        "threadpool.system.queue_size.last",
+    ):
+        assert isinstance(_at(m, path), int), path
+    assert m["memory"]["rss_bytes"]["last"] > 0
+    assert m["database"]["pool_size"]["last"] == broker.settings.db_pool_size
+    assert 0 <= m["database"]["pool_active"]["last"] <= broker.settings.db_pool_size
+    # the status points carry the same pool and CPU figures (the Dashboard's)
+    status = await (await client.get("/api/v1/status")).get_json()
+    newest = status["throughput"][0]
+    assert newest["dbPoolSize"] == broker.settings.db_pool_size
+    assert newest["dbPoolActive"] + newest["dbPoolIdle"] == newest["dbPoolSize"]
+    assert isinstance(newest["queenCpuUserPct"], float) and newest["queenRssMb"] > 0

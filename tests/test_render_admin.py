@@ -508,14 +508,17 @@ def test_status_analytics_and_system_metrics_share_the_history_points() -> None:
             "throughput": [POINT_WIRE, POINT_WIRE],
         },
     )
-    same(
-        render.system_metrics(series),
-        {
-            "timeRange": WINDOW_WIRE,
-            "processId": 4242,
-            "points": [{"timestamp": AT_ISO, "cpuPercent": 3.7, "rssBytes": 40_001_234}] * 2,
-        },
+    system = render.system_metrics(series)
+    assert system["processId"] == 4242 and system["replicaCount"] == 1
+    assert (
+        system["points"] == [{"timestamp": AT_ISO, "cpuPercent": 3.7, "rssBytes": 40_001_234}] * 2
     )
+    [replica] = system["replicas"]
+    assert replica["workerId"] == 4242 and len(replica["timeSeries"]) == 2
+    metrics = replica["timeSeries"][0]["metrics"]
+    rss = metrics["memory"]["rss_bytes"]
+    assert rss == dict.fromkeys(("avg", "min", "max", "last"), 40_001_234)
+    assert metrics["database"]["pool_active"]["last"] is None  # POINT knows no pool
 
 
 def test_retention_postgres_refresh_and_metrics_json() -> None:

@@ -33,6 +33,7 @@ class Point:
     counters: dict[str, float]
     cpu_s: float  # user + system CPU seconds of the broker processes
     rss_bytes: int
+    pool: tuple[int, int] | None = None  # this process's connection pool: size, in use
 
 
 def _average_ms(before: Point, after: Point) -> float | None:
@@ -51,8 +52,12 @@ class History:
         step_s: float = 10.0,
         span_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
+        pool: Callable[[], tuple[int, int] | None] | None = None,
     ) -> None:
+        """``pool``: how this process's connection pool stands (size, in use), read with
+        every point (none without it)."""
         self.figures = LocalFigures(figures) if isinstance(figures, Metrics) else figures
+        self.pool = pool
         self.step_s = step_s
         self.clock = clock
         self.points: deque[Point] = deque(maxlen=max(2, int(span_s / step_s) + 1))
@@ -64,7 +69,8 @@ class History:
         if not force and self.points and now - self.points[-1].at < self.step_s:
             return
         reading = self.figures.read()
-        self.points.append(Point(now, reading.counters, reading.cpu_s, reading.rss_bytes))
+        pool = self.pool() if self.pool is not None else None
+        self.points.append(Point(now, reading.counters, reading.cpu_s, reading.rss_bytes, pool))
 
     def series(self, since: float | None = None) -> list[RatePoint]:
         """One entry per interval between consecutive points (those ending at ``since`` or
@@ -105,6 +111,9 @@ class History:
                     deltas={name: delta(name) for name in after.counters},
                     cpu_user_percent=cpu_share("cpu_user_microseconds"),
                     cpu_system_percent=cpu_share("cpu_system_microseconds"),
+                    pool_size=after.pool[0] if after.pool else None,
+                    pool_active=after.pool[1] if after.pool else None,
+                    virtual_bytes=int(after.counters.get("process_virtual_memory_bytes", 0)),
                 )
             )
         return out

@@ -91,6 +91,10 @@ class RatePoint:
     deltas: dict[str, int] = field(default_factory=dict)
     cpu_user_percent: float = 0.0
     cpu_system_percent: float = 0.0
+    # this process's connection pool at the end of the interval (None when not known)
+    pool_size: int | None = None
+    pool_active: int | None = None
+    virtual_bytes: int = 0
 
 
 # --- queues ------------------------------------------------------------------------------------

@@ -146,10 +146,16 @@ class AdminService:
         self._store = store
         self._consume = consume
         self.figures: Figures = figures or LocalFigures(metrics)
-        self.history = history or History(self.figures)
+        self.history = history or History(self.figures, pool=self._pool)
         self.consumer_groups = ConsumerGroups(store)
         self._gauges = FreshRead(self._read_queue_gauges)
         self.actions = AdminActions(store, push)
+
+    def _pool(self) -> tuple[int, int] | None:
+        gauges = self.ops.gauges()
+        if "db_pool_size" not in gauges:
+            return None
+        return int(gauges["db_pool_size"]), int(gauges["db_pool_active"])
 
     @property
     def store(self) -> PgAdminStore:

@@ -152,9 +152,9 @@ def _lag_point(p: RatePoint) -> Json:
         "queenCpuUserPct": p.cpu_user_percent,
         "queenCpuSysPct": p.cpu_system_percent,
         "queenRssMb": round(p.rss_bytes / 2**20, 1),
-        "dbPoolActive": None,
-        "dbPoolIdle": None,
-        "dbPoolSize": None,
+        "dbPoolActive": p.pool_active,
+        "dbPoolIdle": None if p.pool_size is None else p.pool_size - (p.pool_active or 0),
+        "dbPoolSize": p.pool_size,
     }
 
 
@@ -579,10 +579,53 @@ def worker_metrics(s: ProcessSeries) -> Json:
     }
 
 
+def _gauge(value: float | None) -> Json:
+    """One figure of an interval in the original's aggregate shape: one reading per interval
+    here, so avg, min, max and last are that reading."""
+    return dict.fromkeys(("avg", "min", "max", "last"), value)
+
+
+def _system_point(p: RatePoint) -> Json:
+    """An interval in the original's ``metrics`` shape. CPU is in hundredths of a percent of
+    one core (as the original's ``user_us``); this broker has no thread pools, so theirs are
+    0."""
+    idle = None if p.pool_size is None else p.pool_size - (p.pool_active or 0)
+    no_pool = {"pool_size": _gauge(0), "queue_size": _gauge(0)}
+    return {
+        "timestamp": _iso(p.at),
+        "sampleCount": 1,
+        "metrics": {
+            "cpu": {
+                "user_us": _gauge(round(p.cpu_user_percent * 100)),
+                "system_us": _gauge(round(p.cpu_system_percent * 100)),
+            },
+            "memory": {"rss_bytes": _gauge(p.rss_bytes), "virtual_bytes": _gauge(p.virtual_bytes)},
+            "database": {
+                "pool_size": _gauge(p.pool_size),
+                "pool_idle": _gauge(idle),
+                "pool_active": _gauge(p.pool_active),
+            },
+            "threadpool": {"db": no_pool, "system": no_pool},
+        },
+    }
+
+
 def system_metrics(s: ProcessSeries) -> Json:
-    """``GET /api/v1/analytics/system-metrics``: CPU and memory only."""
+    """``GET /api/v1/analytics/system-metrics``: this process as the original's one replica
+    (its intervals oldest first), then ours: CPU and memory per point."""
     return {
         "timeRange": _window(s.window),
+        "bucketMinutes": round(s.step_s / 60, 3),
+        "pointCount": len(s.points),
+        "replicaCount": 1,
+        "replicas": [
+            {
+                "hostname": s.hostname,
+                "port": None,
+                "workerId": s.process_id,
+                "timeSeries": [_system_point(p) for p in s.points],
+            }
+        ],
         "processId": s.process_id,
         "points": [
             {"timestamp": _iso(p.at), "cpuPercent": p.cpu_percent, "rssBytes": p.rss_bytes}
