@@ -411,3 +411,32 @@ async def test_system_page_reads_one_replica_with_its_metrics_per_interval(
     assert newest["dbPoolSize"] == broker.settings.db_pool_size
     assert newest["dbPoolActive"] + newest["dbPoolIdle"] == newest["dbPoolSize"]
     assert isinstance(newest["queenCpuUserPct"], float) and newest["queenRssMb"] > 0
+
+
+async def test_postgres_stats_carry_the_cache_vacuum_and_size_figures_the_system_page_reads(
+    client: Any, queue: str
+) -> None:
+    await _push(client, queue, "p", "a", "b")
+    body = await (await client.get("/api/v1/analytics/postgres-stats")).get_json()
+    cache = body["databaseCache"]
+    assert isinstance(cache["database"], str) and cache["cacheHits"] > 0
+    assert 0 < cache["cacheHitRatio"] <= 100
+    summary = body["cacheSummary"]
+    for part in ("tables", "indexes"):
+        assert set(summary[part]) == {"diskReads", "cacheHits", "hitRatio"}
+        # (the statistics reach the views a moment after the reads: no counts asserted)
+        assert isinstance(summary[part]["cacheHits"], int)
+    assert isinstance(body["bufferConfig"]["sharedBuffers"], str)
+    assert body["bufferConfig"]["sharedBuffersSize"].endswith("B")  # "128 MB"
+    sizes = {t["table"]: t for t in body["tableSizes"]}
+    segments = sizes["segments"]
+    assert segments["totalSizeBytes"] >= segments["tableSizeBytes"] > 0
+    assert isinstance(segments["totalSize"], str) and isinstance(segments["indexSize"], str)
+    totals = [t["totalSizeBytes"] for t in body["tableSizes"]]
+    assert totals == sorted(totals, reverse=True) and len(totals) <= 20
+    for key in ("deadTuples", "hotUpdates", "activeQueries", "autovacuumStatus", "bufferUsage"):
+        assert isinstance(body[key], list), key
+    for row in body["deadTuples"]:
+        assert row["deadTuples"] > 0 and {"liveTuples", "lastAutovacuum"} <= set(row)
+    assert {t["table"] for t in body["tableCache"]} >= {"segments", "partitions"}
+    assert body["tables"] and body["connections"]["poolSize"] > 0  # ours, kept beside

@@ -354,6 +354,77 @@ class PostgresStats:
     rows_updated: int
     rows_deleted: int
     tables: list[TableSize]
+    detail: DatabaseDetail | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TableStats:
+    """One table of the broker's schema: blocks read from disk (``heap_read``) and found in
+    the cache, rows, updates, vacuums and sizes (bytes, and as PostgreSQL writes them)."""
+
+    schema: str
+    name: str
+    heap_read: int
+    heap_hit: int
+    live: int
+    dead: int
+    updates: int
+    hot_updates: int
+    last_vacuum: datetime | None
+    last_autovacuum: datetime | None
+    autovacuum_count: int
+    autoanalyze_count: int
+    total_bytes: int
+    table_bytes: int
+    index_bytes: int
+    total_size: str
+    table_size: str
+    index_size: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStats:
+    schema: str
+    table: str
+    name: str
+    read: int
+    hit: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunningQuery:
+    """A statement running for over a second."""
+
+    pid: int
+    duration_s: float
+    state: str | None
+    query: str
+    wait_event_type: str | None
+    wait_event: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseDetail:
+    """The cache, vacuum and size figures of the broker's tables and indexes (each list
+    chosen and ordered as the original's dashboard shows it), the statements running for
+    over a second and ``shared_buffers``."""
+
+    name: str
+    disk_reads: int
+    cache_hits: int
+    table_cache: list[TableStats]  # most disk reads first
+    index_cache: list[IndexStats]  # most disk reads first, 20 at most
+    dead_tuples: list[TableStats]  # with dead rows, most first, 15 at most
+    hot_updates: list[TableStats]  # updated, most updates first, 15 at most
+    autovacuum_due: list[TableStats]  # over 1,000 dead rows, most first, 10 at most
+    table_sizes: list[TableStats]  # largest first, 20 at most
+    running: list[RunningQuery]
+    shared_buffers_pages: str
+    shared_buffers_size: str
+    tables_read: int
+    tables_hit: int
+    indexes_read: int
+    indexes_hit: int
 
 
 @dataclass(frozen=True, slots=True)

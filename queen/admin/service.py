@@ -31,12 +31,14 @@ from queen.admin.params import Page
 from queen.admin.payloads import decode_payload
 from queen.admin.results import (
     ConfiguredQueue,
+    DatabaseDetail,
     DeadLetterRecord,
     DeletionOutcome,
     Depth,
     Grouping,
     Groupings,
     GroupView,
+    IndexStats,
     Leases,
     MessageCounts,
     MessageDeletion,
@@ -59,10 +61,12 @@ from queen.admin.results import (
     QueueSummary,
     RatePoint,
     RetentionFigures,
+    RunningQuery,
     Standing,
     Status,
     StoredMessage,
     TableSize,
+    TableStats,
     TimeRange,
     age_s,
 )
@@ -449,6 +453,65 @@ class AdminService:
             points=self._throughput(since),
         )
 
+    async def _database_detail(self, name: str, disk_reads: int, hits: int) -> DatabaseDetail:
+        d = await self.store.postgres_detail()
+        tables = [
+            TableStats(
+                schema=t["schema"],
+                name=t["table"],
+                heap_read=int(t["heap_read"]),
+                heap_hit=int(t["heap_hit"]),
+                live=int(t["live"]),
+                dead=int(t["dead"]),
+                updates=int(t["updates"]),
+                hot_updates=int(t["hot_updates"]),
+                last_vacuum=_time(t["last_vacuum"]),
+                last_autovacuum=_time(t["last_autovacuum"]),
+                autovacuum_count=int(t["autovacuum_count"]),
+                autoanalyze_count=int(t["autoanalyze_count"]),
+                total_bytes=int(t["total_bytes"]),
+                table_bytes=int(t["table_bytes"]),
+                index_bytes=int(t["index_bytes"]),
+                total_size=t["total_size"],
+                table_size=t["table_size"],
+                index_size=t["index_size"],
+            )
+            for t in d["tables"]
+        ]
+        indexes = [
+            IndexStats(i["schema"], i["table"], i["index"], int(i["read"]), int(i["hit"]))
+            for i in d["indexes"]
+        ]
+        dead = sorted((t for t in tables if t.dead > 0), key=lambda t: -t.dead)
+        return DatabaseDetail(
+            name=name,
+            disk_reads=disk_reads,
+            cache_hits=hits,
+            table_cache=sorted(tables, key=lambda t: -t.heap_read),
+            index_cache=sorted(indexes, key=lambda i: -i.read)[:20],
+            dead_tuples=dead[:15],
+            hot_updates=sorted((t for t in tables if t.updates > 0), key=lambda t: -t.updates)[:15],
+            autovacuum_due=[t for t in dead if t.dead > 1000][:10],
+            table_sizes=sorted(tables, key=lambda t: -t.total_bytes)[:20],
+            running=[
+                RunningQuery(
+                    pid=int(q["pid"]),
+                    duration_s=float(q["duration"]),
+                    state=q["state"],
+                    query=q["query"] or "",
+                    wait_event_type=q["wait_event_type"],
+                    wait_event=q["wait_event"],
+                )
+                for q in d["active"]
+            ][:10],
+            shared_buffers_pages=str(d["shared_buffers"]),
+            shared_buffers_size=d["shared_buffers_size"],
+            tables_read=sum(t.heap_read for t in tables),
+            tables_hit=sum(t.heap_hit for t in tables),
+            indexes_read=sum(i.read for i in indexes),
+            indexes_hit=sum(i.hit for i in indexes),
+        )
+
     async def postgres(self) -> PostgresStats:
         r = await self.store.postgres()
         reads = int(r["blks_read"]) + int(r["blks_hit"])
@@ -468,6 +531,7 @@ class AdminService:
             rows_updated=int(r["tup_updated"]),
             rows_deleted=int(r["tup_deleted"]),
             tables=[TableSize(t["table"], int(t["bytes"]), int(t["rows"])) for t in r["tables"]],
+            detail=await self._database_detail(r["name"], int(r["blks_read"]), int(r["blks_hit"])),
         )
 
     async def refresh(self) -> None:

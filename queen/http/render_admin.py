@@ -10,12 +10,13 @@ from the database's JSON (:func:`_database_time`); ids of partitions and queues 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from queen.admin.params import Page
 from queen.admin.results import (
     BulkRetry,
+    DatabaseDetail,
     DeadLetterRecord,
     Depth,
     Groupings,
@@ -668,7 +669,7 @@ def retention(r: RetentionFigures) -> Json:
 
 def postgres(p: PostgresStats) -> Json:
     """``GET /api/v1/analytics/postgres-stats``."""
-    return {
+    ours = {
         "version": p.version,
         "database": p.database,
         "databaseBytes": p.database_bytes,
@@ -687,6 +688,123 @@ def postgres(p: PostgresStats) -> Json:
             "deleted": p.rows_deleted,
         },
         "tables": [{"rows": t.rows, "bytes": t.bytes, "table": t.name} for t in p.tables],
+    }
+    return ours if p.detail is None else ours | _database_detail(p.detail)
+
+
+def _percent(part: int, whole: int) -> float | None:
+    return round(100 * part / whole, 2) if whole else None
+
+
+def _utc_seconds(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _database_detail(d: DatabaseDetail) -> Json:
+    """The original's keys of ``/analytics/postgres-stats``; ratios in percent (null before
+    any block was read). ``bufferUsage`` needs the pg_buffercache extension, which the broker
+    does not install: it is empty."""
+    return {
+        "timestamp": iso_utc(datetime.now(UTC)),
+        "databaseCache": {
+            "database": d.name,
+            "diskReads": d.disk_reads,
+            "cacheHits": d.cache_hits,
+            "cacheHitRatio": _percent(d.cache_hits, d.cache_hits + d.disk_reads),
+        },
+        "tableCache": [
+            {
+                "schema": t.schema,
+                "table": t.name,
+                "diskReads": t.heap_read,
+                "cacheHits": t.heap_hit,
+                "cacheHitRatio": _percent(t.heap_hit, t.heap_hit + t.heap_read),
+            }
+            for t in d.table_cache
+        ],
+        "indexCache": [
+            {
+                "schema": i.schema,
+                "table": i.table,
+                "index": i.name,
+                "diskReads": i.read,
+                "cacheHits": i.hit,
+                "cacheHitRatio": _percent(i.hit, i.hit + i.read),
+            }
+            for i in d.index_cache
+        ],
+        "cacheSummary": {
+            "tables": {
+                "diskReads": d.tables_read,
+                "cacheHits": d.tables_hit,
+                "hitRatio": _percent(d.tables_hit, d.tables_hit + d.tables_read),
+            },
+            "indexes": {
+                "diskReads": d.indexes_read,
+                "cacheHits": d.indexes_hit,
+                "hitRatio": _percent(d.indexes_hit, d.indexes_hit + d.indexes_read),
+            },
+        },
+        "deadTuples": [
+            {
+                "schema": t.schema,
+                "table": t.name,
+                "deadTuples": t.dead,
+                "liveTuples": t.live,
+                "deadPercentage": _percent(t.dead, t.live),
+                "lastVacuum": _utc_seconds(t.last_vacuum),
+                "lastAutovacuum": _utc_seconds(t.last_autovacuum),
+            }
+            for t in d.dead_tuples
+        ],
+        "hotUpdates": [
+            {
+                "schema": t.schema,
+                "table": t.name,
+                "totalUpdates": t.updates,
+                "hotUpdates": t.hot_updates,
+                "hotUpdatePercentage": _percent(t.hot_updates, t.updates),
+            }
+            for t in d.hot_updates
+        ],
+        "activeQueries": [
+            {
+                "pid": q.pid,
+                "duration": q.duration_s,
+                "state": q.state,
+                "query": q.query,
+                "waitEventType": q.wait_event_type,
+                "waitEvent": q.wait_event,
+            }
+            for q in d.running
+        ],
+        "autovacuumStatus": [
+            {
+                "table": t.name,
+                "lastAutovacuum": _utc_seconds(t.last_autovacuum),
+                "deadTuples": t.dead,
+                "autovacuumCount": t.autovacuum_count,
+                "autoanalyzeCount": t.autoanalyze_count,
+            }
+            for t in d.autovacuum_due
+        ],
+        "bufferConfig": {
+            "sharedBuffers": d.shared_buffers_pages,
+            "sharedBuffersSize": d.shared_buffers_size,
+        },
+        "bufferUsage": [],
+        "tableSizes": [
+            {
+                "table": t.name,
+                "totalSize": t.total_size,
+                "totalSizeBytes": t.total_bytes,
+                "tableSize": t.table_size,
+                "tableSizeBytes": t.table_bytes,
+                "indexSize": t.index_size,
+                "indexSizeBytes": t.index_bytes,
+            }
+            for t in d.table_sizes
+        ],
     }
 
 

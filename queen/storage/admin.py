@@ -263,11 +263,57 @@ class PgAdminStore:
         )
         return rows[0]
 
+    async def postgres_detail(self) -> Row:
+        """Per table and index of the broker's schema: block reads from disk and from the
+        cache, live and dead rows, updates (HOT ones too), vacuums and sizes (bytes, and as
+        PostgreSQL writes them); the statements running for over a second (other than this
+        one); ``shared_buffers`` (in 8 kB pages, and written out)."""
+        rows = await self._rows(
+            """SELECT
+                 (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                      'schema', s.schemaname, 'table', s.relname,
+                      'heap_read', coalesce(io.heap_blks_read, 0),
+                      'heap_hit', coalesce(io.heap_blks_hit, 0),
+                      'live', s.n_live_tup, 'dead', s.n_dead_tup,
+                      'updates', s.n_tup_upd, 'hot_updates', s.n_tup_hot_upd,
+                      'last_vacuum', s.last_vacuum, 'last_autovacuum', s.last_autovacuum,
+                      'autovacuum_count', s.autovacuum_count,
+                      'autoanalyze_count', s.autoanalyze_count,
+                      'total_bytes', pg_total_relation_size(s.relid),
+                      'table_bytes', pg_relation_size(s.relid),
+                      'index_bytes', pg_indexes_size(s.relid),
+                      'total_size', pg_size_pretty(pg_total_relation_size(s.relid)),
+                      'table_size', pg_size_pretty(pg_relation_size(s.relid)),
+                      'index_size', pg_size_pretty(pg_indexes_size(s.relid)))), '[]')
+                    FROM pg_stat_user_tables s
+                    LEFT JOIN pg_statio_user_tables io ON io.relid = s.relid
+                   WHERE s.schemaname = 'queen') AS tables,
+                 (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                      'schema', schemaname, 'table', relname, 'index', indexrelname,
+                      'read', idx_blks_read, 'hit', idx_blks_hit)), '[]')
+                    FROM pg_statio_user_indexes WHERE schemaname = 'queen') AS indexes,
+                 (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                      'pid', pid,
+                      'duration', extract(epoch FROM now() - query_start)::float8,
+                      'state', state, 'query', left(query, 200),
+                      'wait_event_type', wait_event_type, 'wait_event', wait_event)
+                      ORDER BY query_start), '[]')
+                    FROM pg_stat_activity
+                   WHERE state <> 'idle' AND query_start < now() - interval '1 second'
+                     AND pid <> pg_backend_pid()) AS active,
+                 current_setting('shared_buffers') AS shared_buffers_text,
+                 (SELECT setting::bigint FROM pg_settings
+                   WHERE name = 'shared_buffers') AS shared_buffers,
+                 (SELECT pg_size_pretty(setting::bigint * 8192) FROM pg_settings
+                   WHERE name = 'shared_buffers') AS shared_buffers_size"""
+        )
+        return rows[0]
+
     async def postgres(self) -> Row:
         """The database server: version, size, connections, transaction and cache figures,
         and the size of the broker's tables."""
         rows = await self._rows(
-            """SELECT current_setting('server_version') AS version,
+            """SELECT current_setting('server_version') AS version, current_database() AS name,
                       pg_database_size(current_database()) AS database_bytes,
                       (SELECT count(*) FROM pg_stat_activity
                        WHERE datname = current_database()) AS connections,
