@@ -411,6 +411,11 @@ async def test_system_page_reads_one_replica_with_its_metrics_per_interval(
     assert newest["dbPoolSize"] == broker.settings.db_pool_size
     assert newest["dbPoolActive"] + newest["dbPoolIdle"] == newest["dbPoolSize"]
     assert isinstance(newest["queenCpuUserPct"], float) and newest["queenRssMb"] > 0
+    # the Analytics page's worker table: this process, its pool as free slots and connections
+    [worker] = status["workers"]
+    assert worker["dbConnections"] == broker.settings.db_pool_size
+    assert 0 <= worker["freeSlots"] <= worker["dbConnections"]
+    assert worker["avgEventLoopLagMs"] == 0 and worker["jobQueueSize"] == 0
 
 
 async def test_postgres_stats_carry_the_cache_vacuum_and_size_figures_the_system_page_reads(

@@ -494,7 +494,21 @@ def test_status_analytics_and_system_metrics_share_the_history_points() -> None:
             },
             "deadLetterQueue": {"total": 1, "totalMessages": 1},
             "errors": {"dbErrors": 1, "ackFailed": 2, "dlqMessages": 3},
-            "workers": [PROCESS_WIRE],
+            "workers": [
+                PROCESS_WIRE
+                | {
+                    "hostname": "",
+                    "workerId": 4242,
+                    "avgEventLoopLagMs": 0,
+                    "maxEventLoopLagMs": 0,
+                    "freeSlots": None,  # POINT knows no pool
+                    "dbConnections": None,
+                    "jobQueueSize": 0,
+                    "backoffSize": 0,
+                    "messagesProcessed": 0,
+                    "lastSeen": AT_ISO,
+                }
+            ],
         },
     )
     series = ProcessSeries(WINDOW, "1m", 4242, [POINT, POINT])

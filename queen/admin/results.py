@@ -278,6 +278,7 @@ class Status:
     step_s: float
     counters: dict[str, float]
     leases: Leases = field(default_factory=Leases)
+    hostname: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -377,6 +377,7 @@ class AdminService:
             self.history.step_s,
             self.figures.read().counters,
             await self._leases(),
+            socket.gethostname(),
         )
 
     async def _leases(self) -> Leases:

@@ -522,7 +522,9 @@ def status(s: Status) -> Json:
             "ackFailed": c["acks_refused"],
             "dlqMessages": c["acks_dlq"],
         },
-        "workers": [process(o.process)],
+        "workers": [
+            process(o.process) | _worker(s.hostname, o.process.process_id, s.throughput, c)
+        ],
     }
 
 
@@ -534,6 +536,26 @@ def analytics(s: ProcessSeries) -> Json:
         "processId": s.process_id,
         "pointCount": len(s.points),
         "throughput": [_point(p) for p in s.points],
+    }
+
+
+def _worker(hostname: str, pid: int, points: list[RatePoint], c: dict[str, float]) -> Json:
+    """This process as the original's one worker: its pool at the newest point (free slots:
+    idle connections); no event loop or job queue is measured here (0)."""
+    newest = points[-1] if points else None
+    size = newest.pool_size if newest else None
+    active = newest.pool_active if newest else None
+    return {
+        "hostname": hostname,
+        "workerId": pid,
+        "avgEventLoopLagMs": 0,
+        "maxEventLoopLagMs": 0,
+        "freeSlots": None if size is None else size - (active or 0),
+        "dbConnections": size,
+        "jobQueueSize": 0,
+        "backoffSize": 0,
+        "messagesProcessed": int(c.get("acks", 0)),
+        "lastSeen": _iso(newest.at) if newest else None,
     }
 
 
@@ -550,20 +572,7 @@ def worker_metrics(s: ProcessSeries) -> Json:
         **analytics(s),
         "bucketMinutes": round(s.step_s / 60, 3),
         "timeSeries": [_point(p) | _lag_point(p) for p in reversed(s.points)],
-        "workers": [
-            {
-                "hostname": s.hostname,
-                "workerId": s.process_id,
-                "avgEventLoopLagMs": 0,
-                "maxEventLoopLagMs": 0,
-                "freeSlots": None,
-                "dbConnections": None,
-                "jobQueueSize": 0,
-                "backoffSize": 0,
-                "messagesProcessed": total("acks"),
-                "lastSeen": _iso(s.points[-1].at) if s.points else None,
-            }
-        ],
+        "workers": [_worker(s.hostname, s.process_id, s.points, c)],
         "queues": [],
         "summary": {
             "totalPushMessages": total("push_items_queued"),
