@@ -445,3 +445,29 @@ async def test_postgres_stats_carry_the_cache_vacuum_and_size_figures_the_system
         assert row["deadTuples"] > 0 and {"liveTuples", "lastAutovacuum"} <= set(row)
     assert {t["table"] for t in body["tableCache"]} >= {"segments", "partitions"}
     assert body["tables"] and body["connections"]["poolSize"] > 0  # ours, kept beside
+
+
+async def test_status_names_the_windows_dead_letter_partitions_and_commonest_errors(
+    client: Any, queue: str
+) -> None:
+    pushed = await _push(client, queue, "p1", "a", "b", "c")
+    await _push(client, queue, "p2", "d")
+    error = f"boom-{queue}"
+    partition_ids = {}
+    page = await (await client.get(f"/api/v1/messages?queue={queue}")).get_json()
+    for row in page["messages"]:
+        partition_ids[row["transactionId"]] = row["partitionId"]
+    assert len(pushed) == 3 and len(partition_ids) == 4
+    for txid, said in (("a", error), ("b", error), ("d", f"other-{queue}")):
+        resp = await client.post(
+            f"/api/v1/messages/{partition_ids[txid]}/{txid}/dlq", json={"errorMessage": said}
+        )
+        assert resp.status_code == 200, await resp.get_data(as_text=True)
+    status = await (await client.get(f"/api/v1/status?queue={queue}")).get_json()
+    dlq = status["deadLetterQueue"]
+    # the session's database holds other tests' dead letters: look at this queue's errors
+    errors = {e["error"]: e["count"] for e in dlq["topErrors"]}
+    assert errors[error] == 2 and errors[f"other-{queue}"] == 1
+    counts = [e["count"] for e in dlq["topErrors"]]
+    assert counts == sorted(counts, reverse=True) and len(counts) <= 5
+    assert dlq["affectedPartitions"] >= 2

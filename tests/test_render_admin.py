@@ -492,7 +492,12 @@ def test_status_analytics_and_system_metrics_share_the_history_points() -> None:
                 "totalAcked": 0,
                 "processingMessages": 1,
             },
-            "deadLetterQueue": {"total": 1, "totalMessages": 1},
+            "deadLetterQueue": {
+                "total": 1,
+                "totalMessages": 1,
+                "affectedPartitions": 0,
+                "topErrors": [],
+            },
             "errors": {"dbErrors": 1, "ackFailed": 2, "dlqMessages": 3},
             "workers": [
                 PROCESS_WIRE

@@ -267,6 +267,15 @@ class Leases:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadLetterSummary:
+    """The dead letters of a window: the partitions they came from and the most frequent
+    error messages (message, count), most first."""
+
+    partitions: int = 0
+    top_errors: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """``GET /api/v1/status``: the service's history over the window, the overview, the
     queues holding messages, the history's step and the service's counter totals."""
@@ -279,6 +288,7 @@ class Status:
     counters: dict[str, float]
     leases: Leases = field(default_factory=Leases)
     hostname: str = ""
+    dead_letters: DeadLetterSummary = field(default_factory=DeadLetterSummary)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from queen.admin.results import (
     ConfiguredQueue,
     DatabaseDetail,
     DeadLetterRecord,
+    DeadLetterSummary,
     DeletionOutcome,
     Depth,
     Grouping,
@@ -378,6 +379,14 @@ class AdminService:
             self.figures.read().counters,
             await self._leases(),
             socket.gethostname(),
+            await self._dead_letters(since, until),
+        )
+
+    async def _dead_letters(self, since: datetime, until: datetime) -> DeadLetterSummary:
+        r = await self.store.dead_letter_summary(since, until)
+        return DeadLetterSummary(
+            partitions=int(r["partitions"]),
+            top_errors=[(e["error"], int(e["count"])) for e in r["errors"]],
         )
 
     async def _leases(self) -> Leases:

@@ -516,6 +516,9 @@ def status(s: Status) -> Json:
         "deadLetterQueue": {
             "total": o.messages.dead_letter,
             "totalMessages": o.messages.dead_letter,
+            # of the window: the partitions its dead letters came from, its commonest errors
+            "affectedPartitions": s.dead_letters.partitions,
+            "topErrors": [{"error": e, "count": n} for e, n in s.dead_letters.top_errors],
         },
         "errors": {
             "dbErrors": c["push_transaction_failures"],

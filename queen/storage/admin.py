@@ -250,6 +250,21 @@ class PgAdminStore:
         )
         return {str(r["name"]): int(r["n"]) for r in rows}
 
+    async def dead_letter_summary(self, since: datetime, until: datetime) -> Row:
+        """The dead letters that failed in [since, until]: the partitions they came from, and
+        the five most frequent error messages with their counts."""
+        rows = await self._rows(
+            """WITH w AS (SELECT partition_id, error_message FROM queen.dlq
+                           WHERE failed_at >= %s AND failed_at <= %s)
+               SELECT (SELECT count(DISTINCT partition_id) FROM w) AS partitions,
+                      (SELECT coalesce(jsonb_agg(jsonb_build_object('error', e, 'count', n)
+                                                 ORDER BY n DESC, e), '[]')
+                         FROM (SELECT coalesce(error_message, '') AS e, count(*) AS n
+                                 FROM w GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5) t) AS errors""",
+            (since, until),
+        )
+        return rows[0]
+
     async def live_leases(self) -> Row:
         """The leases live now, every group's (queue mode's too): how many, on how many
         partitions, the messages they still hold (from the cursor to the lease's end) and how
