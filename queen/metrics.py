@@ -598,35 +598,56 @@ FLOW_SPAN_S = 3600
 
 @dataclass(slots=True)
 class Flow:
-    """Messages popped from one queue in one minute, and how long they had waited."""
+    """One queue in one minute: messages pushed (stored), popped (and how long they had
+    waited), pops that found nothing, acknowledgments taken and refused."""
 
+    pushes: int = 0
     pops: int = 0
     lag_sum_s: float = 0.0
     lag_max_s: float = 0.0
+    empty_pops: int = 0
+    acks: int = 0
+    acks_refused: int = 0
 
 
 class QueueFlow:
-    """Per queue and per minute of the last hour, what this process's pops delivered and how
-    long those messages had waited (pop time less creation): the per-queue lag series. Kept
-    in memory by the one Trio thread, as the counters are."""
+    """Per queue and per minute of the last hour, what this process stored, delivered and
+    had acknowledged, and how long the delivered messages had waited (pop time less
+    creation): the per-queue series. Kept in memory by the one Trio thread, as the counters
+    are; the push and consume services of a process share one."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.minutes: dict[tuple[int, str], Flow] = {}
 
-    def popped(self, queue: str, lags_s: Iterable[float]) -> None:
-        now = self.clock()
-        minute = int(now // 60) * 60
+    def _flow(self, queue: str) -> Flow:
+        minute = int(self.clock() // 60) * 60
         flow = self.minutes.get((minute, queue))
         if flow is None:
             horizon = minute - FLOW_SPAN_S
             for key in [k for k in self.minutes if k[0] < horizon]:
                 del self.minutes[key]
             flow = self.minutes[(minute, queue)] = Flow()
+        return flow
+
+    def pushed(self, queue: str, stored: int) -> None:
+        if stored:
+            self._flow(queue).pushes += stored
+
+    def popped(self, queue: str, lags_s: Iterable[float]) -> None:
+        flow = self._flow(queue)
         for lag in lags_s:
             flow.pops += 1
             flow.lag_sum_s += lag
             flow.lag_max_s = max(flow.lag_max_s, lag)
+
+    def found_nothing(self, queue: str) -> None:
+        self._flow(queue).empty_pops += 1
+
+    def acked(self, queue: str, *, refused: bool) -> None:
+        flow = self._flow(queue)
+        flow.acks += 1
+        flow.acks_refused += refused
 
     def rows(
         self, since: float, until: float, queue: str | None = None

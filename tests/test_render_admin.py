@@ -146,7 +146,7 @@ def test_queue_lag_is_newest_first_and_queue_ops_oldest_first_with_unkept_figure
         (iso_utc(AT - timedelta(minutes=1)), 4, 0.07),
         (AT_ISO, 2, 0.03),
     ]
-    assert ops["series"][0]["pushMessages"] is None and ops["series"][0]["parkedCount"] is None
+    assert ops["series"][0]["pushMessages"] == 0 and ops["series"][0]["parkedCount"] is None
 
 
 PARTITION = PartitionFigures(

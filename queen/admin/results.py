@@ -659,14 +659,19 @@ def age_s(moment: datetime | None, now: datetime) -> float:
 
 @dataclass(frozen=True, slots=True)
 class QueueLagPoint:
-    """One minute of one queue: the messages this process popped from it and how long they
-    had waited (milliseconds)."""
+    """One minute of one queue in this process: the messages popped from it and how long
+    they had waited (milliseconds); messages stored, pops that found nothing, acks taken and
+    refused."""
 
     minute: datetime
     queue: str
     pops: int
     average_lag_ms: float
     max_lag_ms: float
+    pushes: int = 0
+    empty_pops: int = 0
+    acks: int = 0
+    acks_refused: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -425,9 +425,12 @@ class AdminService:
         with its counter totals."""
         return self._series(args)
 
-    async def queue_flow(self, args: Mapping[str, Any]) -> QueueFlowSeries:
-        """``GET /api/v1/analytics/queue-lag`` and ``/queue-ops``: per queue and minute of the
-        window (filter ``queue``), what this process popped and how long it had waited."""
+    async def queue_flow(
+        self, args: Mapping[str, Any], *, popped_only: bool = False
+    ) -> QueueFlowSeries:
+        """``GET /api/v1/analytics/queue-lag`` (``popped_only``: the minutes with pops) and
+        ``/queue-ops``: per queue and minute of the window (filter ``queue``), what this
+        process stored, popped and had acknowledged, and how long the popped had waited."""
         since, until = params.window(args, default=timedelta(hours=1))
         queue = params.optional_name(args, "queue")
         flow = None if self._consume is None else self._consume.flow
@@ -441,8 +444,13 @@ class AdminService:
                     pops=flow.pops,
                     average_lag_ms=round(1000 * flow.lag_sum_s / flow.pops, 1) if flow.pops else 0,
                     max_lag_ms=round(1000 * flow.lag_max_s, 1),
+                    pushes=flow.pushes,
+                    empty_pops=flow.empty_pops,
+                    acks=flow.acks,
+                    acks_refused=flow.acks_refused,
                 )
                 for minute, name, flow in rows
+                if flow.pops or not popped_only
             ],
         )
 

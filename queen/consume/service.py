@@ -129,7 +129,8 @@ class ConsumeService:
         self.encryption = encryption or QueueEncryption(None, None, refresh_s=1.0)
         self.settings = settings
         self.metrics = metrics
-        self.flow = QueueFlow()  # per queue and minute: pops and how long they had waited
+        # per queue and minute: pushes, pops and how long they had waited, acks
+        self.flow = push.flow if push is not None else QueueFlow()
         self.wakeups = Wakeups()
         self.switches = switches
         self.traces = Traces(store.trace_store(), self.encryption)
@@ -281,6 +282,8 @@ class ConsumeService:
                 # more arrive, so one answer carries them (bounded by the deadline)
                 await trio.sleep_until(min(deadline, trio.current_time() + self._linger_s))
         self.metrics.pop_empty += 1
+        if request.queue is not None:
+            self.flow.found_nothing(request.queue)
         return result
 
     async def _look(
@@ -429,6 +432,9 @@ class ConsumeService:
         self.metrics.acks += len(outcomes)
         self.metrics.acks_refused += sum(not o.success for o in outcomes)
         self.metrics.acks_dlq += sum(o.dlq for o in outcomes)
+        for o in outcomes:
+            if o.queue:
+                self.flow.acked(o.queue, refused=not o.success)
         self.wakeups.fire({o.queue for o in outcomes if o.lease_released and o.queue})
         return outcomes
 

@@ -185,7 +185,7 @@ async def system_metrics() -> Response:
 
 @blueprint.get("/api/v1/analytics/queue-lag")
 async def queue_lag() -> Response:
-    return json_response(render.queue_lag(await admin().queue_flow(request.args)))
+    return json_response(render.queue_lag(await admin().queue_flow(request.args, popped_only=True)))
 
 
 @blueprint.get("/api/v1/analytics/queue-ops")

@@ -207,17 +207,24 @@ def queue_lag(s: QueueFlowSeries) -> list[Json]:
 
 
 def queue_ops(s: QueueFlowSeries) -> Json:
-    """``GET /api/v1/analytics/queue-ops``: per queue and minute (oldest first), the pop
-    figures this process keeps per queue; the original's push, ack, transaction, partition and
-    parked figures are not kept per queue here and are null."""
+    """``GET /api/v1/analytics/queue-ops``: per queue and minute (oldest first), what this
+    process stored, popped and had acknowledged there; request, transaction, partition and
+    parked counts are not kept per queue here and are null."""
     series = [
         {
             "bucket": _iso(p.minute),
             "queueName": p.queue,
+            "pushMessages": p.pushes,
             "popMessages": p.pops,
-            "popPerSecond": round(p.pops / 60, 2),
+            "popEmpty": p.empty_pops,
+            "ackSuccess": p.acks - p.acks_refused,
+            "ackFailed": p.acks_refused,
             "avgLagMs": p.average_lag_ms,
             "maxLagMs": p.max_lag_ms,
+            "pushPerSecond": round(p.pushes / 60, 2),
+            "popPerSecond": round(p.pops / 60, 2),
+            "ackPerSecond": round(p.acks / 60, 2),
+            "emptyPerSecond": round(p.empty_pops / 60, 2),
             **dict.fromkeys(UNKEPT_QUEUE_OPS),
         }
         for p in s.points
@@ -232,18 +239,11 @@ def queue_ops(s: QueueFlowSeries) -> Json:
 
 UNKEPT_QUEUE_OPS = (
     "pushRequests",
-    "pushMessages",
-    "popEmpty",
     "ackRequests",
-    "ackSuccess",
-    "ackFailed",
     "transactions",
     "partitionsCreated",
     "partitionsDeleted",
     "partitionCount",
-    "pushPerSecond",
-    "ackPerSecond",
-    "emptyPerSecond",
     "parkedCount",
 )
 

@@ -28,7 +28,7 @@ import trio
 from queen.actors.messages import QUEUED, ActorStopped, PushOutcome, PushRequest
 from queen.actors.supervisor import Supervisor
 from queen.intake import PartitionBatch, PreparedPush, prepare_push
-from queen.metrics import Metrics
+from queen.metrics import Metrics, QueueFlow
 from queen.model import PartitionKey, Status
 from queen.primitives import Fence, Reply, ReplyGroup, Route, Turn
 
@@ -93,6 +93,7 @@ class PushService:
     def __init__(self, supervisor: Supervisor, metrics: Metrics) -> None:
         self.supervisor = supervisor
         self.metrics = metrics
+        self.flow = QueueFlow()  # per queue and minute: what was stored (and popped, acked)
         self._closing = False
         self._in_flight = 0
         self._idle = trio.Event()
@@ -144,12 +145,14 @@ class PushService:
         queued = prepared.count  # less what the outcomes other than the plain QUEUED hold
         for batch, outcome in zip(prepared.batches, outcomes, strict=True):
             if outcome is QUEUED:
+                self.flow.pushed(batch.key.queue, len(batch.indexes))
                 continue
             duplicates = len(outcome.duplicates)
             rest = len(batch.indexes) - duplicates
             m.push_items_duplicate += duplicates
             if outcome.status is Status.QUEUED:
                 queued -= duplicates
+                self.flow.pushed(batch.key.queue, rest)
                 continue
             queued -= duplicates + rest
             if outcome.status is Status.BUFFERED:
