@@ -432,7 +432,10 @@ def test_the_overview_puts_every_queue_together_with_this_process() -> None:
             "tasks": 1,
             "consumerGroups": 3,
             "messages": COUNTS_WIRE,
-            "lag": {"time": {"avg": 0.0, "max": 120.19}, "offset": {"total": 4}},
+            "lag": {
+                "time": {"avg": 0.0, "max": 120.19, "median": None, "min": None},
+                "offset": {"total": 4, "avg": None, "median": None, "min": None, "max": None},
+            },
             "oldestPendingAt": AT_ISO,
             "throughput": {
                 "ingestedPerSecond": 9.1,
@@ -442,6 +445,7 @@ def test_the_overview_puts_every_queue_together_with_this_process() -> None:
             "maintenance": {"push": False, "pop": True},
             "process": PROCESS_WIRE,
             "timestamp": LATER_ISO,
+            "statsAge": 0,
         },
     )
     without_spool = render.process(ProcessState(1, 0.0, 0, False, True, None, {}))

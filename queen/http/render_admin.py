@@ -456,15 +456,29 @@ def overview(o: Overview) -> Json:
         "consumerGroups": o.consumer_groups,
         "messages": _counts(o.messages),
         "lag": {
-            # avg: how long messages popped lately had waited; max: the oldest pending's age
-            "time": {"avg": o.average_lag_s, "max": o.oldest_pending_age_s},
-            "offset": {"total": o.messages.pending},
+            # avg: how long messages popped lately had waited; max: the oldest pending's age;
+            # the original's median and min, and its per-partition offset figures, are not
+            # computed here (null)
+            "time": {
+                "avg": o.average_lag_s,
+                "max": o.oldest_pending_age_s,
+                "median": None,
+                "min": None,
+            },
+            "offset": {
+                "total": o.messages.pending,
+                "avg": None,
+                "median": None,
+                "min": None,
+                "max": None,
+            },
         },
         "oldestPendingAt": _iso(o.oldest_pending_at),
         "throughput": _rates(o.rates),
         "maintenance": {"push": o.push_maintenance, "pop": o.pop_maintenance},
         "process": process(o.process),
         "timestamp": _iso(o.at),
+        "statsAge": 0,  # the figures are read when asked, never from a cache
     }
 
 
