@@ -337,6 +337,10 @@ async def test_queue_detail_lists_every_partition_unless_a_page_is_asked(
     detail = await (await client.get(f"/api/v1/status/queues/{queue}")).get_json()
     assert len(detail["partitions"]) == 105 == detail["partitionCount"]
     assert detail["totals"]["pending"] == 105
+    assert detail["totals"]["messages"]["pending"] == 105  # the original's nesting too
+    first = detail["partitions"][0]
+    assert first["cursor"]["totalConsumed"] == 0 and "batchesConsumed" in first["cursor"]
+    assert first["stats"]["pending"] == 1 and first["messages"]["pending"] == 1
     paged = await (await client.get(f"/api/v1/status/queues/{queue}?limit=10")).get_json()
     assert len(paged["partitions"]) == 10
 

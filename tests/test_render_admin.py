@@ -169,7 +169,7 @@ PARTITION_WIRE = {
     "messages": COUNTS_WIRE,
     "stats": COUNTS_WIRE,
     "offsets": {"low": 0, "next": 5, "cursor": 2},
-    "cursor": {"totalConsumed": 2},
+    "cursor": {"totalConsumed": 2, "batchesConsumed": None},
     "leaseExpiresAt": LATER_ISO,
     "oldestPendingAt": None,
     "oldestPendingAgeSeconds": 0.0,
@@ -220,7 +220,7 @@ def test_queue_resources_lead_with_what_the_queue_holds_then_page_its_partitions
             "createdAt": AT_ISO,
             "partitionCount": 3,
             "pagination": {"limit": 100, "offset": 0},
-            "totals": COUNTS_WIRE,
+            "totals": COUNTS_WIRE | {"messages": COUNTS_WIRE},
         },
     )
 
@@ -290,7 +290,7 @@ def test_queue_status_shows_the_configuration_totals_and_groups() -> None:
             "partitions": [PARTITION_WIRE],
             "partitionCount": 3,
             "pagination": {"limit": 100, "offset": 0},
-            "totals": COUNTS_WIRE,
+            "totals": COUNTS_WIRE | {"messages": COUNTS_WIRE},
             "messages": COUNTS_WIRE,
             "oldestPendingAt": AT_ISO,
             "oldestPendingAgeSeconds": 120.19,
@@ -529,6 +529,9 @@ def test_status_analytics_and_system_metrics_share_the_history_points() -> None:
             "processId": 4242,
             "pointCount": 2,
             "throughput": [POINT_WIRE, POINT_WIRE],
+            "dataPoints": [{"timestamp": AT_ISO, "messages": 7}] * 2,
+            "from": WINDOW_WIRE["from"],
+            "to": WINDOW_WIRE["to"],
         },
     )
     system = render.system_metrics(series)

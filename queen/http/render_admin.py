@@ -263,7 +263,8 @@ def _partition(p: PartitionFigures) -> Json:
         "messages": counts,
         "stats": counts,
         "offsets": {"low": p.low_offset, "next": p.next_offset, "cursor": p.cursor_offset},
-        "cursor": {"totalConsumed": p.messages.completed},
+        # batches are not counted here
+        "cursor": {"totalConsumed": p.messages.completed, "batchesConsumed": None},
         "leaseExpiresAt": _iso(p.lease_expires_at),
         "oldestPendingAt": _iso(p.oldest_pending_at),
         "oldestPendingAgeSeconds": p.oldest_pending_age_s,
@@ -278,7 +279,11 @@ def _partitions(f: QueueFigures) -> list[Json]:
 
 
 def _totals(f: QueueFigures) -> Json | None:
-    return None if f.summary is None else _counts(f.summary.messages)
+    """The queue's counts, and the same under ``messages`` (the original's detail has both)."""
+    if f.summary is None:
+        return None
+    counts = _counts(f.summary.messages)
+    return counts | {"messages": dict(counts)}
 
 
 def queue_resources(r: QueueResources) -> Json:
@@ -341,7 +346,7 @@ def queue_status(s: QueueStatus) -> Json:
         "partitionCount": f.summary.partitions if f.summary else 0,
         "pagination": _page(f.page),
         "totals": totals,
-        "messages": totals,
+        "messages": None if f.summary is None else _counts(f.summary.messages),
         "oldestPendingAt": _iso(f.summary.oldest_pending_at) if f.summary else None,
         "oldestPendingAgeSeconds": f.summary.oldest_pending_age_s if f.summary else 0.0,
         "consumerGroups": group_standings(s.consumer_groups),
@@ -546,13 +551,17 @@ def status(s: Status) -> Json:
 
 
 def analytics(s: ProcessSeries) -> Json:
-    """``GET /api/v1/status/analytics`` and ``/analytics/worker-metrics``."""
+    """``GET /api/v1/status/analytics`` (and the first keys of ``/analytics/worker-metrics``):
+    the history's points, and as the original's ``dataPoints`` the messages stored in each."""
     return {
         "timeRange": _window(s.window),
         "interval": s.interval,
         "processId": s.process_id,
         "pointCount": len(s.points),
         "throughput": [_point(p) for p in s.points],
+        "dataPoints": [{"timestamp": _iso(p.at), "messages": p.ingested} for p in s.points],
+        "from": _iso(s.window.since),
+        "to": _iso(s.window.until),
     }
 
 
