@@ -791,6 +791,8 @@ def test_a_group_detail_replaces_the_partition_count_with_the_page_of_partitions
                         "lastConsumedAt": AT_ISO,
                         "leaseExpiredAt": None,
                         "stuck": None,
+                        "workerId": None,
+                        "totalConsumed": None,
                     },
                     {
                         "partition": "p2",
@@ -804,6 +806,8 @@ def test_a_group_detail_replaces_the_partition_count_with_the_page_of_partitions
                         "lastConsumedAt": None,
                         "leaseExpiredAt": None,
                         "stuck": None,
+                        "workerId": None,
+                        "totalConsumed": None,
                     },
                 ],
                 "partitionCount": 2,

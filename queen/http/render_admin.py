@@ -1127,6 +1127,9 @@ def _group_partition(p: GroupPartition) -> Json:
         "lastConsumedAt": _iso(p.last_consumed_at),
         "leaseExpiredAt": _iso(p.lease_expired_at),
         "stuck": p.stuck,
+        # the original's: which worker holds it and how many it consumed, not kept here
+        "workerId": None,
+        "totalConsumed": None,
     }
 
 
