@@ -595,6 +595,10 @@ def remove_shared_dir(directory: Path) -> None:
 FLOW_SPAN_S = 3600
 """How long :class:`QueueFlow` keeps its minutes."""
 
+FLOW_MAX_ENTRIES = 100_000
+"""The most (minute, queue) entries :class:`QueueFlow` holds (about 20 MB): past it, the
+oldest minute is dropped early (with thousands of busy queues, the series is shorter)."""
+
 
 @dataclass(slots=True)
 class Flow:
@@ -614,21 +618,35 @@ class QueueFlow:
     """Per queue and per minute of the last hour, what this process stored, delivered and
     had acknowledged, and how long the delivered messages had waited (pop time less
     creation): the per-queue series. Kept in memory by the one Trio thread, as the counters
-    are; the push and consume services of a process share one."""
+    are; the push and consume services of a process share one. Minutes are kept in order,
+    so dropping the old ones costs nothing per update."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
-        self.minutes: dict[tuple[int, str], Flow] = {}
+        self.minutes: dict[int, dict[str, Flow]] = {}  # minute start -> queue -> flow
+        self.entries = 0
 
     def _flow(self, queue: str) -> Flow:
         minute = int(self.clock() // 60) * 60
-        flow = self.minutes.get((minute, queue))
+        queues = self.minutes.get(minute)
+        if queues is None:
+            queues = self.minutes[minute] = {}
+            self._drop(lambda oldest: oldest < minute - FLOW_SPAN_S)
+        flow = queues.get(queue)
         if flow is None:
-            horizon = minute - FLOW_SPAN_S
-            for key in [k for k in self.minutes if k[0] < horizon]:
-                del self.minutes[key]
-            flow = self.minutes[(minute, queue)] = Flow()
+            flow = queues[queue] = Flow()
+            self.entries += 1
+            if self.entries > FLOW_MAX_ENTRIES:
+                self._drop(lambda _oldest: self.entries > FLOW_MAX_ENTRIES)
         return flow
+
+    def _drop(self, old: Callable[[int], bool]) -> None:
+        """Drop the oldest minutes while ``old`` says so of them (never the current one)."""
+        while len(self.minutes) > 1:
+            oldest = next(iter(self.minutes))
+            if not old(oldest):
+                return
+            self.entries -= len(self.minutes.pop(oldest))
 
     def pushed(self, queue: str, stored: int) -> None:
         if stored:
@@ -654,11 +672,10 @@ class QueueFlow:
     ) -> list[tuple[int, str, Flow]]:
         """(minute start, queue, flow) of the minutes starting from ``since`` to ``until``,
         oldest first."""
-        return sorted(
-            (
-                (minute, name, flow)
-                for (minute, name), flow in self.minutes.items()
-                if since - 60 < minute <= until and (queue is None or name == queue)
-            ),
-            key=lambda row: (row[0], row[1]),
-        )
+        return [
+            (minute, name, queues[name])
+            for minute, queues in sorted(self.minutes.items())
+            if since - 60 < minute <= until
+            for name in sorted(queues)
+            if queue is None or name == queue
+        ]

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from queen.broker import Broker
+from queen.metrics import QueueFlow
 
 # what axios (the original's dashboard) sends by default
 AXIOS_ACCEPT = "application/json, text/plain, */*"
@@ -483,3 +486,31 @@ async def test_status_names_the_windows_dead_letter_partitions_and_commonest_err
     counts = [e["count"] for e in dlq["topErrors"]]
     assert counts == sorted(counts, reverse=True) and len(counts) <= 5
     assert dlq["affectedPartitions"] >= 2
+
+
+def test_queue_flow_keeps_an_hour_of_minutes_and_at_most_its_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [3600.0 * 100]
+    flow = QueueFlow(clock=lambda: now[0])
+    flow.pushed("a", 3)
+    flow.popped("a", [0.5, 1.5])
+    flow.found_nothing("b")
+    flow.acked("a", refused=False)
+    flow.acked("a", refused=True)
+    [(minute, name, f), (_, other, g)] = flow.rows(0, now[0])
+    assert (minute, name) == (now[0], "a") and other == "b"
+    assert (f.pushes, f.pops, f.lag_sum_s, f.lag_max_s) == (3, 2, 2.0, 1.5)
+    assert (f.acks, f.acks_refused, g.empty_pops) == (2, 1, 1)
+    now[0] += 60 * 61  # past the hour: the first minute goes
+    flow.pushed("a", 1)
+    assert [m for m, _, _ in flow.rows(0, now[0])] == [now[0]]
+    assert flow.entries == 1
+    monkeypatch.setattr("queen.metrics.FLOW_MAX_ENTRIES", 3)
+    now[0] += 60
+    flow.pushed("x", 1)
+    flow.pushed("y", 1)  # 3 entries over two minutes: within the bound
+    now[0] += 60
+    flow.pushed("z", 1)  # a fourth: the oldest minute goes
+    assert {m for m, _, _ in flow.rows(0, now[0])} == {now[0] - 60, now[0]}
+    assert flow.entries == 3
