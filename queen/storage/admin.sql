@@ -666,6 +666,9 @@ $fn$;
 
 -- Finds a message's dead letters (by partition and transaction id) without reading the DLQ.
 CREATE INDEX IF NOT EXISTS dlq_by_message ON queen.dlq (partition_id, transaction_id);
+-- The dead letters of a time window, of every queue (the status's dead letter summary), without
+-- reading the whole DLQ.
+CREATE INDEX IF NOT EXISTS dlq_by_failed_at ON queen.dlq (failed_at);
 
 -- The dead letters to retry: of one message (p_partition_id and p_txid), or of a queue's
 -- filter (p_queue, optionally a group, a partition and a failure time range), in id order,
