@@ -184,6 +184,7 @@ async def test_overview_status_analytics_and_refresh(client: Any, queue: str) ->
         "/api/v1/analytics/worker-metrics",
         "/api/v1/analytics/queue-lag",
         "/api/v1/analytics/queue-ops",
+        "/api/v1/analytics/queue-parked-replicas",
         "/api/v1/analytics/retention",
         "/api/v1/analytics/postgres-stats",
     ):
