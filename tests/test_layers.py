@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "queen.gctune",
             "queen.errors",
             "queen.budget",
+            "queen.flow",
         ),
     ),
     ("storage", ("queen.storage",)),

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from queen.broker import Broker
-from queen.metrics import QueueFlow
+from queen.flow import QueueFlow
 
 # what axios (the original's dashboard) sends by default
 AXIOS_ACCEPT = "application/json, text/plain, */*"
@@ -506,7 +506,7 @@ def test_queue_flow_keeps_an_hour_of_minutes_and_at_most_its_entries(
     flow.pushed("a", 1)
     assert [m for m, _, _ in flow.rows(0, now[0])] == [now[0]]
     assert flow.entries == 1
-    monkeypatch.setattr("queen.metrics.FLOW_MAX_ENTRIES", 3)
+    monkeypatch.setattr("queen.flow.FLOW_MAX_ENTRIES", 3)
     now[0] += 60
     flow.pushed("x", 1)
     flow.pushed("y", 1)  # 3 entries over two minutes: within the bound

@@ -80,10 +80,11 @@ from queen.consume.tracing import Traces
 from queen.consume.wakeups import Wakeups
 from queen.encryption import QueueEncryption
 from queen.errors import StoreError
+from queen.flow import QueueFlow
 from queen.ids import millis_of, mint_id
 from queen.intake import decode_json
 from queen.maintenance import MaintenanceSwitch
-from queen.metrics import Metrics, QueueFlow
+from queen.metrics import Metrics
 from queen.push import PushService
 from queen.records import (
     AckItem,

@@ -27,8 +27,9 @@ import trio
 
 from queen.actors.messages import QUEUED, ActorStopped, PushOutcome, PushRequest
 from queen.actors.supervisor import Supervisor
+from queen.flow import QueueFlow
 from queen.intake import PartitionBatch, PreparedPush, prepare_push
-from queen.metrics import Metrics, QueueFlow
+from queen.metrics import Metrics
 from queen.model import PartitionKey, Status
 from queen.primitives import Fence, Reply, ReplyGroup, Route, Turn
 
