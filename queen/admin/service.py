@@ -379,11 +379,13 @@ class AdminService:
             self.figures.read().counters,
             await self._leases(),
             socket.gethostname(),
-            await self._dead_letters(since, until),
+            await self._dead_letters(since, until, queue),
         )
 
-    async def _dead_letters(self, since: datetime, until: datetime) -> DeadLetterSummary:
-        r = await self.store.dead_letter_summary(since, until)
+    async def _dead_letters(
+        self, since: datetime, until: datetime, queue: str | None
+    ) -> DeadLetterSummary:
+        r = await self.store.dead_letter_summary(since, until, queue)
         return DeadLetterSummary(
             partitions=int(r["partitions"]),
             top_errors=[(e["error"], int(e["count"])) for e in r["errors"]],

@@ -250,18 +250,23 @@ class PgAdminStore:
         )
         return {str(r["name"]): int(r["n"]) for r in rows}
 
-    async def dead_letter_summary(self, since: datetime, until: datetime) -> Row:
-        """The dead letters that failed in [since, until]: the partitions they came from, and
-        the five most frequent error messages with their counts."""
+    async def dead_letter_summary(
+        self, since: datetime, until: datetime, queue: str | None = None
+    ) -> Row:
+        """The dead letters that failed in [since, until] (of ``queue`` only, if given): the
+        partitions they came from, and the five most frequent error messages with their
+        counts."""
         rows = await self._rows(
             """WITH w AS (SELECT partition_id, error_message FROM queen.dlq
-                           WHERE failed_at >= %s AND failed_at <= %s)
+                           WHERE failed_at >= %s AND failed_at <= %s
+                             AND (%s::text IS NULL OR queue_id =
+                                  (SELECT q.id FROM queen.queues q WHERE q.name = %s)))
                SELECT (SELECT count(DISTINCT partition_id) FROM w) AS partitions,
                       (SELECT coalesce(jsonb_agg(jsonb_build_object('error', e, 'count', n)
                                                  ORDER BY n DESC, e), '[]')
                          FROM (SELECT coalesce(error_message, '') AS e, count(*) AS n
                                  FROM w GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5) t) AS errors""",
-            (since, until),
+            (since, until, queue, queue),
         )
         return rows[0]
 
