@@ -7,7 +7,7 @@ process share one; with ``--workers N`` each worker keeps its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 FLOW_SPAN_S = 3600
@@ -70,19 +70,22 @@ class QueueFlow:
         if stored:
             self._flow(queue).pushes += stored
 
-    def popped(self, queue: str, lags_s: Iterable[float]) -> None:
+    def popped(self, queue: str, lags_s: Sequence[float]) -> None:
+        """Messages of ``queue`` delivered, each having waited ``lags_s[i]`` seconds."""
+        if not lags_s:
+            return
         flow = self._flow(queue)
-        for lag in lags_s:
-            flow.pops += 1
-            flow.lag_sum_s += lag
-            flow.lag_max_s = max(flow.lag_max_s, lag)
+        flow.pops += len(lags_s)
+        flow.lag_sum_s += sum(lags_s)
+        flow.lag_max_s = max(flow.lag_max_s, *lags_s)
 
     def found_nothing(self, queue: str) -> None:
         self._flow(queue).empty_pops += 1
 
-    def acked(self, queue: str, *, refused: bool) -> None:
+    def acked(self, queue: str, acks: int = 1, refused: int = 0) -> None:
+        """``acks`` acknowledgments of ``queue`` taken, ``refused`` of them refused."""
         flow = self._flow(queue)
-        flow.acks += 1
+        flow.acks += acks
         flow.acks_refused += refused
 
     def rows(

@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -260,11 +261,11 @@ class ConsumeService:
                     for queue in {d.queue for d in delivered}:
                         self.flow.popped(
                             queue,
-                            (
+                            [
                                 lag
                                 for d, lag in zip(delivered, lags, strict=True)
                                 if d.queue == queue
-                            ),
+                            ],
                         )
                     result.delivered = delivered
                     result.lease_id = lease_id
@@ -433,9 +434,11 @@ class ConsumeService:
         self.metrics.acks += len(outcomes)
         self.metrics.acks_refused += sum(not o.success for o in outcomes)
         self.metrics.acks_dlq += sum(o.dlq for o in outcomes)
-        for o in outcomes:
-            if o.queue:
-                self.flow.acked(o.queue, refused=not o.success)
+        taken = Counter(o.queue for o in outcomes if o.queue)
+        if taken:  # one update per queue, not per acknowledgment
+            refused = Counter(o.queue for o in outcomes if o.queue and not o.success)
+            for queue, count in taken.items():
+                self.flow.acked(queue, count, refused[queue])
         self.wakeups.fire({o.queue for o in outcomes if o.lease_released and o.queue})
         return outcomes
 

@@ -144,16 +144,18 @@ class PushService:
             self._end()
         outcomes = [request.reply.result() for request in requests]
         queued = prepared.count  # less what the outcomes other than the plain QUEUED hold
+        stored: dict[str, int] = {}  # per queue: one flow update per request, not per batch
         for batch, outcome in zip(prepared.batches, outcomes, strict=True):
+            queue = batch.key.queue
             if outcome is QUEUED:
-                self.flow.pushed(batch.key.queue, len(batch.indexes))
+                stored[queue] = stored.get(queue, 0) + len(batch.indexes)
                 continue
             duplicates = len(outcome.duplicates)
             rest = len(batch.indexes) - duplicates
             m.push_items_duplicate += duplicates
             if outcome.status is Status.QUEUED:
                 queued -= duplicates
-                self.flow.pushed(batch.key.queue, rest)
+                stored[queue] = stored.get(queue, 0) + rest
                 continue
             queued -= duplicates + rest
             if outcome.status is Status.BUFFERED:
@@ -161,6 +163,8 @@ class PushService:
             else:
                 m.push_items_failed += rest
         m.push_items_queued += queued
+        for queue, count in stored.items():
+            self.flow.pushed(queue, count)
         return PushAnswer(prepared.count, tuple(zip(prepared.batches, outcomes, strict=True)))
 
     async def write_held(
