@@ -302,8 +302,6 @@ DECLARE
     v_queues    bigint[];
     v_left      integer := p_batch;
     v_bytes     bigint := coalesce(p_max_bytes, 9223372036854775807);   -- octets left
-    v_last      bigint;
-    v_size      bigint;
     c           record;
     v_seg_first bigint;
     v_seg_last  bigint;
@@ -521,34 +519,13 @@ BEGIN
             END IF;
         END IF;
 
-        -- The byte budget: the last offset whose payload still fits, and the octets up to it
-        -- (the pop's first message always fits). Only the payloads are read here; the
-        -- messages themselves are read once, below, up to that offset.
-        SELECT max(w.off), sum(w.len) INTO v_last, v_size
-        FROM (
-            SELECT x.off, x.len,
-                   sum(x.len) OVER (ORDER BY x.off ROWS UNBOUNDED PRECEDING) AS upto,
-                   row_number() OVER (ORDER BY x.off ROWS UNBOUNDED PRECEDING) AS rn
-            FROM (
-                SELECT s.first_offset + u.i - 1 AS off, octet_length(u.pl) AS len
-                FROM queen.segments s
-                CROSS JOIN LATERAL unnest(s.payloads) WITH ORDINALITY AS u (pl, i)
-                WHERE s.partition_id = c.pid AND s.first_offset >= v_seg_first
-                  AND s.first_offset < v_upto
-                  AND s.first_offset + u.i - 1 >= v_from
-                  AND s.first_offset + u.i - 1 < v_upto
-                  AND s.first_offset + u.i - 1 <> ALL (c.acked)
-                ORDER BY 1
-                LIMIT v_left
-            ) x
-        ) w
-        WHERE w.upto <= v_bytes OR (w.rn = 1 AND v_left = p_batch);
-        CONTINUE WHEN v_last IS NULL;   -- nothing (more) fits: the partition stays as it is
-        v_upto := v_last + 1;
-
+        -- One read of the messages: they are taken in offset order while their payloads fit
+        -- what is left of the byte budget (the pop's first message always fits); the octets
+        -- taken are left in a transaction-local setting for the budget's next turn.
         RETURN QUERY
-        WITH pick AS (
-            SELECT s.first_offset + u.i - 1 AS off, u.mid, u.tx, u.pl, u.sub, u.tr
+        WITH cand AS (
+            SELECT s.first_offset + u.i - 1 AS off, u.mid, u.tx, u.pl, u.sub, u.tr,
+                   octet_length(u.pl) AS len
             FROM queen.segments s
             CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads,
                                       s.producer_subs, s.trace_ids)
@@ -560,6 +537,20 @@ BEGIN
               AND s.first_offset + u.i - 1 <> ALL (c.acked)
             ORDER BY 1
             LIMIT v_left
+        ),
+        pick AS (
+            SELECT w.off, w.mid, w.tx, w.pl, w.sub, w.tr, w.len
+            FROM (
+                SELECT cand.*,
+                       sum(cand.len) OVER (ORDER BY cand.off ROWS UNBOUNDED PRECEDING) AS upto,
+                       row_number() OVER (ORDER BY cand.off ROWS UNBOUNDED PRECEDING) AS rn
+                FROM cand
+            ) w
+            WHERE w.upto <= v_bytes OR (w.rn = 1 AND v_left = p_batch)
+        ),
+        taken AS (
+            SELECT set_config('queen.pop_taken_bytes', coalesce(sum(pick.len), 0)::text, true)
+            FROM pick
         ),
         adv AS (
             SELECT a.next_offset, a.rest
@@ -594,13 +585,16 @@ BEGIN
                pick.tr, coalesce(f.attempts, 0), (SELECT m.lease_expires_at FROM mark m),
                NULL::double precision
         FROM pick
+        CROSS JOIN taken
         LEFT JOIN queen.failures f
                ON f.partition_id = c.pid AND f.consumer_group = p_group
               AND f.msg_offset = pick.off
         ORDER BY pick.off;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_left := v_left - v_n;
-        v_bytes := v_bytes - v_size;
+        IF v_n > 0 THEN
+            v_bytes := v_bytes - current_setting('queen.pop_taken_bytes')::bigint;
+        END IF;
     END LOOP;
     CLOSE v_cands;
 
