@@ -14,8 +14,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -914,3 +916,40 @@ def test_ctrl_c_while_waiting_exits_130_and_a_tail_0(tmp_path: Path) -> None:
         assert out == ""
         if expected == 130:
             assert err.strip() == "queen: interrupted"
+
+
+def test_status_says_why_the_spool_is_not_healthy(live: LiveBroker) -> None:
+    """A broker whose spool cannot be written: ``queen status`` names the reason it reports."""
+    problem = "spool write failed: No space left on device"
+    answers = {
+        "/health": {
+            "status": "degraded",
+            "database": "connected",
+            "spool": {"healthy": False, "problem": problem, "pendingItems": 0, "files": 0},
+            "loops": {},
+        },
+        "/api/v1/status": {"totals": {"queues": 0, "partitions": 0}, "messages": {}},
+    }
+
+    class Canned(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(answers.get(self.path.split("?")[0], {})).encode()
+            self.send_response(200 if self.path.split("?")[0] in answers else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Canned)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        shown = live.queen("status", "-o", "table", url=f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert shown.code == 2, shown.err
+    assert f"spool problem     {problem}" in shown.out

@@ -152,6 +152,8 @@ def _status_pairs(ctl: Ctl, health: dict[str, Any], figures: dict[str, Any]) -> 
             ("dead letters", figures.get("deadLetterQueue", {}).get("total")),
         ]
     )
+    if spool.get("healthy") is False:
+        click.echo(f"spool problem     {spool.get('problem') or 'not healthy'}")
     failing = [
         name for name, loop in (health.get("loops") or {}).items() if loop.get("state") != "ok"
     ]
