@@ -458,6 +458,15 @@ def test_queen_server_is_read_after_queen_url(live: LiveBroker) -> None:
     assert after.code == 0, after.err
 
 
+def test_without_a_url_the_broker_is_found_at_queen_port(live: LiveBroker) -> None:
+    """As inside the broker's container: QUEEN_PORT says where ``queen serve`` listens."""
+    port = live.url.rsplit(":", 1)[1]
+    beside = live.queen("ping", env={"QUEEN_URL": "", "QUEEN_PORT": port})
+    assert beside.code == 0, beside.err
+    elsewhere = live.queen("ping", env={"QUEEN_URL": "", "QUEEN_PORT": str(closed_port())})
+    assert elsewhere.code == 2
+
+
 def test_a_queenctl_context_names_the_broker_and_its_token(
     live: LiveBroker, tmp_path: Path
 ) -> None:

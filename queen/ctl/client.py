@@ -10,6 +10,7 @@ broker's own error text. ``verify=False`` (``--insecure``) skips the TLS certifi
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,16 @@ import click
 import httpx
 
 DEFAULT_URL = "http://127.0.0.1:6632"
+
+
+def default_url() -> str:
+    """The broker beside this command: this host, at ``QUEEN_PORT`` when it is set (the port
+    ``queen serve`` listens on, so a command run where the broker runs, as in its container,
+    finds it), else 6632."""
+    port = os.environ.get("QUEEN_PORT", "").strip()
+    if port.isdigit() and 0 < int(port) < 65536:
+        return f"http://127.0.0.1:{int(port)}"
+    return DEFAULT_URL
 
 
 class Exit(enum.IntEnum):

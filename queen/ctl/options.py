@@ -13,7 +13,7 @@ from typing import IO, Any, overload
 
 import click
 
-from queen.ctl.client import DEFAULT_URL, BrokerClient, CtlError, Exit, usage
+from queen.ctl.client import BrokerClient, CtlError, Exit, default_url, usage
 from queen.ctl.output import FORMATS, Output
 from queen.ctl.times import Duration
 
@@ -45,8 +45,7 @@ def connection_options(*, top: bool) -> tuple[Callable[[Any], Any], ...]:
             envvar=["QUEEN_URL", "QUEEN_SERVER"] if top else None,
             default=None,
             help="the broker's base URL [env QUEEN_URL, then QUEEN_SERVER; default "
-            + DEFAULT_URL
-            + "]",
+            "http://127.0.0.1:$QUEEN_PORT, else http://127.0.0.1:6632]",
         ),
         click.option(
             "--token",
@@ -149,7 +148,7 @@ def broker_command(
                 url = url or context.server
                 token = token or context.token
                 insecure = insecure or context.insecure
-        url = url or DEFAULT_URL
+        url = url or default_url()
         if not url.startswith(("http://", "https://")):
             raise usage(
                 f"--url / QUEEN_URL / QUEEN_SERVER must start with http:// or https://, got {url!r}"
