@@ -290,6 +290,53 @@ async def test_a_second_run_imports_nothing_twice(new_database: Any, broker_api:
         assert billing_p2 == (2,)
 
 
+async def test_a_catch_up_import_skips_partitions_served_here_and_imports_the_rest(
+    new_database: Any, broker_api: Any
+) -> None:
+    """After the switch, producers pushed to p1 here. The original meanwhile got more on p0
+    and p1 (and a new partition p3, which was pushed here too): the dry run and the import
+    bring p0's alone, say why p1 and p3 are left, and exit 0; p1 keeps exactly what it had."""
+    src, dst = new_database("orig"), new_database("ours")
+    o, _ = fill(src)
+    first = await run_import(src, dst)
+    assert first.returncode == 0, first.stderr.decode()
+    async with broker_api(dst) as api:
+        for partition in ("p1", "p3"):
+            status, body = await api.post(
+                "/api/v1/push",
+                {"items": [{"queue": "orders", "partition": partition, "payload": {"here": 1}}]},
+            )
+            assert status == 201 and body[0]["status"] == "queued", body
+    p1_here = rows(
+        dst,
+        """SELECT p.next_offset FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+           WHERE q.name = 'orders' AND p.name = 'p1'""",
+    )
+    o.push("orders", "p0", [{"late": 1}, {"late": 2}])
+    o.push("orders", "p1", [{"late": 3}])
+    o.push("orders", "p3", [{"late": 4}])
+
+    dry = await run_import(src, dst, "--dry-run")
+    assert dry.returncode == 0, dry.stderr.decode()
+    out = dry.stdout.decode()
+    assert "orders/p1: skipped, 1 messages not imported" in out, out
+    assert "orders/p3: skipped, 1 messages not imported" in out, out
+
+    caught_up = await run_import(src, dst)
+    assert caught_up.returncode == 0, caught_up.stderr.decode()
+    out = caught_up.stdout.decode()
+    assert "imported 2 messages" in out, out
+    assert "orders/p1: skipped" in out and "orders/p3: skipped" in out, out
+    assert rows(
+        dst,
+        """SELECT p.next_offset FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+           WHERE q.name = 'orders' AND p.name = 'p1'""",
+    ) == p1_here
+    async with broker_api(dst) as api:
+        got = await pop_all(api, "orders", "p0", None)
+        assert [m["id"] for m in got] == o.ordered("orders", "p0")[12:]
+
+
 async def test_killed_mid_import_resumes_with_every_message_once_in_order(
     new_database: Any, broker_api: Any
 ) -> None:

@@ -214,6 +214,23 @@ class Importer:
                 "original's key"
             )
         pending = {p.source_id: self._pending(reader, p, state) for p in parts}
+        name_of = {q.source_id: q.name for q in queues}
+        skipped_notes: list[str] = []
+        kept = []
+        for p in parts:
+            imported_before = p.source_id in state.partitions
+            if (p.source_id in state.served and pending[p.source_id] > 0) or (
+                not imported_before and (p.source_queue, p.name) in state.served_new
+            ):
+                # Messages were pushed to it here since the import began: the original's
+                # remaining ones cannot be put before them, nor its positions applied.
+                skipped_notes.append(
+                    self._served_note(f"{name_of[p.source_queue]}/{p.name}", pending[p.source_id])
+                )
+                pending[p.source_id] = 0
+                continue
+            kept.append(p)
+        parts = kept
         positions = reader.positions()
         subs = reader.subscriptions()
         letters = [d for d in reader.dead_letters() if d.source_id not in state.dead_letters]
@@ -232,6 +249,7 @@ class Importer:
         for q in queues:
             if q.source_id in state.deleted_queues:
                 report.notes.append(f"{q.name}: imported before and deleted here since; skipped")
+        report.notes.extend(skipped_notes)
         if self.options.dry_run:
             return report
 
@@ -327,7 +345,11 @@ class Importer:
             where = f"{q.name}/{p.name}"
             done = state.partitions.get(p.source_id)
             if done is None:
-                pid = create_partition(target, queue_ids[q.source_id], p)
+                try:
+                    pid = create_partition(target, queue_ids[q.source_id], p)
+                except PartitionMoved:
+                    self.notes.append(self._served_note(where, pending[p.source_id]))
+                    continue
                 imported, after = 0, None
             else:
                 pid, imported = done.partition_id, done.messages
@@ -338,6 +360,7 @@ class Importer:
                 )
             cipher = self.cipher if q.encryption_enabled else None
             left = pending[p.source_id]
+            moved = False
             while left > 0:
                 self._stop_here()
                 batch = reader.messages_after(p.source_id, after, self.options.batch_size)
@@ -353,23 +376,32 @@ class Importer:
                         payloads=stored,
                         dedup_window_s=self.options.dedup_window_s,
                     )
-                except PartitionMoved as exc:
-                    raise ImportRefused(
-                        f"partition {where} cannot be imported further: {exc}"
-                    ) from None
+                except PartitionMoved:
+                    self.notes.append(self._served_note(where, left))
+                    moved = True
+                    break
                 imported += len(batch)
                 self.copied += len(batch)
                 left -= len(batch)
                 after = (batch[-1].created_at, batch[-1].id)
                 self.progress.advance(where, len(batch))
                 self._batch_committed()
+            self.progress.partition_done(where, imported)
+            if moved:  # neither positions nor dead letters apply to what was not imported
+                continue
             if left > 0:
                 # Counted, but not readable in order: rows without a creation time.
                 self.notes.append(f"{where}: {left} messages without a creation time not imported")
-            self.progress.partition_done(where, imported)
             base = imported - (reader.count_through(p.source_id, after) if after else 0)
             targets[p.source_id] = Target(pid, queue_ids[q.source_id], base, imported)
         return targets
+
+    @staticmethod
+    def _served_note(where: str, left: int) -> str:
+        return (
+            f"{where}: skipped, {left} messages not imported: it holds messages pushed here "
+            "since the import began, and the original's would come after them out of order"
+        )
 
     def _payload(self, m: OriginalMessage, cipher: PayloadCipher | None) -> str:
         try:

@@ -130,6 +130,10 @@ class ImportState:
     partitions: dict[str, ImportedPartition]
     deleted_partitions: frozenset[str]  # imported, then deleted here: left alone
     dead_letters: frozenset[str]
+    # Partitions that hold messages pushed here since the import began: source partition ids
+    # of imported ones, (source queue id, name) of ones not imported yet.
+    served: frozenset[str] = frozenset()
+    served_new: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

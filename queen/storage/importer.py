@@ -56,21 +56,43 @@ def import_state(conn: psycopg.Connection[Any]) -> ImportState:
             deleted.add(source)
     partitions: dict[str, ImportedPartition] = {}
     gone: set[str] = set()
+    served: set[str] = set()
     for r in conn.execute(
         """SELECT i.source_partition::text, i.partition_id, i.messages, i.last_created_at,
-                  i.last_id::text,
-                  EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = i.partition_id)
-           FROM queen.imported_partitions i"""
+                  i.last_id::text, p.next_offset
+           FROM queen.imported_partitions i
+           LEFT JOIN queen.partitions p ON p.id = i.partition_id"""
     ).fetchall():
-        if r[5]:
+        if r[5] is not None:
             partitions[r[0]] = ImportedPartition(int(r[1]), int(r[2]), r[3], r[4])
+            if int(r[5]) != int(r[2]):
+                served.add(r[0])
         else:
             gone.add(r[0])
+    served_new = frozenset(
+        (r[0], r[1])
+        for r in conn.execute(
+            """SELECT i.source_queue::text, p.name
+               FROM queen.imported_queues i
+               JOIN queen.partitions p ON p.queue_id = i.queue_id
+               WHERE p.next_offset > 0
+                 AND NOT EXISTS (SELECT 1 FROM queen.imported_partitions x
+                                 WHERE x.partition_id = p.id)"""
+        ).fetchall()
+    )
     letters = frozenset(
         r[0]
         for r in conn.execute("SELECT source_id::text FROM queen.imported_dead_letters").fetchall()
     )
-    return ImportState(queues, frozenset(deleted), partitions, frozenset(gone), letters)
+    return ImportState(
+        queues,
+        frozenset(deleted),
+        partitions,
+        frozenset(gone),
+        letters,
+        frozenset(served),
+        served_new,
+    )
 
 
 def existing_queues(conn: psycopg.Connection[Any], names: Sequence[str]) -> dict[str, int]:
