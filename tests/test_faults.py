@@ -162,6 +162,44 @@ async def test_broker_killed_during_replay_finishes_on_restart(
     assert spool_files(spool) == []
 
 
+async def test_a_broker_started_before_its_database_comes_up_with_it(
+    own_pg: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    """As compose starts them without waiting: the broker on an empty database that does not
+    answer yet keeps pushes in its spool, then installs its schema, replays them and serves."""
+    queue = "started-first"
+    await trio.to_thread.run_sync(own_pg.stop, "fast")
+    env = broker_env(own_pg, tmp_path / "spool")
+    async with trio.open_nursery() as nursery:
+        broker = BrokerProcess(env)
+        await broker.start(nursery)
+        async with httpx.AsyncClient(base_url=broker.base, timeout=30) as http:
+            health = (await http.get("/health")).json()
+            assert health["database"] == "disconnected"
+            body = {
+                "items": [
+                    {
+                        "queue": queue,
+                        "partition": "p0",
+                        "payload": {"seq": s},
+                        "transactionId": f"p0-{s:05d}",
+                    }
+                    for s in range(10)
+                ]
+            }
+            resp = await http.post("/api/v1/push", json=body)
+            assert {r["status"] for r in resp.json()} == {"buffered"}
+
+            await trio.to_thread.run_sync(own_pg.start)
+            await broker.wait_spool_empty()
+            popped = await http.get(f"/api/v1/pop/queue/{queue}?batch=20")
+            assert [m["transactionId"] for m in popped.json()["messages"]] == [
+                f"p0-{s:05d}" for s in range(10)
+            ]
+        await broker.stop()
+    assert broker.proc is not None and broker.proc.returncode == 0
+
+
 async def test_maintenance_mode_over_http_holds_everything_until_switched_off(
     client: Any, queue: str, db: Db, broker: Any
 ) -> None:
