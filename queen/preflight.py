@@ -30,7 +30,7 @@ from queen.settings import Settings
 from queen.spool.files import probe_writable
 from queen.storage.database import external_database
 from queen.storage.embedded import DataDirInUse, EmbeddedPostgres
-from queen.storage.postgres import SchemaState, schema_state
+from queen.storage.postgres import SchemaState, schema_state, server_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +136,8 @@ def _check_server(conninfo: str, description: str, settings: Settings, report: R
             connect_timeout=max(1, round(settings.db_connect_timeout_s)),
             autocommit=True,
         ) as conn:
-            version = conn.execute("SHOW server_version").fetchone()
-            report(
-                Check(
-                    "database", True, f"{description}: PostgreSQL {version[0] if version else '?'}"
-                )
-            )
+            version = server_version(conn)
+            report(Check("database", True, f"{description}: PostgreSQL {version}"))
             state, detail = schema_state(conn)
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

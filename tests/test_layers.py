@@ -9,6 +9,7 @@ and under ``TYPE_CHECKING``: a layer violation is one wherever it is written.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,41 @@ def test_the_import_reader_sees_what_a_module_imports() -> None:
     assert "queen.storage.pool" in graph["queen.storage.consume"]
     assert "queen.records" in graph["queen.consume.requests"]
     assert "queen.spool.files" in graph["queen.spool.writer"]  # `from queen.spool import files`
+
+
+# The statements a string may open; a literal that starts with one of them (then a space) is SQL.
+_SQL = re.compile(
+    r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH|SHOW|CREATE|ALTER|DROP|TRUNCATE|LOCK|COPY|LISTEN"
+    r"|NOTIFY|ANALYZE|VACUUM)\s"
+)
+
+
+def _sql_literals(path: Path) -> list[str]:
+    """The string literals of ``path`` that are SQL statements, as ``line: text``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
+            text = node.value.decode() if isinstance(node.value, bytes) else node.value
+            if _SQL.match(text):
+                found.append(f"{node.lineno}: {text.strip().splitlines()[0][:60]}")
+    return found
+
+
+def test_sql_is_written_only_in_storage() -> None:
+    """Storage is the only place with SQL: no module outside ``queen/storage`` holds a
+    statement (the schema's files are there too)."""
+    outside = {
+        name: _sql_literals(path)
+        for name, path in _modules().items()
+        if not _covers("queen.storage", name)
+    }
+    assert {name: found for name, found in outside.items() if found} == {}
+    assert sorted(p.name for p in ROOT.rglob("*.sql") if "storage" not in p.parts) == []
+
+
+def test_the_sql_finder_sees_a_statement(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('Q = "SELECT 1"\nB = b"SHOW server_version"\nD = "Select the queue"\n')
+    assert _sql_literals(module) == ["1: SELECT 1", "2: SHOW server_version"]
+    assert "queen.storage.postgres" in _modules()  # the walk sees the storage modules
+    assert _sql_literals(_modules()["queen.storage.postgres"])  # and their SQL

@@ -254,6 +254,12 @@ class SchemaState(enum.Enum):
     FOREIGN = "foreign"  # the original broker's tables: it refuses to start
 
 
+def server_version(conn: psycopg.Connection[Any]) -> str:
+    """The version of ``conn``'s PostgreSQL server, as it reports it ("?" if it does not)."""
+    row = conn.execute("SHOW server_version").fetchone()
+    return str(row[0]) if row else "?"
+
+
 def schema_state(conn: psycopg.Connection[Any]) -> tuple[SchemaState, str]:
     """Read (never change) the schema of ``conn``'s database: its state and a line for an
     operator."""
