@@ -184,6 +184,26 @@ async def test_maintenance_spools_everything_and_replays_when_off(
         assert stored(store, f"p{p}") == [f"t{i}" for i in range(9) if i % 3 == p]
 
 
+async def test_frames_of_a_replay_write_that_fails_stay_spooled_until_a_pass_stores_them(
+    broker: Broker, store: MemoryStore
+) -> None:
+    """A replay chunk whose write is not stored (the database refused it) stops the pass and
+    settles nothing: its frames stay in the spool, and a later pass stores them. Settling a
+    chunk whose writes failed would remove the file and lose them."""
+    await broker.set_maintenance(True)
+    results = await broker.push([item("p", "a"), item("p", "b"), item("other", "x")])
+    assert {r.status for r in results} == {"buffered"}
+    store.failing = {"p"}
+    failures = broker.metrics.push_transaction_failures
+    await broker.set_maintenance(False)
+    await until(lambda: broker.metrics.push_transaction_failures > failures, broker)
+    store.failing = set()  # (the failed attempt's outcome is decided: its write was refused)
+    await until(drained(broker), broker)
+    assert stored(store, "p") == ["a", "b"]
+    assert stored(store, "other") == ["x"]
+    assert broker.metrics.spool_replayed_items == 3
+
+
 @pytest.mark.parametrize(("group_max", "grouped"), [(4096, True), (1, False)])
 async def test_fsyncs_are_grouped(
     tmp_path: Path, store: MemoryStore, group_max: int, grouped: bool
