@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -93,6 +94,64 @@ def test_help_lists_every_setting_with_env_and_default() -> None:
         assert "--" + name.replace("_", "-") in flat
         assert f"env {env};" in flat
         assert f"default {shown_default(default)}]" in flat
+
+
+SETTINGS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
+
+
+def _documented_defaults(page: str) -> dict[str, str]:
+    """``variable -> default`` from the rows of the settings page's tables: a row names one or
+    more variables (backquoted, comma-separated) in its first cell and their defaults, in the
+    same order, in its second."""
+    found: dict[str, str] = {}
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| `") or len(cells) < 3:
+            continue
+        variables = [v.strip().strip("`") for v in cells[0].split(",")]
+        defaults = [d.strip().strip("`") for d in cells[1].split(", ")]
+        found.update(zip(variables, defaults, strict=True))
+    return found
+
+
+def _as_documented(default: Any) -> str:
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, float):
+        return f"{default:g}"
+    return str(default) if default != "" else "(none)"
+
+
+def test_the_settings_page_documents_every_setting_with_its_default() -> None:
+    documented = _documented_defaults(SETTINGS_PAGE.read_text())
+    missing = [env for _n, env, _k, _d, _h in describe() if env not in documented]
+    assert missing == [], "settings absent from docs/settings.md"
+    wrong = {
+        env: (documented[env], _as_documented(default))
+        for _n, env, _k, default, _h in describe()
+        if documented[env] != _as_documented(default)
+    }
+    assert wrong == {}, "docs/settings.md gives another default (page, code)"
+    known = {env for _n, env, _k, _d, _h in describe()}
+    assert sorted(set(documented) - known) == [], "docs/settings.md names unknown settings"
+
+
+def test_the_settings_page_reader() -> None:
+    page = (
+        "| variable | default | meaning |\n|---|---|---|\n"
+        "| `A`, `B` | `x`, 5 | two |\n| `C` | unset | one |\n| `D` | `/a,/b` | paths |\n"
+    )
+    assert _documented_defaults(page) == {"A": "x", "B": "5", "C": "unset", "D": "/a,/b"}
+    assert [_as_documented(v) for v in (None, False, 2.0, 0.05, 10, "")] == [
+        "unset",
+        "false",
+        "2",
+        "0.05",
+        "10",
+        "(none)",
+    ]
 
 
 def test_settings_from_env_and_overrides() -> None:
