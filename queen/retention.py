@@ -1,6 +1,6 @@
 """The retention loop: removes expired segments and prunes the dedup sidecar.
 
-Run by the supervisor. Every ``interval_s`` it runs one pass: bounded batches of
+Run as a supervised loop. Every ``interval_s`` it runs one pass: bounded batches of
 ``queen.retention_batch`` (whole segments past their queue's ``retentionSeconds``, or past
 ``completedRetentionSeconds`` once every consumer group is past them; only for queues with
 ``retentionEnabled``), then of ``queen.evict_batch`` (whole segments older than their queue's

@@ -17,12 +17,12 @@ was given (flags included) reaches the workers through their environment. The wo
 a process group of their own, so the terminal's Ctrl-C reaches the parent alone; the parent
 asks each worker to stop (SIGTERM) once, at the first SIGINT/SIGTERM, and a worker gets SIGTERM
 if the parent dies. From the first signal until it exits a process takes any further SIGINT or
-SIGTERM as already answered: a second Ctrl-C does not interrupt the stop. If a worker exits
-on its own, the parent stops the others and exits (with an error if that worker failed), so a
-process manager sees it. The parent also creates the service's metrics directory
-(``PROMETHEUS_MULTIPROC_DIR`` in the workers' environment), where every worker publishes its
-figures and from which any worker answers ``/metrics`` for all of them; it is removed when the
-service stops.
+SIGTERM as already answered: a second Ctrl-C does not interrupt the stop. A worker that exits
+on its own is started again; one that keeps exiting within 30 s of its start makes the parent
+stop the others and exit with an error, so a process manager sees it. The parent also
+creates the service's metrics directory (``PROMETHEUS_MULTIPROC_DIR`` in the workers'
+environment), where every worker publishes its figures and from which any worker answers
+``/metrics`` for all of them; it is removed when the service stops.
 """
 
 from __future__ import annotations

@@ -90,7 +90,8 @@ class Settings:
         "QUEEN_MAX_CONNECTIONS",
         "HTTP connections one broker process holds; at the cap the longest idle one is closed "
         "to make room, and a new one is answered 503 when every one is busy (0: the open files "
-        "limit, raised to its hard limit at start, less a reserve of a tenth, at least 100)",
+        "limit, raised to its hard limit at start, less a reserve of a tenth of it and at least "
+        "100 descriptors)",
     )
     db_pool_size: int = _setting(
         10, "QUEEN_DB_POOL_SIZE", "PostgreSQL connections held by one broker process"
@@ -327,9 +328,9 @@ class Settings:
 
     def processes(self) -> int:
         """How many broker processes ``queen serve`` runs: ``workers``, or for 0 one per CPU
-        core this process may run on, at most :data:`MAX_DEFAULT_WORKERS` (each holds
-        ``db_pool_size`` + 1 connections: four fit PostgreSQL's default ``max_connections``
-        with room for other clients)."""
+        core this process may run on, at most :data:`MAX_DEFAULT_WORKERS` (each holds up to
+        ``db_pool_size`` + 2 connections, with the push listener's and the health probe's:
+        four fit PostgreSQL's default ``max_connections`` with room for other clients)."""
         if self.workers:
             return self.workers
         try:

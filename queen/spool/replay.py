@@ -1,4 +1,5 @@
-"""The spool replay loop: run by the supervisor, it stores spooled frames once PostgreSQL answers.
+"""The spool replay loop (``spool-replay``, supervised by :mod:`queen.supervision`): it stores
+spooled frames once PostgreSQL answers.
 
 A pass runs while the database is up and maintenance mode is off, and only in the one process
 holding the directory's replay lock (several processes may share a spool directory; they never
