@@ -28,6 +28,8 @@ import threading
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from queen.errors import QueenError
+
 KEY_HEX_CHARS = 64
 PREFIX = '"\\/qenc1:'
 _PREFIX_BYTES = PREFIX.encode()
@@ -35,7 +37,7 @@ _NONCE_BYTES = 12
 _NONCE_SPACE = 1 << (8 * _NONCE_BYTES)
 
 
-class PayloadUnreadable(Exception):
+class PayloadUnreadable(QueenError):
     """A stored payload is encrypted and cannot be decrypted here (no key, another key, or
     damaged). The text says which, in words an operator can act on."""
 

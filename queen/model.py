@@ -6,6 +6,8 @@ import enum
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from queen.errors import QueenError
+
 DEFAULT_PARTITION = "Default"
 
 
@@ -26,7 +28,7 @@ class PartitionKey(NamedTuple):
     partition: str
 
 
-class InvalidPush(ValueError):
+class InvalidPush(QueenError, ValueError):
     """The push body breaks a rule; nothing of it was stored."""
 
 

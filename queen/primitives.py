@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 
 import trio
 
+from queen.errors import QueenError
 from queen.model import PartitionKey
 
 T = TypeVar("T")
@@ -153,7 +154,7 @@ class Fence:
     released: trio.Event = field(default_factory=trio.Event)
 
 
-class NoTurn(RuntimeError):
+class NoTurn(QueenError, RuntimeError):
     """A store method that writes partitions around their actors was called without a live
     :class:`Turn` covering them (a programming error: the write is refused before it starts)."""
 

@@ -45,6 +45,7 @@ import trio
 
 from queen.auth import AccessGate, AuthConfigError, build_gate
 from queen.broker import Broker
+from queen.errors import QueenError
 from queen.gctune import tune_gc
 from queen.http.app import create_app
 from queen.lifecycle import open_broker
@@ -58,7 +59,7 @@ from queen.supervision import Loops, stop_signals
 log = logging.getLogger("queen.server")
 
 
-class StartupError(RuntimeError):
+class StartupError(QueenError, RuntimeError):
     """The broker cannot start with these settings; the message names the setting."""
 
 

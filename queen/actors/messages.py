@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from queen.errors import QueenError
 from queen.model import Status
 from queen.primitives import Reply
 
@@ -50,5 +51,5 @@ class PushRequest:
         return len(self.message_ids)
 
 
-class ActorStopped(Exception):
+class ActorStopped(QueenError):
     """The partition's actor stopped before it could answer (the broker is shutting down)."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from queen.errors import QueenError
 
-class AuthFailure(Exception):
+
+class AuthFailure(QueenError):
     """A request is refused: 401 (no or bad credentials), 403 (not allowed), or 503 (the
     signing keys cannot be fetched right now). ``message`` is short and safe to send back;
     ``extra`` holds more JSON fields for the answer; ``sub`` is the refused caller's, when
@@ -23,7 +25,7 @@ def unauthorized(message: str) -> AuthFailure:
     return AuthFailure(401, message)
 
 
-class AuthConfigError(ValueError):
+class AuthConfigError(QueenError, ValueError):
     """The authentication settings cannot work; the message names the variable."""
 
 

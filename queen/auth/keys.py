@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ed448, ed25519, rsa
 from jwt import PyJWK, PyJWTError
 
 from queen.auth.errors import AuthConfigError, AuthFailure, clip, unauthorized
+from queen.errors import QueenError
 
 log = logging.getLogger("queen.auth")
 
@@ -59,7 +60,7 @@ class VerificationKey:
     weak: bool = False
 
 
-class KeysUnavailable(Exception):
+class KeysUnavailable(QueenError):
     """The key set could not be fetched or held no usable key."""
 
 

@@ -18,9 +18,10 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from queen.cipher import PayloadCipher
+from queen.errors import QueenError
 
 
-class OriginalPayloadUnreadable(Exception):
+class OriginalPayloadUnreadable(QueenError):
     """An encrypted payload of the original cannot be opened with the key given."""
 
 

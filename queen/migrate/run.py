@@ -32,6 +32,7 @@ from typing import Any
 import psycopg
 
 from queen.cipher import PayloadCipher, parse_key
+from queen.errors import QueenError
 from queen.migrate.payloads import OriginalPayloadUnreadable, stored_payload
 from queen.migrate.plan import QueuePlan, Target, cursor_plan, named_groups, start_cursors
 from queen.migrate.progress import Progress
@@ -69,11 +70,11 @@ from queen.storage.postgres import ForeignSchemaError, check_foreign_schema
 KILL_AFTER_BATCHES_ENV = "QUEEN_IMPORT_KILL_AFTER_BATCHES"
 
 
-class ImportRefused(Exception):
+class ImportRefused(QueenError):
     """The import cannot start; nothing was written. The text is one line for an operator."""
 
 
-class ImportInterrupted(Exception):
+class ImportInterrupted(QueenError):
     """Stopped when asked (:meth:`Importer.interrupt`); ``messages`` were committed by this
     run before it stopped."""
 

@@ -27,6 +27,7 @@ import trio
 
 from queen.actors.messages import QUEUED, ActorStopped, PushOutcome, PushRequest
 from queen.actors.supervisor import Supervisor
+from queen.errors import QueenError
 from queen.flow import QueueFlow
 from queen.intake import PartitionBatch, PreparedPush, prepare_push
 from queen.metrics import Metrics
@@ -38,11 +39,11 @@ T = TypeVar("T")
 _grant_turn = Turn.granter()  # the push service alone makes turns
 
 
-class BrokerClosed(RuntimeError):
+class BrokerClosed(QueenError, RuntimeError):
     """The broker is shutting down and accepts no new work."""
 
 
-class PartitionsBusy(RuntimeError):
+class PartitionsBusy(QueenError, RuntimeError):
     """A write that takes its turn behind the actors cannot be made now: the database is away,
     maintenance mode is on, or spooled frames of one of its partitions wait for replay.
     Nothing was applied; the caller may retry (HTTP 503)."""

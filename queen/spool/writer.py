@@ -57,6 +57,7 @@ from pathlib import Path
 
 import trio
 
+from queen.errors import QueenError
 from queen.metrics import Metrics
 from queen.primitives import Reply
 from queen.spool import files
@@ -68,7 +69,7 @@ log = logging.getLogger("queen.spool")
 _OPEN_ATTEMPTS = 8  # new names tried when the one being created is swept away
 
 
-class SpoolError(Exception):
+class SpoolError(QueenError):
     """Records could not be made durable; nothing of them is on disk."""
 
 

@@ -15,11 +15,9 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-import psycopg
 import trio
-from psycopg import errors as pg_errors
 
 from queen.errors import StoreDeadlock
 from queen.model import PartitionKey, first_wins
@@ -38,13 +36,11 @@ from queen.records import (
 )
 from queen.storage import system
 from queen.storage.listener import PushListener
-from queen.storage.pool import ConnectionPool
+from queen.storage.pool import DEADLOCK_ATTEMPTS, ConnectionPool
 from queen.storage.traces import PgTraceStore, TraceStore
 
 log = logging.getLogger("queen.storage")
 
-T = TypeVar("T")
-_DEADLOCK_ATTEMPTS = 3
 
 # queen.pop over the connection's own libpq handle: text in, text out, no worker thread (see
 # ConnectionPool.query). The lease's end comes as exact UTC text.
@@ -200,23 +196,19 @@ class PgConsumeStore:
         self, queue: str, namespace: str, task: str, options: QueueOptions
     ) -> tuple[int, int]:
         wire = json.dumps(options_to_wire(options))
-
-        def call(conn: psycopg.Connection[Any]) -> tuple[int, int]:
-            row = conn.execute(
-                "SELECT queue_id, partition_id FROM queen.configure_queue(%s, %s, %s, %s::jsonb)",
-                (queue, namespace, task, wire),
-            ).fetchone()
-            assert row is not None
-            return int(row[0]), int(row[1])
-
-        return await self.pool.run(_retrying(call))
+        row = await self.pool.fetch_one(
+            "SELECT queue_id, partition_id FROM queen.configure_queue(%s, %s, %s, %s::jsonb)",
+            (queue, namespace, task, wire),
+            retry_deadlock=True,
+        )
+        assert row is not None
+        return int(row[0]), int(row[1])
 
     async def delete_queue(self, queue: str) -> bool:
-        def call(conn: psycopg.Connection[Any]) -> bool:
-            row = conn.execute("SELECT queen.delete_queue(%s)", (queue,)).fetchone()
-            return bool(row and row[0])
-
-        return await self.pool.run(_retrying(call))
+        row = await self.pool.fetch_one(
+            "SELECT queen.delete_queue(%s)", (queue,), retry_deadlock=True
+        )
+        return bool(row and row[0])
 
     async def pop(
         self, request: PopRequest, sizing: Sizing, lease_id: str | None, max_bytes: int
@@ -257,13 +249,13 @@ class PgConsumeStore:
         Over the connection's own libpq handle (no worker thread), the columns as array
         literals; shielded like a pop, and run again if chosen as a deadlock victim."""
         params = [_pg_array(column) for column in _ack_arrays(items)]
-        for attempt in range(_DEADLOCK_ATTEMPTS):
+        for attempt in range(DEADLOCK_ATTEMPTS):
             try:
                 with trio.CancelScope(shield=True):
                     rows = await self.pool.query("queen_ack", _ACK_TEXT_SQL, params)
                 break
             except StoreDeadlock:
-                if attempt == _DEADLOCK_ATTEMPTS - 1:
+                if attempt == DEADLOCK_ATTEMPTS - 1:
                     raise
                 log.warning("deadlock detected; retrying the call")
         results = []
@@ -287,15 +279,13 @@ class PgConsumeStore:
     async def extend_lease(
         self, lease_id: str, seconds: int | None
     ) -> tuple[int, datetime | None, str]:
-        def call(conn: psycopg.Connection[Any]) -> tuple[int, datetime | None, str]:
-            row = conn.execute(
-                "SELECT renewed, expires_at, state FROM queen.extend_lease(%s::uuid, %s::integer)",
-                (lease_id, seconds),
-            ).fetchone()
-            assert row is not None
-            return int(row[0]), row[1], str(row[2])
-
-        return await self.pool.run(_retrying(call))
+        row = await self.pool.fetch_one(
+            "SELECT renewed, expires_at, state FROM queen.extend_lease(%s::uuid, %s::integer)",
+            (lease_id, seconds),
+            retry_deadlock=True,
+        )
+        assert row is not None
+        return int(row[0]), row[1], str(row[2])
 
     async def transact(
         self, request: TransactionRequest, producer_sub: str | None, turn: Turn
@@ -307,13 +297,9 @@ class PgConsumeStore:
         frames, push_params = _push_arrays(request, producer_sub)
         items = [a.item for a in request.acks]
         params = (request.required_leases, *_ack_arrays(items), *push_params)
-
-        def call(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
-            row = conn.execute(_TRANSACT_SQL, params).fetchone()
-            assert row is not None
-            return tuple(row)
-
-        ok, reason, acks_json, pids, statuses, originals = await self.pool.run(_retrying(call))
+        row = await self.pool.fetch_one(_TRANSACT_SQL, params, retry_deadlock=True)
+        assert row is not None
+        ok, reason, acks_json, pids, statuses, originals = row
         acks = [
             AckResult(
                 index=request.acks[int(a["idx"]) - 1].index,
@@ -342,11 +328,7 @@ class PgConsumeStore:
             query.limit,
             query.offset,
         )
-
-        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return conn.execute(_DLQ_SQL, params).fetchall()
-
-        rows = await self.pool.run(call)
+        rows = await self.pool.fetch_all(_DLQ_SQL, params)
         total = int(rows[0][0]) if rows else 0
         return total, [DlqEntry(*row[1:]) for row in rows if row[1] is not None]
 
@@ -365,62 +347,45 @@ class PgConsumeStore:
             [m.trace_id for m in messages],
             [m.retry_count for m in messages],
         )
-
-        def call(conn: psycopg.Connection[Any]) -> int:
-            cur = conn.execute(_KEEP_IN_DLQ_SQL, params)
-            return cur.rowcount
-
-        return await self.pool.run(call)
+        return await self.pool.execute(_KEEP_IN_DLQ_SQL, params)
 
     async def delete_consumer_group(self, group: str, metadata: bool) -> int:
-        def call(conn: psycopg.Connection[Any]) -> int:
-            row = conn.execute(
-                "SELECT queen.delete_consumer_group(%s, %s)", (group, metadata)
-            ).fetchone()
-            return int(row[0]) if row else 0
-
-        return await self.pool.run(_retrying(call))
+        row = await self.pool.fetch_one(
+            "SELECT queen.delete_consumer_group(%s, %s)", (group, metadata), retry_deadlock=True
+        )
+        return int(row[0]) if row else 0
 
     async def delete_consumer_group_on_queue(
         self, group: str, queue: str, metadata: bool
     ) -> tuple[bool, int, bool]:
         """(queue found, cursors deleted, subscription deleted)."""
-
-        def call(conn: psycopg.Connection[Any]) -> tuple[bool, int, bool]:
-            row = conn.execute(
-                "SELECT queue_found, cursors_deleted, metadata_deleted"
-                " FROM queen.delete_consumer_group_on_queue(%s, %s, %s)",
-                (group, queue, metadata),
-            ).fetchone()
-            assert row is not None
-            return bool(row[0]), int(row[1]), bool(row[2])
-
-        return await self.pool.run(_retrying(call))
+        row = await self.pool.fetch_one(
+            "SELECT queue_found, cursors_deleted, metadata_deleted"
+            " FROM queen.delete_consumer_group_on_queue(%s, %s, %s)",
+            (group, queue, metadata),
+            retry_deadlock=True,
+        )
+        assert row is not None
+        return bool(row[0]), int(row[1]), bool(row[2])
 
     async def seek(
         self, group: str, queue: str, partition: str | None, to_end: bool, at: datetime | None
     ) -> SeekOutcome:
         """Move the group's cursors on the queue (or one partition); see ``queen.seek``."""
-
-        def call(conn: psycopg.Connection[Any]) -> SeekOutcome:
-            row = conn.execute(
-                "SELECT queue_found, partition_found, updated, moved_to FROM queen.seek("
-                "%s::text, %s::text, %s::text, %s::boolean, %s::timestamptz)",
-                (group, queue, partition, to_end, at),
-            ).fetchone()
-            assert row is not None
-            return SeekOutcome(bool(row[0]), bool(row[1]), int(row[2] or 0), row[3])
-
-        return await self.pool.run(_retrying(call))
+        row = await self.pool.fetch_one(
+            "SELECT queue_found, partition_found, updated, moved_to FROM queen.seek("
+            "%s::text, %s::text, %s::text, %s::boolean, %s::timestamptz)",
+            (group, queue, partition, to_end, at),
+            retry_deadlock=True,
+        )
+        assert row is not None
+        return SeekOutcome(bool(row[0]), bool(row[1]), int(row[2] or 0), row[3])
 
     async def set_subscription(self, group: str, at: datetime) -> int:
-        def call(conn: psycopg.Connection[Any]) -> int:
-            row = conn.execute(
-                "SELECT queen.set_subscription(%s, %s::timestamptz)", (group, at)
-            ).fetchone()
-            return int(row[0]) if row else 0
-
-        return await self.pool.run(_retrying(call))
+        row = await self.pool.fetch_one(
+            "SELECT queen.set_subscription(%s, %s::timestamptz)", (group, at), retry_deadlock=True
+        )
+        return int(row[0]) if row else 0
 
     async def get_state(self, key: str) -> Any:
         return await system.get_state(self.pool, key)
@@ -445,24 +410,6 @@ class PgConsumeStore:
 
 def _by_index(outcome: AckResult) -> int:
     return outcome.index
-
-
-def _retrying(
-    fn: Callable[[psycopg.Connection[Any]], T],
-) -> Callable[[psycopg.Connection[Any]], T]:
-    """Run ``fn`` again if PostgreSQL chose it as a deadlock victim (it was rolled back)."""
-
-    def call(conn: psycopg.Connection[Any]) -> T:
-        for attempt in range(_DEADLOCK_ATTEMPTS):
-            try:
-                return fn(conn)
-            except pg_errors.DeadlockDetected:
-                if attempt == _DEADLOCK_ATTEMPTS - 1:
-                    raise
-                log.warning("deadlock detected; retrying the call")
-        raise AssertionError("unreachable")
-
-    return call
 
 
 def _text_params(values: Sequence[Any]) -> list[bytes | None]:

@@ -24,6 +24,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import trio
 
+from queen.errors import QueenError
 from queen.settings import Settings
 from queen.storage.embedded import EmbeddedPostgres
 
@@ -75,7 +76,7 @@ class Database:
     embedded: EmbeddedWatch | None = None
 
 
-class EmbeddedServerExited(RuntimeError):
+class EmbeddedServerExited(QueenError, RuntimeError):
     """The embedded PostgreSQL's postmaster exited while the broker ran."""
 
 

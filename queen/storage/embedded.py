@@ -30,6 +30,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from queen.errors import QueenError
+
 log = logging.getLogger("queen.embedded")
 
 _SYSTEM_USER = "embedded_postgres"
@@ -43,7 +45,7 @@ DEFAULT_SERVER_OPTIONS: dict[str, str] = {
 }
 
 
-class DataDirInUse(RuntimeError):
+class DataDirInUse(QueenError, RuntimeError):
     """Another broker holds this data directory."""
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from queen.errors import QueenError
+
 QUEUE_MODE = "__QUEUE_MODE__"
 
 
@@ -178,6 +180,6 @@ class PositionsWritten:
     dead_letters: int
 
 
-class PartitionMoved(Exception):
+class PartitionMoved(QueenError):
     """A partition being imported received messages from somewhere else since the import
     began: its remaining messages can no longer be put after the imported ones in order."""

@@ -1,7 +1,9 @@
 """A small pool of synchronous psycopg connections, driven from Trio on two paths.
 
 psycopg's async API is built on asyncio and does not run under Trio. :meth:`ConnectionPool.run`
-runs a plain function ``fn(connection)`` in a worker thread while the Trio task waits;
+runs a plain function ``fn(connection)`` in a worker thread while the Trio task waits (and
+:meth:`~ConnectionPool.fetch_all`, :meth:`~ConnectionPool.fetch_one` and
+:meth:`~ConnectionPool.execute` run one statement that way, rows typed by a ``row`` class);
 :meth:`ConnectionPool.query` drives the connection's libpq handle from the Trio thread,
 waiting on its socket (the push statement, the batches of partition ids, pops and acks: no
 thread hop). A call holds one connection for its whole duration; one call is one
@@ -31,19 +33,26 @@ import os
 import socket
 import threading
 import weakref
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 import psycopg
 import trio
+from psycopg import errors as pg_errors
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import RowFactory, kwargs_row, tuple_row
 
 from queen.errors import StoreDeadlock, StoreError, StoreUnavailable
 
 log = logging.getLogger("queen.storage")
 
 T = TypeVar("T")
+R = TypeVar("R")
+Params = Sequence[Any] | Mapping[str, Any]
+
+# How often a call that PostgreSQL chose as a deadlock victim is run (see retry_deadlock).
+DEADLOCK_ATTEMPTS = 3
 
 # SQLSTATE classes that mean "the server is not there for us right now".
 _UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "57P", "53")
@@ -240,6 +249,89 @@ class ConnectionPool:
         finally:
             self._slots.release()
 
+    @overload
+    async def fetch_all(
+        self, sql: str, params: Params | None = None, *, retry_deadlock: bool = False
+    ) -> list[tuple[Any, ...]]: ...
+
+    @overload
+    async def fetch_all(
+        self,
+        sql: str,
+        params: Params | None = None,
+        *,
+        row: Callable[..., R],
+        retry_deadlock: bool = False,
+    ) -> list[R]: ...
+
+    async def fetch_all(
+        self,
+        sql: str,
+        params: Params | None = None,
+        *,
+        row: Callable[..., Any] | None = None,
+        retry_deadlock: bool = False,
+    ) -> list[Any]:
+        """Every row of one statement, run as :meth:`run` runs a call: tuples, or
+        ``row(**columns)`` for each row when ``row`` is given (a class whose fields are the
+        columns' names). ``retry_deadlock``: run the statement again, up to
+        :data:`DEADLOCK_ATTEMPTS` times, when PostgreSQL chose it as a deadlock victim (for
+        statements that are one transaction)."""
+        factory = _row_factory(row)
+
+        def fetch(conn: psycopg.Connection[Any]) -> list[Any]:
+            with conn.cursor(row_factory=factory) as cur:
+                cur.execute(sql, params)
+                return cur.fetchall()
+
+        return await self.run(retrying(fetch) if retry_deadlock else fetch)
+
+    @overload
+    async def fetch_one(
+        self, sql: str, params: Params | None = None, *, retry_deadlock: bool = False
+    ) -> tuple[Any, ...] | None: ...
+
+    @overload
+    async def fetch_one(
+        self,
+        sql: str,
+        params: Params | None = None,
+        *,
+        row: Callable[..., R],
+        retry_deadlock: bool = False,
+    ) -> R | None: ...
+
+    async def fetch_one(
+        self,
+        sql: str,
+        params: Params | None = None,
+        *,
+        row: Callable[..., Any] | None = None,
+        retry_deadlock: bool = False,
+    ) -> Any:
+        """The first row of one statement (None when it returns none); as
+        :meth:`fetch_all`."""
+        factory = _row_factory(row)
+
+        def fetch(conn: psycopg.Connection[Any]) -> Any:
+            with conn.cursor(row_factory=factory) as cur:
+                cur.execute(sql, params)
+                return cur.fetchone()
+
+        return await self.run(retrying(fetch) if retry_deadlock else fetch)
+
+    async def execute(
+        self, sql: str, params: Params | None = None, *, retry_deadlock: bool = False
+    ) -> int:
+        """Run one statement for its effect; how many rows it affected."""
+
+        def call(conn: psycopg.Connection[Any]) -> int:
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+                return cur.rowcount
+
+        return await self.run(retrying(call) if retry_deadlock else call)
+
     async def ping(self) -> None:
         """``SELECT 1`` on the pool's own probe connection, so a busy pool never delays the
         answer. Cancelling it (a probe timeout) drops that connection."""
@@ -433,6 +525,28 @@ def _checked(pg: pq.abc.PGconn, results: list[pq.abc.PGresult]) -> list[pq.abc.P
                 raise StoreDeadlock(text)
             raise StoreError(text)
     return results
+
+
+def _row_factory(row: Callable[..., Any] | None) -> RowFactory[Any]:
+    return tuple_row if row is None else kwargs_row(row)
+
+
+def retrying(
+    fn: Callable[[psycopg.Connection[Any]], T],
+) -> Callable[[psycopg.Connection[Any]], T]:
+    """Run ``fn`` again if PostgreSQL chose it as a deadlock victim (it was rolled back)."""
+
+    def again(conn: psycopg.Connection[Any]) -> T:
+        for attempt in range(DEADLOCK_ATTEMPTS):
+            try:
+                return fn(conn)
+            except pg_errors.DeadlockDetected:
+                if attempt == DEADLOCK_ATTEMPTS - 1:
+                    raise
+                log.warning("deadlock detected; retrying the call")
+        raise AssertionError("unreachable")
+
+    return again
 
 
 def _short(exc: BaseException) -> str:

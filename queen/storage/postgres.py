@@ -27,7 +27,7 @@ import psycopg
 import trio
 from psycopg import sql
 
-from queen.errors import StoreError
+from queen.errors import QueenError, StoreError
 from queen.frames import concat
 from queen.model import PartitionKey
 from queen.storage import system
@@ -123,7 +123,7 @@ class SchemaBusy(StoreError):
     them); nothing was changed."""
 
 
-class _TablesBusy(Exception):
+class _TablesBusy(QueenError):
     """The tables' locks were not all free within the bound (the transaction rolls back)."""
 
 

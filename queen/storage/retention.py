@@ -116,7 +116,7 @@ class PgRetentionStore:
         return await self.pool.run(lambda conn: _pass(conn, batch_limit, max_batches))
 
     async def holdings(self, queue: str) -> QueueHoldings | None:
-        def call(conn: psycopg.Connection[Any]) -> QueueHoldings | None:
+        def read(conn: psycopg.Connection[Any]) -> QueueHoldings | None:
             row = conn.execute("SELECT * FROM queen.queue_holdings(%s)", (queue,)).fetchone()
             if row is None:
                 return None
@@ -126,13 +126,9 @@ class PgRetentionStore:
             ).fetchone()
             return QueueHoldings(*row, *(flags or ()))
 
-        return await self.pool.run(call)
+        return await self.pool.run(read)  # two statements on one connection
 
     async def totals(self) -> dict[str, int]:
         """What retention and pruning removed so far, all broker processes together."""
-
-        def call(conn: psycopg.Connection[Any]) -> dict[str, int]:
-            rows = conn.execute("SELECT name, value FROM queen.retention_totals").fetchall()
-            return {str(name): int(value) for name, value in rows}
-
-        return await self.pool.run(call)
+        rows = await self.pool.fetch_all("SELECT name, value FROM queen.retention_totals")
+        return {str(name): int(value) for name, value in rows}

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-
 from queen.primitives import Turn, require_turn
 from queen.records import (
     CycleRequest,
@@ -22,7 +20,7 @@ from queen.records import (
     TransactionRequest,
     TxPush,
 )
-from queen.storage.consume import PushedFrame, _push_arrays, _pushed, _retrying
+from queen.storage.consume import PushedFrame, _push_arrays, _pushed
 from queen.storage.pool import ConnectionPool
 
 _REGISTER_SQL = (
@@ -77,13 +75,9 @@ class PgStreamsStore:
             request.config_hash,
             request.reset,
         )
-
-        def call(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
-            row = conn.execute(_REGISTER_SQL, params).fetchone()
-            assert row is not None
-            return tuple(row)
-
-        query_id, fresh, reset, conflict = await self.pool.run(_retrying(call))
+        row = await self.pool.fetch_one(_REGISTER_SQL, params, retry_deadlock=True)
+        assert row is not None
+        query_id, fresh, reset, conflict = row
         return Registered(str(query_id), bool(fresh), bool(reset), bool(conflict))
 
     async def cycle(
@@ -112,15 +106,9 @@ class PgStreamsStore:
             request.release_lease,
             *push_cols,
         )
-
-        def call(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
-            row = conn.execute(_CYCLE_SQL, params).fetchone()
-            assert row is not None
-            return tuple(row)
-
-        ok, reason, source, acked, released, dlq, pids, statuses, originals = await self.pool.run(
-            _retrying(call)
-        )
+        row = await self.pool.fetch_one(_CYCLE_SQL, params, retry_deadlock=True)
+        assert row is not None
+        ok, reason, source, acked, released, dlq, pids, statuses, originals = row
         pushed = frames
         if ok and frames:
             pushed = _pushed(frames, pids, statuses, originals)
@@ -135,11 +123,7 @@ class PgStreamsStore:
             query.key_prefix,
             query.ripe_at_or_before,
         )
-
-        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return conn.execute(_STATE_SQL, params).fetchall()
-
-        rows = await self.pool.run(call)
+        rows = await self.pool.fetch_all(_STATE_SQL, params)
         if not rows:
             return None
         return [StateEntry(r[1], r[2], r[3]) for r in rows if r[1] is not None]

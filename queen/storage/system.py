@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from queen.storage.pool import ConnectionPool
@@ -13,20 +12,13 @@ from queen.storage.pool import ConnectionPool
 
 async def get_state(pool: ConnectionPool, key: str) -> Any:
     """The value stored under ``key``, or None."""
-
-    def call(conn: psycopg.Connection[Any]) -> Any:
-        row = conn.execute("SELECT value FROM queen.system_state WHERE key = %s", (key,)).fetchone()
-        return None if row is None else row[0]
-
-    return await pool.run(call)
+    row = await pool.fetch_one("SELECT value FROM queen.system_state WHERE key = %s", (key,))
+    return None if row is None else row[0]
 
 
 async def set_state(pool: ConnectionPool, key: str, value: Any) -> None:
-    def call(conn: psycopg.Connection[Any]) -> None:
-        conn.execute(
-            """INSERT INTO queen.system_state (key, value, updated_at) VALUES (%s, %s, now())
-               ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()""",
-            (key, Jsonb(value)),
-        )
-
-    await pool.run(call)
+    await pool.execute(
+        """INSERT INTO queen.system_state (key, value, updated_at) VALUES (%s, %s, now())
+           ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()""",
+        (key, Jsonb(value)),
+    )

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
-import psycopg
+from typing import Protocol
 
 from queen.records import StoredTrace, TraceName, TraceRecord
 from queen.storage.pool import ConnectionPool
@@ -39,16 +37,12 @@ class PgTraceStore:
         partition."""
         if not 0 < partition_id <= _MAX_BIGINT:
             return None
-
-        def call(conn: psycopg.Connection[Any]) -> str | None:
-            row = conn.execute(
-                "SELECT q.name FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id"
-                " WHERE p.id = %s::bigint",
-                (partition_id,),
-            ).fetchone()
-            return None if row is None else str(row[0])
-
-        return await self.pool.run(call)
+        row = await self.pool.fetch_one(
+            "SELECT q.name FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id"
+            " WHERE p.id = %s::bigint",
+            (partition_id,),
+        )
+        return None if row is None else str(row[0])
 
     async def record(self, trace: TraceRecord, worker_id: str) -> int | None:
         """The new trace's id; None when its partition does not exist."""
@@ -63,51 +57,38 @@ class PgTraceStore:
             list(trace.names),
             worker_id,
         )
-
-        def call(conn: psycopg.Connection[Any]) -> int | None:
-            row = conn.execute(
-                "SELECT queen.record_trace(%s::bigint, %s::text, %s::text, %s::text, %s::text,"
-                " %s::text[], %s::text)",
-                params,
-            ).fetchone()
-            return None if row is None or row[0] is None else int(row[0])
-
-        return await self.pool.run(call)
+        row = await self.pool.fetch_one(
+            "SELECT queen.record_trace(%s::bigint, %s::text, %s::text, %s::text, %s::text,"
+            " %s::text[], %s::text)",
+            params,
+        )
+        return None if row is None or row[0] is None else int(row[0])
 
     async def for_message(self, partition_id: int, transaction_id: str) -> list[StoredTrace]:
         if not 0 < partition_id <= _MAX_BIGINT:
             return []
-
-        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return conn.execute(
-                "SELECT id, event_type, data, consumer_group, worker_id, created_at, names"
-                " FROM queen.message_traces(%s::bigint, %s::text)",
-                (partition_id, transaction_id),
-            ).fetchall()
-
-        return [StoredTrace(*row) for row in await self.pool.run(call)]
+        return await self.pool.fetch_all(
+            "SELECT id, event_type, data, consumer_group, worker_id, created_at, names"
+            " FROM queen.message_traces(%s::bigint, %s::text)",
+            (partition_id, transaction_id),
+            row=StoredTrace,
+        )
 
     async def by_name(self, name: str, limit: int, offset: int) -> tuple[int, list[StoredTrace]]:
-        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return conn.execute(
-                "SELECT total, id, event_type, data, consumer_group, worker_id, created_at,"
-                " names, transaction_id, partition_id, queue_name, partition_name"
-                " FROM queen.traces_by_name(%s::text, %s::integer, %s::integer)",
-                (name, limit, offset),
-            ).fetchall()
-
-        rows = await self.pool.run(call)
+        rows = await self.pool.fetch_all(
+            "SELECT total, id, event_type, data, consumer_group, worker_id, created_at,"
+            " names, transaction_id, partition_id, queue_name, partition_name"
+            " FROM queen.traces_by_name(%s::text, %s::integer, %s::integer)",
+            (name, limit, offset),
+        )
         total = int(rows[0][0]) if rows else 0
         return total, [StoredTrace(*row[1:]) for row in rows if row[1] is not None]
 
     async def names(self, limit: int, offset: int) -> tuple[int, list[TraceName]]:
-        def call(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return conn.execute(
-                "SELECT total, name, trace_count, message_count, last_seen"
-                " FROM queen.trace_names(%s::integer, %s::integer)",
-                (limit, offset),
-            ).fetchall()
-
-        rows = await self.pool.run(call)
+        rows = await self.pool.fetch_all(
+            "SELECT total, name, trace_count, message_count, last_seen"
+            " FROM queen.trace_names(%s::integer, %s::integer)",
+            (limit, offset),
+        )
         total = int(rows[0][0]) if rows else 0
         return total, [TraceName(*row[1:]) for row in rows if row[1] is not None]

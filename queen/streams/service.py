@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from queen.consume.results import TxPushResult
 from queen.consume.service import ConsumeService
+from queen.errors import QueenError
 from queen.records import CycleRequest, RegisterRequest, StateEntry, StateQuery
 from queen.storage.consume import PushedFrame
 from queen.storage.streams import PgStreamsStore
 from queen.streams.results import CycleResult, QueryRegistered, SourceAcked
 
 
-class QueryConflict(Exception):
+class QueryConflict(QueenError):
     """A known query name was registered with another config hash and no reset (HTTP 409)."""
 
     def __init__(self, query_id: str, name: str) -> None:
@@ -31,7 +32,7 @@ class QueryConflict(Exception):
         self.name = name
 
 
-class UnknownQuery(Exception):
+class UnknownQuery(QueenError):
     """The query id names no registered query (HTTP 404); nothing was applied."""
 
 
