@@ -317,12 +317,8 @@ class PgStore:
 
     async def encrypted_queues(self) -> set[str]:
         """The names of the queues configured with ``encryptionEnabled``."""
-
-        def call(conn: psycopg.Connection[Any]) -> set[str]:
-            rows = conn.execute("SELECT name FROM queen.queues WHERE encryption_enabled").fetchall()
-            return {str(r[0]) for r in rows}
-
-        return await self.pool.run(call)
+        rows = await self.pool.fetch_all("SELECT name FROM queen.queues WHERE encryption_enabled")
+        return {str(r[0]) for r in rows}
 
     async def ensure_partitions(self, keys: Sequence[PartitionKey]) -> list[int]:
         """The ids of ``keys`` (created if missing), in one round trip."""
@@ -344,15 +340,12 @@ class PgStore:
         return ids
 
     async def ensure_partition(self, key: PartitionKey) -> int:
-        def call(conn: psycopg.Connection[Any]) -> int:
-            row = conn.execute(
-                "SELECT queen.ensure_partition(%s, %s)", (key.queue, key.partition)
-            ).fetchone()
-            if row is None or row[0] is None:
-                raise StoreError(f"partition {key.queue}/{key.partition} could not be created")
-            return int(row[0])
-
-        return await self.pool.run(call)
+        row = await self.pool.fetch_one(
+            "SELECT queen.ensure_partition(%s, %s)", (key.queue, key.partition)
+        )
+        if row is None or row[0] is None:
+            raise StoreError(f"partition {key.queue}/{key.partition} could not be created")
+        return int(row[0])
 
     async def write_segments(self, writes: Sequence[SegmentWrite]) -> list[WriteResult]:
         params = _encode(writes)
@@ -365,14 +358,10 @@ class PgStore:
             found = rows[0][1]
             return _decode(writes, rows[0][0].decode(), found.decode() if found else None)
 
-        def call(conn: psycopg.Connection[Any]) -> tuple[str, str | None]:
-            row = conn.execute(_PUSH_ARRAYS_SQL, _encode_arrays(writes)).fetchone()
-            if row is None or row[0] is None:
-                raise StoreError("push_frames returned no outcome")
-            return row[0], row[1]
-
-        statuses, originals = await self.pool.run(call)
-        return _decode(writes, statuses, originals)
+        row = await self.pool.fetch_one(_PUSH_ARRAYS_SQL, _encode_arrays(writes))
+        if row is None or row[0] is None:
+            raise StoreError("push_frames returned no outcome")
+        return _decode(writes, row[0], row[1])
 
 
 def _join(values: list[str]) -> str | None:
