@@ -10,9 +10,9 @@ import pytest
 import trio
 import trio.testing
 
-from queen.admin import charts, params
+from queen.admin import charts, messages, params
+from queen.admin.gauges import FreshRead
 from queen.admin.history import History
-from queen.admin.service import FreshRead
 from queen.consume.errors import InvalidRequest
 from queen.metrics import Metrics, render_labelled_gauges
 
@@ -36,7 +36,7 @@ def test_window_defaults_and_order() -> None:
             {"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
             default=timedelta(hours=1),
         )
-    assert params.status({"status": "dlq"}) == "dead_letter"
+    assert messages.status({"status": "dlq"}) == "dead_letter"
 
 
 def test_history_rates_are_differences_per_second() -> None:

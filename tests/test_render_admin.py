@@ -14,49 +14,42 @@ from typing import Any
 
 import orjson
 
-from queen.admin.params import Page
+from queen.admin.database import PostgresStats
+from queen.admin.figures import MessageCounts
+from queen.admin.gauges import QueueGauges
+from queen.admin.groups import GroupOnQueue, GroupPartition, GroupStanding
+from queen.admin.history import RatePoint, Rates
+from queen.admin.messages import MessageDeletion, MessageDetail, MessagePage, StoredMessage
+from queen.admin.params import Page, TimeRange
 from queen.admin.payloads import Shown
-from queen.admin.results import (
+from queen.admin.queues import (
     ConfiguredQueue,
-    DeadLetterRecord,
     Depth,
     Grouping,
     Groupings,
-    GroupOnQueue,
-    GroupPartition,
-    GroupStanding,
-    GroupView,
-    MessageCounts,
-    MessageDeletion,
-    MessageDetail,
-    MessagePage,
-    Overview,
     PartitionFigures,
-    PostgresStats,
-    ProcessMetrics,
-    ProcessSeries,
-    ProcessState,
     QueueFigures,
-    QueueFlowSeries,
-    QueueGauges,
-    QueueLagPoint,
     QueuePage,
     QueueResources,
     QueueStatus,
     QueueSummary,
-    RatePoint,
-    Rates,
+)
+from queen.admin.system import (
+    Overview,
+    ProcessMetrics,
+    ProcessSeries,
+    ProcessState,
+    QueueFlowSeries,
+    QueueLagPoint,
     RetentionFigures,
     Status,
-    StoredMessage,
-    TableSize,
-    TimeRange,
 )
 from queen.consume.policy import iso_utc
 from queen.http import render_admin as render
 from queen.metrics import render_labelled_gauges
 from queen.records import QueueOptions
 from queen.spool import SpoolState
+from queen.storage.admin import DeadLetterRecord, GroupView, TableSize
 from queen.storage.retention import QueueHoldings
 
 AT = datetime(2026, 4, 26, 10, 59, 28, 267_891, tzinfo=UTC)
@@ -748,18 +741,17 @@ def test_a_message_detail_passes_its_group_and_dlq_times_on_as_the_database_wrot
 
 def test_a_deletion_says_what_became_of_the_message() -> None:
     ids = {"partitionId": "6", "transactionId": "b2"}
+    body, status = render.message_deleted(MessageDeletion(6, "b2", "deleted"))
+    same(body, {"success": True, **ids, "message": "Message deleted"})
+    assert status == 200
+    body, status = render.message_deleted(MessageDeletion(6, "b2", "leased"))
     same(
-        render.message_deleted(MessageDeletion(6, "b2", "deleted")),
-        {"success": True, **ids, "message": "Message deleted"},
+        body, {"success": False, **ids, "error": "message is leased by a consumer; try again later"}
     )
-    same(
-        render.message_deleted(MessageDeletion(6, "b2", "leased")),
-        {"success": False, **ids, "error": "message is leased by a consumer; try again later"},
-    )
-    same(
-        render.message_deleted(MessageDeletion(6, "b2", "missing")),
-        {"success": False, **ids, "error": "Message not found"},
-    )
+    assert status == 409
+    body, status = render.message_deleted(MessageDeletion(6, "b2", "missing"))
+    same(body, {"success": False, **ids, "error": "Message not found"})
+    assert status == 404
 
 
 def test_groups_are_stable_when_caught_up() -> None:

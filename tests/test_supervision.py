@@ -457,7 +457,7 @@ async def test_a_loop_failing_in_another_worker_makes_this_workers_health_say_so
         assert body["loops"]["retention"]["state"] == "failing"
         assert "another worker" in body["loops"]["retention"]["lastError"]
         assert body["loops"]["spool-replay"]["state"] == "ok"
-        standing = await broker.admin.standing()
+        standing = await broker.admin.system.standing()
         assert standing.loops["retention"].state == "failing"
         elsewhere.clear()  # that worker's loop recovered
         body = await (await client.get("/health")).get_json()

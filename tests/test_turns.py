@@ -22,7 +22,7 @@ from queen.primitives import NoTurn, Turn
 from queen.push import PushService
 from queen.records import CycleRequest
 from queen.settings import Settings
-from queen.storage.admin import PgAdminStore
+from queen.storage.admin import DeadLetterTarget, PgAdminStore
 from queen.storage.consume import PgConsumeStore
 from queen.storage.streams import PgStreamsStore
 from queen.streams.requests import cycle_request
@@ -68,8 +68,8 @@ def _cycle() -> CycleRequest:
     )
 
 
-def _target() -> dict[str, Any]:
-    return {"id": 1, "partition_id": 1, "queue_name": KEY.queue, "partition_name": KEY.partition}
+def _target() -> DeadLetterTarget:
+    return DeadLetterTarget(1, 1, KEY.queue, KEY.partition)
 
 
 def _writes(pool: UntouchedPool) -> dict[str, Any]:
@@ -134,7 +134,7 @@ def test_mypy_reports_a_partition_write_without_a_turn(tmp_path: Path) -> None:
         textwrap.dedent(
             """
             from queen.records import CycleRequest, TransactionRequest
-            from queen.storage.admin import PgAdminStore, Row
+            from queen.storage.admin import DeadLetterTarget, PgAdminStore
             from queen.storage.consume import PgConsumeStore
             from queen.storage.streams import PgStreamsStore
 
@@ -145,7 +145,7 @@ def test_mypy_reports_a_partition_write_without_a_turn(tmp_path: Path) -> None:
                 admin: PgAdminStore,
                 tx: TransactionRequest,
                 cycle: CycleRequest,
-                targets: list[Row],
+                targets: list[DeadLetterTarget],
             ) -> None:
                 await consume.transact(tx, None)
                 await streams.cycle(cycle, None)

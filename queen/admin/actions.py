@@ -16,32 +16,150 @@ Each action is logged (``queen.admin.actions``, INFO) with who asked (the token'
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, get_args
 
-from queen.admin.params import DeadLetterRequest, RetryFilter
-from queen.admin.results import (
-    BulkRetry,
-    DeadLetterOutcome,
-    MessageDeadLettered,
-    MessageRetry,
-    QueueCleared,
-    RetriedCopy,
-)
-from queen.consume.errors import ConsumeUnavailable, NotFound
+from queen.admin import params
+from queen.admin.figures import need_store
+from queen.consume import requests
+from queen.consume.errors import InvalidRequest, NotFound
 from queen.model import PartitionKey
 from queen.push import PushService
-from queen.storage.admin import PgAdminStore, Row
+from queen.records import QUEUE_MODE
+from queen.storage.admin import DeadLetterTarget, PgAdminStore, RetriedCopy
 
 log = logging.getLogger("queen.admin.actions")
 
 RETRY_CHUNK = 500
-OUTCOMES: tuple[DeadLetterOutcome, ...] = (
-    "moved",
-    "already",
-    "consumed",
-    "leased",
-    "no_group",
-    "missing",
-)
+MAX_ERROR_MESSAGE = 10_000
+
+# --- requests ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetryFilter:
+    """Which dead letters a bulk retry takes: a queue's, narrowed by group, partition and
+    failure time (inclusive)."""
+
+    queue: str
+    consumer_group: str | None = None
+    partition: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRequest:
+    """Moving a message to a group's DLQ by hand (queue mode when no group is named)."""
+
+    consumer_group: str
+    error_message: str | None
+
+
+def _object(body: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+    if body is None:
+        return {}
+    if type(body) is not dict:
+        raise InvalidRequest("the body must be a JSON object")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise InvalidRequest(f"unknown field {unknown[0]!r}; allowed: {', '.join(allowed)}")
+    return body
+
+
+def _body_name(body: Mapping[str, Any], key: str) -> str | None:
+    """An optional name in a body: absent or null is none; an empty string is refused (it
+    would widen the action to everything)."""
+    if body.get(key) == "":
+        raise InvalidRequest(f"{key} must not be empty (leave it out for all)")
+    return requests.name(body.get(key), key, required=False)
+
+
+def _body_moment(body: Mapping[str, Any], key: str) -> datetime | None:
+    value = body.get(key)
+    if value is not None and type(value) is not str:
+        raise InvalidRequest(f"{key} must be an ISO-8601 string")
+    return params.moment(body, key)
+
+
+def retry_filter(body: Any) -> RetryFilter:
+    """The body of ``POST /api/v1/dlq/retry``: ``queue`` (required), ``consumerGroup``,
+    ``partition``, ``from`` and ``to`` (failure times, inclusive)."""
+    fields = _object(body, ("queue", "consumerGroup", "partition", "from", "to"))
+    queue = requests.name(fields.get("queue"), "queue")
+    assert queue is not None
+    since, until = _body_moment(fields, "from"), _body_moment(fields, "to")
+    if since is not None and until is not None and since > until:
+        raise InvalidRequest("from must not be after to")
+    return RetryFilter(
+        queue=queue,
+        consumer_group=_body_name(fields, "consumerGroup"),
+        partition=_body_name(fields, "partition"),
+        since=since,
+        until=until,
+    )
+
+
+def dead_letter_request(body: Any) -> DeadLetterRequest:
+    """The optional body of ``POST /api/v1/messages/{p}/{tx}/dlq``: ``consumerGroup`` (queue
+    mode when absent) and ``errorMessage``."""
+    fields = _object(body, ("consumerGroup", "errorMessage"))
+    error = fields.get("errorMessage")
+    if error is not None and type(error) is not str:
+        raise InvalidRequest("errorMessage must be a string")
+    if error is not None and len(error) > MAX_ERROR_MESSAGE:
+        raise InvalidRequest(f"errorMessage must be at most {MAX_ERROR_MESSAGE} characters")
+    if error is not None:
+        requests.text(error, "errorMessage")
+    return DeadLetterRequest(_body_name(fields, "consumerGroup") or QUEUE_MODE, error or None)
+
+
+# --- outcomes ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRetry:
+    """Retrying one message's dead letters: ``copies`` (where each was delivered again) is
+    empty when none was left (retried already, or never dead-lettered)."""
+
+    partition_id: int
+    transaction_id: str
+    copies: list[RetriedCopy]
+
+    @property
+    def retried(self) -> bool:
+        return bool(self.copies)
+
+
+@dataclass(frozen=True, slots=True)
+class BulkRetry:
+    scope: RetryFilter
+    retried: int
+
+
+DeadLetterOutcome = Literal["moved", "already", "consumed", "leased", "no_group", "missing"]
+OUTCOMES: tuple[DeadLetterOutcome, ...] = get_args(DeadLetterOutcome)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDeadLettered:
+    partition_id: int
+    transaction_id: str
+    request: DeadLetterRequest
+    outcome: DeadLetterOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCleared:
+    """Clearing a queue (or a partition): ``cleared`` messages removed, ``kept`` left because
+    they share a write with a message inside a live lease."""
+
+    queue: str
+    partition: str | None
+    cleared: int
+    kept: int
 
 
 def _who(by: str | None) -> str:
@@ -57,27 +175,16 @@ class AdminActions:
 
     @property
     def store(self) -> PgAdminStore:
-        if self._store is None:
-            raise ConsumeUnavailable("the admin actions need the PostgreSQL store")
-        return self._store
+        return need_store(self._store, "the admin actions need")
 
-    async def _retry(self, targets: list[Row]) -> list[RetriedCopy]:
+    async def _retry(self, targets: list[DeadLetterTarget]) -> list[RetriedCopy]:
         if not targets:
             return []
-        keys = {PartitionKey(t["queue_name"], t["partition_name"]) for t in targets}
+        keys = {PartitionKey(t.queue_name, t.partition_name) for t in targets}
         store = self.store
-        rows = await self._push.write_held(
+        return await self._push.write_held(
             keys, lambda turn: store.retry_dead_letters(targets, turn)
         )
-        return [
-            RetriedCopy(
-                int(r["partition_id"]),
-                r["transaction_id"],
-                r["consumer_group"],
-                int(r["msg_offset"]),
-            )
-            for r in rows
-        ]
 
     async def retry_message(
         self, partition_id: int, transaction_id: str, *, by: str | None
@@ -122,7 +229,7 @@ class AdminActions:
             if not targets:
                 break
             retried += len(await self._retry(targets))
-            after = int(targets[-1]["id"])
+            after = targets[-1].id
         log.info(
             "%s retried %d dead letters of queue %s (group %s, partition %s, failed %s to %s)",
             _who(by),
@@ -163,10 +270,10 @@ class AdminActions:
         """Remove the stored messages of ``queue`` (or of one ``partition``) that no live lease
         holds. Raises :class:`NotFound` for an unknown queue or partition."""
         row = await self.store.clear(queue, partition)
-        if not row["known"]:
+        if not row.known:
             where = f"partition {partition} of queue {queue}" if partition else f"queue {queue}"
             raise NotFound(f"{where} not found")
-        cleared = QueueCleared(queue, partition, int(row["cleared"]), int(row["kept"]))
+        cleared = QueueCleared(queue, partition, row.cleared, row.kept)
         log.info(
             "%s cleared %s%s: %d messages removed, %d kept inside live leases",
             _who(by),

@@ -2,35 +2,27 @@
 their cursor and whether it looks stuck, the partitions lagging past a threshold, and the
 lag's history the broker samples (:class:`queen.admin.history.LagHistory`).
 
-Read through :class:`queen.storage.admin.PgAdminStore`, answered as typed values
-(:mod:`queen.admin.results`); :class:`queen.admin.service.AdminService` holds one as
-``consumer_groups``.
+Read through :class:`queen.storage.admin.PgAdminStore`, answered as the typed values below;
+:class:`queen.admin.service.AdminService` holds one as ``consumer_groups``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any
 
 import trio
 
 from queen.admin import params
+from queen.admin.figures import age_s, need_store
 from queen.admin.history import LagHistory
-from queen.admin.params import Page
-from queen.admin.results import (
-    GroupOnQueue,
-    GroupPartition,
-    GroupStanding,
-    LaggingPartition,
-    age_s,
-)
-from queen.consume.errors import ConsumeUnavailable
+from queen.admin.params import Args, Page
+from queen.consume import requests
 from queen.errors import StoreError
-from queen.storage.admin import PgAdminStore, Row
+from queen.storage.admin import GroupPartitionRow, GroupRow, PgAdminStore
 from queen.supervision import report_failure, report_ok
 
 log = logging.getLogger("queen.admin")
@@ -39,6 +31,98 @@ log = logging.getLogger("queen.admin")
 # broker names it).
 SUBSCRIPTION_MODES = {"all": "all", "now": "new", "at": "timestamp"}
 STUCK_IDLE_S = 300.0  # a partition with messages for a group and no pop this long is stuck
+
+# --- queries -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupQuery:
+    """Which (group, queue) standings to list: those on ``queue`` (or every queue), a page."""
+
+    page: Page
+    queue: str | None
+
+
+def group_query(args: Args) -> GroupQuery:
+    """``limit`` (by default the most a page holds: the original answers every group, and its
+    clients ask without one), ``offset`` and ``queue``."""
+    page = params.page(args, default_limit=params.MAX_LIMIT)
+    return GroupQuery(page, params.optional_name(args, "queue"))
+
+
+@dataclass(frozen=True, slots=True)
+class LaggingQuery:
+    """The partitions whose oldest unconsumed message waited ``min_lag_s`` at least: all of
+    them, or one page when ``paged``."""
+
+    min_lag_s: int
+    page: Page
+    paged: bool
+
+
+def lagging_query(args: Args) -> LaggingQuery:
+    """``minLagSeconds`` (60 by default), ``limit`` and ``offset``."""
+    value = requests.count(args.get("minLagSeconds"), "minLagSeconds", 0, 10 * 365 * 86400)
+    paged = "limit" in args or "offset" in args
+    return LaggingQuery(60 if value is None else value, params.page(args), paged)
+
+
+# --- answers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStanding:
+    """A consumer group on one queue: ``lag`` messages behind over its ``partitions``,
+    ``leased`` of them inside a live lease, the oldest unconsumed written at
+    ``oldest_pending_at``. The subscription fields are None for queue mode and for groups
+    that never subscribed."""
+
+    name: str
+    queue: str
+    partitions: int
+    leased: int
+    lag: int
+    max_time_lag_s: float
+    oldest_pending_at: datetime | None
+    last_consumed_at: datetime | None
+    subscription_mode: str | None
+    subscribed_at: datetime | None
+    subscription_created_at: datetime | None
+    lagging: int = 0  # partitions where it has messages to receive
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPartition:
+    """Where a group stands in one partition holding messages: ``cursor_offset`` is its
+    cursor, or, before its first pop there, the offset its subscription starts at."""
+
+    partition: str
+    partition_id: int
+    cursor_offset: int
+    next_offset: int
+    lag: int
+    time_lag_s: float
+    lease_expires_at: datetime | None  # its live lease, if any
+    last_consumed_at: datetime | None
+    oldest_at: datetime | None = None  # when its oldest unconsumed message was written
+    lease_expired_at: datetime | None = None  # a lease ran out here with messages in it
+    stuck: str | None = None  # why this partition looks stuck, if it does
+
+
+@dataclass(frozen=True, slots=True)
+class LaggingPartition:
+    """A partition where a group lags: the group's standing on the queue, and the partition."""
+
+    standing: GroupStanding
+    partition: GroupPartition
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOnQueue:
+    """A group on one queue, with one page of its partitions."""
+
+    standing: GroupStanding
+    partitions: list[GroupPartition]
 
 
 class ConsumerGroups:
@@ -51,30 +135,19 @@ class ConsumerGroups:
 
     @property
     def store(self) -> PgAdminStore:
-        if self._store is None:
-            raise ConsumeUnavailable("the admin API needs the PostgreSQL store")
-        return self._store
+        return need_store(self._store)
 
-    async def standings(
-        self, args: Mapping[str, Any], *, page: Page | None = None
-    ) -> list[GroupStanding]:
-        """``GET /api/v1/consumer-groups``: one entry per (group, queue) of ``args``' queue
-        (or every queue), one page: ``page``, else the page ``args`` ask (without a ``limit``,
-        the most a page holds: the original answers every group, and its clients ask
-        without one)."""
-        page = page or params.page(args, default_limit=params.MAX_LIMIT)
+    async def standings(self, query: GroupQuery) -> list[GroupStanding]:
+        """``GET /api/v1/consumer-groups``: one entry per (group, queue) of the query's queue
+        (or every queue), one page."""
         rows = await self.store.groups(
-            group=None,
-            queue=params.optional_name(args, "queue"),
-            limit=page.limit,
-            offset=page.offset,
+            group=None, queue=query.queue, limit=query.page.limit, offset=query.page.offset
         )
         now = datetime.now(UTC)
         return [standing(r, now) for r in rows]
 
-    async def detail(self, name: str, args: Mapping[str, Any]) -> list[GroupOnQueue] | None:
+    async def detail(self, name: str, page: Page) -> list[GroupOnQueue] | None:
         """``GET /api/v1/consumer-groups/{g}``: per queue, the group's partitions (a page)."""
-        page = params.page(args)
         rows = await self.store.groups(group=name, queue=None, limit=params.MAX_LIMIT, offset=0)
         if not rows:
             return None
@@ -82,43 +155,43 @@ class ConsumerGroups:
         found = []
         for r in rows:
             parts = await self.store.group_partitions(
-                name, int(r["queue_id"]), limit=page.limit, offset=page.offset
+                name, r.queue_id, limit=page.limit, offset=page.offset
             )
             partitions = [group_partition(p, now) for p in parts]
             found.append(GroupOnQueue(standing(r, now), partitions))
         return found
 
-    async def lagging(self, args: Mapping[str, Any]) -> list[LaggingPartition]:
+    async def lagging(self, query: LaggingQuery) -> list[LaggingPartition]:
         """``GET /api/v1/consumer-groups/lagging?minLagSeconds=N``: per (group, queue,
         partition), the partitions whose oldest unconsumed message is at least N seconds old,
         oldest first: all of them, as the original answers, or one page when ``limit`` or
         ``offset`` is given."""
-        threshold = params.min_lag_seconds(args)
-        paged = "limit" in args or "offset" in args
-        page = params.page(args)
-        rows = await every_row(partial(self.store.groups, group=None, queue=None))
+        threshold, page = query.min_lag_s, query.page
+        rows: list[GroupRow] = await params.every_row(
+            partial(self.store.groups, group=None, queue=None)
+        )
         now = datetime.now(UTC)
         found: list[LaggingPartition] = []
         for r in rows:
             group = standing(r, now)
-            if int(r["lag"]) <= 0 or group.max_time_lag_s < threshold:
+            if r.lag <= 0 or group.max_time_lag_s < threshold:
                 continue
-            parts = await every_row(
-                partial(self.store.group_partitions, group.name, int(r["queue_id"]))
+            parts: list[GroupPartitionRow] = await params.every_row(
+                partial(self.store.group_partitions, group.name, r.queue_id)
             )
             for p in parts:
                 partition = group_partition(p, now)
                 if partition.lag > 0 and partition.time_lag_s >= threshold:
                     found.append(LaggingPartition(group, partition))
         found.sort(key=lambda x: x.partition.time_lag_s, reverse=True)
-        return found[page.offset : page.offset + page.limit] if paged else found
+        return found[page.offset : page.offset + page.limit] if query.paged else found
 
     async def sample_lag(self) -> None:
         """Record every group's lag on every queue (the first 1,000 pairs) in
         :attr:`lag_history`."""
         rows = await self.store.groups(group=None, queue=None, limit=params.MAX_LIMIT, offset=0)
         self.lag_history.record(
-            time.time(), {(r["consumer_group"], r["queue_name"]): int(r["lag"]) for r in rows}
+            time.time(), {(r.consumer_group, r.queue_name): r.lag for r in rows}
         )
 
     async def run_lag_history(
@@ -141,43 +214,44 @@ class ConsumerGroups:
             await trio.sleep(self.lag_history.step_s)
 
 
-def standing(r: Row, now: datetime) -> GroupStanding:
+def standing(r: GroupRow, now: datetime) -> GroupStanding:
     """A (group, queue) row of ``PgAdminStore.groups``."""
+    mode = r.subscription_mode
     return GroupStanding(
-        name=r["consumer_group"],
-        queue=r["queue_name"],
-        partitions=int(r["partitions"]),
-        leased=int(r["leased"]),
-        lag=int(r["lag"]),
-        max_time_lag_s=age_s(r["oldest_at"], now),
-        oldest_pending_at=r["oldest_at"],
-        last_consumed_at=r["last_delivered_at"],
-        subscription_mode=SUBSCRIPTION_MODES.get(r["subscription_mode"], r["subscription_mode"]),
-        subscribed_at=r["subscribed_at"],
-        subscription_created_at=r["subscription_created_at"],
-        lagging=int(r["lagging"]),
+        name=r.consumer_group,
+        queue=r.queue_name,
+        partitions=r.partitions,
+        leased=r.leased,
+        lag=r.lag,
+        max_time_lag_s=age_s(r.oldest_at, now),
+        oldest_pending_at=r.oldest_at,
+        last_consumed_at=r.last_delivered_at,
+        subscription_mode=None if mode is None else SUBSCRIPTION_MODES.get(mode, mode),
+        subscribed_at=r.subscribed_at,
+        subscription_created_at=r.subscription_created_at,
+        lagging=r.lagging,
     )
 
 
-def group_partition(p: Row, now: datetime) -> GroupPartition:
+def group_partition(p: GroupPartitionRow, now: datetime) -> GroupPartition:
     """A row of ``PgAdminStore.group_partitions``."""
     return GroupPartition(
-        partition=p["partition_name"],
-        partition_id=int(p["partition_id"]),
-        cursor_offset=int(p["cursor_offset"]),
-        next_offset=int(p["next_offset"]),
-        lag=int(p["lag"]),
-        time_lag_s=age_s(p["oldest_at"], now),
-        lease_expires_at=p["lease_expires_at"],
-        last_consumed_at=p["delivered_at"],
-        oldest_at=p["oldest_at"],
-        lease_expired_at=p["lease_expired_at"],
+        partition=p.partition_name,
+        partition_id=p.partition_id,
+        cursor_offset=p.cursor_offset,
+        next_offset=p.next_offset,
+        lag=p.lag,
+        time_lag_s=age_s(p.oldest_at, now),
+        lease_expires_at=p.lease_expires_at,
+        last_consumed_at=p.delivered_at,
+        oldest_at=p.oldest_at,
+        lease_expired_at=p.lease_expired_at,
         stuck=stuck_reason(
-            int(p["lag"]),
-            lease=p["lease_expires_at"],
-            lease_expired=p["lease_expired_at"],
-            last_pop=p["delivered_at"],
-            waiting_s=age_s(p["oldest_at"], now),
+            p.lag,
+            lease=p.lease_expires_at,
+            lease_expired=p.lease_expired_at,
+            last_pop=p.delivered_at,
+            waiting_s=age_s(p.oldest_at, now),
             now=now,
         ),
     )
@@ -217,14 +291,3 @@ def _ago(span: timedelta) -> str:
     if seconds < 7200:
         return f"{seconds // 60} min"
     return f"{seconds // 3600} h"
-
-
-async def every_row(fetch: Callable[..., Awaitable[Sequence[Any]]]) -> list[Any]:
-    """Every row of a paged store read, ``fetch(limit=..., offset=...)`` a page of
-    :data:`params.MAX_LIMIT` at a time."""
-    rows: list[Any] = []
-    while True:
-        got = await fetch(limit=params.MAX_LIMIT, offset=len(rows))
-        rows.extend(got)
-        if len(got) < params.MAX_LIMIT:
-            return rows

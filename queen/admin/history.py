@@ -15,16 +15,50 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import trio
 
-from queen.admin.results import RatePoint, Rates
 from queen.metrics import Figures, LocalFigures, Metrics
 from queen.supervision import report_failure, report_ok
 
 log = logging.getLogger("queen.admin")
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Per-second rates of this process over one interval of its history."""
+
+    ingested_per_s: float  # items pushed and queued
+    pop_per_s: float  # messages popped
+    processed_per_s: float  # acks
+
+
+@dataclass(frozen=True, slots=True)
+class RatePoint:
+    """One interval of the service's history, ending ``at``; ``average_lag_ms``: how long
+    the messages popped in it had waited (None when none was)."""
+
+    at: datetime
+    span_s: float
+    rates: Rates
+    dead_letter_per_s: float
+    push_requests_per_s: float
+    ingested: int
+    processed: int
+    cpu_percent: float
+    rss_bytes: int  # at the end of the interval
+    popped: int = 0
+    average_lag_ms: float | None = None
+    # what each counter of the service went up by in the interval
+    deltas: dict[str, int] = field(default_factory=dict)
+    cpu_user_percent: float = 0.0
+    cpu_system_percent: float = 0.0
+    # this process's connection pool at the end of the interval (None when not known)
+    pool_size: int | None = None
+    pool_active: int | None = None
+    virtual_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """The admin and observability routes (the original broker's paths and shapes).
 
-Thin: the query string goes to :class:`queen.admin.service.AdminService`, which validates it
-(400 on bad input) and answers typed values; :mod:`queen.http.render_admin` writes them as
-JSON. Unknown queues, groups and messages are 404.
+Thin: the path and the query string are parsed once into the typed queries of
+:mod:`queen.admin` (400 on bad input), the parts of :class:`queen.admin.service.AdminService`
+answer typed values, and :mod:`queen.http.render_admin` writes them as JSON. Unknown queues,
+groups and messages are 404.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ from typing import Any, TypeVar
 from quart import Blueprint, Response, current_app, request
 
 from queen.admin import params
-from queen.admin.service import AdminService, check_name
+from queen.admin.actions import dead_letter_request, retry_filter
+from queen.admin.groups import group_query, lagging_query
+from queen.admin.messages import message_query
+from queen.admin.queues import partition_query, queue_query
+from queen.admin.service import AdminService
+from queen.admin.system import flow_query, series_query, series_window, status_query
 from queen.http import render_admin as render
 from queen.http.access import current_identity
 from queen.http.groups import GroupName
@@ -36,8 +42,6 @@ def admin() -> AdminService:
 
 T = TypeVar("T")
 
-DELETION_STATUS = {"deleted": 200, "leased": 409, "missing": 404}
-
 
 def _found(answer: T | None, rendered: Callable[[T], Any], what: str) -> Response:
     if answer is None:
@@ -50,32 +54,32 @@ def _found(answer: T | None, rendered: Callable[[T], Any], what: str) -> Respons
 
 @blueprint.get("/api/v1/resources/queues")
 async def list_queues() -> Response:
-    return json_response(render.queue_page(await admin().queues(request.args)))
+    query = queue_query(request.args)
+    return json_response(render.queue_page(await admin().queues.page(query)))
 
 
 @blueprint.get("/api/v1/resources/queues/<path:queue>")
 async def queue_resources(queue: str) -> Response:
-    name = check_name(queue, "queue")
+    name = params.name_in_path(queue, "queue")
+    query = partition_query(request.args)
     return _found(
-        await admin().queue_resources(name, request.args),
-        render.queue_resources,
-        f"queue {name!r}",
+        await admin().queues.resources(name, query), render.queue_resources, f"queue {name!r}"
     )
 
 
 @blueprint.get("/api/v1/resources/namespaces")
 async def namespaces() -> Response:
-    return json_response(render.groupings(await admin().namespaces()))
+    return json_response(render.groupings(await admin().queues.namespaces()))
 
 
 @blueprint.get("/api/v1/resources/tasks")
 async def tasks() -> Response:
-    return json_response(render.groupings(await admin().tasks()))
+    return json_response(render.groupings(await admin().queues.tasks()))
 
 
 @blueprint.get("/api/v1/resources/overview")
 async def overview() -> Response:
-    return json_response(render.overview(await admin().overview()))
+    return json_response(render.overview(await admin().system.overview()))
 
 
 # --- messages --------------------------------------------------------------------------------
@@ -83,20 +87,23 @@ async def overview() -> Response:
 
 @blueprint.get("/api/v1/messages")
 async def messages() -> Response:
-    return json_response(render.message_page(await admin().messages(request.args)))
+    query = message_query(request.args)
+    return json_response(render.message_page(await admin().messages.page(query)))
 
 
 @blueprint.get("/api/v1/messages/<partition_id>/<path:transaction_id>")
 async def message(partition_id: str, transaction_id: str) -> Response:
+    checked = params.partition_id(partition_id)
     return _found(
-        await admin().message(partition_id, transaction_id), render.message_detail, "Message"
+        await admin().messages.detail(checked, transaction_id), render.message_detail, "Message"
     )
 
 
 @blueprint.delete("/api/v1/messages/<partition_id>/<path:transaction_id>")
 async def delete_message(partition_id: str, transaction_id: str) -> Response:
-    deletion = await admin().delete_message(partition_id, transaction_id)
-    return json_response(render.message_deleted(deletion), DELETION_STATUS[deletion.outcome])
+    checked = params.partition_id(partition_id)
+    body, status = render.message_deleted(await admin().messages.delete(checked, transaction_id))
+    return json_response(body, status)
 
 
 # --- actions on dead letters and queues (admin role) -------------------------------------------
@@ -115,7 +122,7 @@ async def retry_message(partition_id: str, transaction_id: str) -> Response:
 @blueprint.post("/api/v1/messages/<partition_id>/<path:transaction_id>/dlq")
 async def dead_letter_message(partition_id: str, transaction_id: str) -> Response:
     checked = params.partition_id(partition_id)
-    wanted = params.dead_letter_request(await json_body(allow_empty=True))
+    wanted = dead_letter_request(await json_body(allow_empty=True))
     done = await admin().actions.dead_letter(
         checked, transaction_id, wanted, by=current_identity().sub
     )
@@ -125,7 +132,7 @@ async def dead_letter_message(partition_id: str, transaction_id: str) -> Respons
 
 @blueprint.post("/api/v1/dlq/retry")
 async def retry_dead_letters() -> Response:
-    scope = params.retry_filter(await json_body())
+    scope = retry_filter(await json_body())
     return json_response(
         render.bulk_retried(await admin().actions.retry_many(scope, by=current_identity().sub))
     )
@@ -133,7 +140,7 @@ async def retry_dead_letters() -> Response:
 
 @blueprint.delete("/api/v1/queues/<path:queue>/clear")
 async def clear_queue(queue: str) -> Response:
-    name = check_name(queue, "queue")
+    name = params.name_in_path(queue, "queue")
     partition = params.optional_name(request.args, "partition")
     cleared = await admin().actions.clear(name, partition, by=current_identity().sub)
     return json_response(render.queue_cleared(cleared))
@@ -144,19 +151,22 @@ async def clear_queue(queue: str) -> Response:
 
 @blueprint.get("/api/v1/status")
 async def status() -> Response:
-    return json_response(render.status(await admin().status(request.args)))
+    query = status_query(request.args)
+    return json_response(render.status(await admin().system.status(query)))
 
 
 @blueprint.get("/api/v1/status/queues")
 async def status_queues() -> Response:
-    return json_response(render.queue_page(await admin().queues(request.args)))
+    query = queue_query(request.args)
+    return json_response(render.queue_page(await admin().queues.page(query)))
 
 
 @blueprint.get("/api/v1/status/queues/<queue>")
 async def status_queue(queue: str) -> Response:
-    name = check_name(queue, "queue")
+    name = params.name_in_path(queue, "queue")
+    query = partition_query(request.args)
     return _found(
-        await admin().queue_status(name, request.args, every_partition=True),
+        await admin().queues.status(name, query, every_partition=True),
         render.queue_status,
         f"queue {name!r}",
     )
@@ -164,48 +174,56 @@ async def status_queue(queue: str) -> Response:
 
 @blueprint.get("/api/v1/status/queues/<queue>/messages")
 async def status_queue_messages(queue: str) -> Response:
-    name = check_name(queue, "queue")
-    return json_response(render.message_page(await admin().messages(request.args, queue=name)))
+    name = params.name_in_path(queue, "queue")
+    query = message_query(request.args, queue=name)
+    return json_response(render.message_page(await admin().messages.page(query)))
 
 
 @blueprint.get("/api/v1/status/analytics")
 async def status_analytics() -> Response:
-    return json_response(render.analytics(await admin().analytics(request.args)))
+    query = series_query(request.args)
+    return json_response(render.analytics(await admin().system.series(query)))
 
 
 @blueprint.get("/api/v1/analytics/worker-metrics")
 async def worker_metrics() -> Response:
-    return json_response(render.worker_metrics(await admin().worker_metrics(request.args)))
+    query = series_query(request.args)
+    return json_response(render.worker_metrics(await admin().system.series(query)))
 
 
 @blueprint.get("/api/v1/analytics/system-metrics")
 async def system_metrics() -> Response:
-    return json_response(render.system_metrics(await admin().system_metrics(request.args)))
+    query = series_query(request.args)
+    return json_response(render.system_metrics(await admin().system.series(query)))
 
 
 @blueprint.get("/api/v1/analytics/queue-lag")
 async def queue_lag() -> Response:
-    return json_response(render.queue_lag(await admin().queue_flow(request.args, popped_only=True)))
+    query = flow_query(request.args)
+    return json_response(render.queue_lag(admin().system.queue_flow(query, popped_only=True)))
 
 
 @blueprint.get("/api/v1/analytics/queue-ops")
 async def queue_ops() -> Response:
-    return json_response(render.queue_ops(await admin().queue_flow(request.args)))
+    query = flow_query(request.args)
+    return json_response(render.queue_ops(admin().system.queue_flow(query)))
 
 
 @blueprint.get("/api/v1/analytics/queue-parked-replicas")
 async def queue_parked_replicas() -> Response:
-    return json_response(render.parked_replicas(await admin().queue_flow(request.args)))
+    query = flow_query(request.args)
+    return json_response(render.parked_replicas(admin().system.queue_flow(query)))
 
 
 @blueprint.get("/api/v1/analytics/retention")
 async def retention() -> Response:
-    return json_response(render.retention(await admin().retention(request.args)))
+    window = series_window(request.args)
+    return json_response(render.retention(await admin().system.retention(window)))
 
 
 @blueprint.get("/api/v1/analytics/postgres-stats")
 async def postgres_stats() -> Response:
-    return json_response(render.postgres(await admin().postgres()))
+    return json_response(render.postgres(await admin().database.stats()))
 
 
 # --- consumer groups -------------------------------------------------------------------------
@@ -213,21 +231,22 @@ async def postgres_stats() -> Response:
 
 @blueprint.get("/api/v1/consumer-groups")
 async def consumer_groups() -> Response:
-    return json_response(
-        render.group_standings(await admin().consumer_groups.standings(request.args))
-    )
+    query = group_query(request.args)
+    return json_response(render.group_standings(await admin().consumer_groups.standings(query)))
 
 
 @blueprint.get("/api/v1/consumer-groups/lagging")
 async def lagging() -> Response:
-    return json_response(render.lagging(await admin().consumer_groups.lagging(request.args)))
+    query = lagging_query(request.args)
+    return json_response(render.lagging(await admin().consumer_groups.lagging(query)))
 
 
 @blueprint.get("/api/v1/consumer-groups/<group_detail:group>")
 async def consumer_group(group: str) -> Response:
-    name = check_name(group, "consumer group")
+    name = params.name_in_path(group, "consumer group")
+    page = params.page(request.args)
     return _found(
-        await admin().consumer_groups.detail(name, request.args),
+        await admin().consumer_groups.detail(name, page),
         render.group_detail,
         f"consumer group {name!r}",
     )
@@ -235,5 +254,5 @@ async def consumer_group(group: str) -> Response:
 
 @blueprint.post("/api/v1/stats/refresh")
 async def refresh() -> Response:
-    await admin().refresh()
+    admin().system.refresh()
     return json_response(render.refreshed())

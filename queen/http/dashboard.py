@@ -6,7 +6,8 @@ inline script, event handler or style: their Content-Security-Policy
 (:mod:`queen.http.headers`) lets none run.
 
 Each view (``GET /dashboard/view/...``, read role) is HTML rendered here from the answers of
-:class:`queen.admin.service.AdminService` with the templates in ``templates/``: the templates
+:class:`queen.admin.service.AdminService` (its query string parsed once into the typed query
+of the view's subject) with the templates in ``templates/``: the templates
 read the API's JSON shapes (:mod:`queen.http.render_admin`), so a view shows what the API
 answers; charts are SVG drawn by :mod:`queen.admin.charts` from the typed values. Actions
 (delete, seek, maintenance switches) are buttons that call the API itself after a
@@ -32,7 +33,11 @@ from markupsafe import escape
 from quart import Blueprint, Response, current_app, render_template, request
 
 from queen.admin import charts, params
-from queen.admin.service import AdminService, check_name
+from queen.admin.groups import group_query
+from queen.admin.messages import message_query
+from queen.admin.queues import PARTITION_ORDERS, partition_query, queue_query
+from queen.admin.service import AdminService
+from queen.admin.system import SERIES_WINDOW
 from queen.broker import Broker
 from queen.consume import requests
 from queen.consume.errors import ConsumeUnavailable
@@ -121,7 +126,7 @@ def _memory() -> PageMemory:
 
 
 async def _outage(key: str, with_standing: bool) -> Response:
-    standing = await _admin().standing()
+    standing = await _admin().system.standing()
     kept = _memory().recall(key)
     down = standing.database_down_since
     now = time.time()
@@ -203,8 +208,9 @@ async def asset(name: str) -> Response:
 @remembered(standing=True)
 async def overview() -> Response:
     admin = _admin()
-    overview = await admin.overview()
-    queues = await admin.queues(request.args)
+    query = queue_query(request.args)
+    overview = await admin.system.overview()
+    queues = await admin.queues.page(query)
     rates = _rates_chart(admin.history.series()[-90:])
     top = sorted(queues.queues, key=lambda q: q.messages.depth, reverse=True)[:8]
     depth = charts.bar_chart(
@@ -223,17 +229,17 @@ async def overview() -> Response:
 @blueprint.get("/dashboard/view/queue/<path:queue>")
 @remembered()
 async def queue(queue: str) -> Response:
-    name = check_name(queue, "queue")
-    admin = _admin()
-    status = await admin.queue_status(name, request.args)
+    name = params.name_in_path(queue, "queue")
+    query = partition_query(request.args)
+    status = await _admin().queues.status(name, query)
     if status is None:
         return _missing(f"queue {name} does not exist")
     return await _page(
         "queue.html",
         s=render_admin.queue_status(status),
-        page=params.page(request.args),
-        sort=params.partition_order(request.args),
-        sorts=params.PARTITION_ORDERS,
+        page=query.page,
+        sort=query.order,
+        sorts=PARTITION_ORDERS,
         extra=_extra("sort"),
     )
 
@@ -241,11 +247,12 @@ async def queue(queue: str) -> Response:
 @blueprint.get("/dashboard/view/messages")
 @remembered()
 async def messages() -> Response:
-    found = await _admin().messages(request.args)
+    query = message_query(request.args)
+    found = await _admin().messages.page(query)
     return await _page(
         "messages.html",
         m=render_admin.message_page(found),
-        page=params.page(request.args, default_limit=50),
+        page=query.page,
         extra=_extra("queue", "partition", "transactionId", "status", "from", "to"),
     )
 
@@ -253,7 +260,8 @@ async def messages() -> Response:
 @blueprint.get("/dashboard/view/message/<partition_id>/<path:transaction_id>")
 @remembered()
 async def message(partition_id: str, transaction_id: str) -> Response:
-    found = await _admin().message(partition_id, transaction_id)
+    checked = params.partition_id(partition_id)
+    found = await _admin().messages.detail(checked, transaction_id)
     if found is None:
         return _missing("message not found")
     pretty = orjson.dumps(found.payload.value, option=orjson.OPT_INDENT_2).decode()
@@ -283,7 +291,7 @@ async def dlq() -> Response:
 @remembered()
 async def groups() -> Response:
     group = params.optional_name(request.args, "group")
-    listed = await _admin().consumer_groups.standings(request.args)
+    listed = await _admin().consumer_groups.standings(group_query(request.args))
     if group is not None:
         listed = [g for g in listed if g.name == group]
     top = sorted(listed, key=lambda g: g.lag, reverse=True)[:8]
@@ -303,9 +311,10 @@ async def groups() -> Response:
 @blueprint.get("/dashboard/view/group/<path:group>")
 @remembered()
 async def group(group: str) -> Response:
-    name = check_name(group, "group")
+    name = params.name_in_path(group, "group")
+    page = params.page(request.args)
     groups = _admin().consumer_groups
-    found = await groups.detail(name, request.args)
+    found = await groups.detail(name, page)
     if found is None:
         return _missing(f"consumer group {name} does not exist")
     lag_charts = {}
@@ -322,7 +331,7 @@ async def group(group: str) -> Response:
         detail=render_admin.group_detail(found),
         stuck={g.standing.queue: sum(1 for p in g.partitions if p.stuck) for g in found},
         lag_charts=lag_charts,
-        page=params.page(request.args),
+        page=page,
     )
 
 
@@ -359,14 +368,15 @@ async def system() -> Response:
         times=[p.at for p in series],
         width=460,
     )
-    overview = await admin.overview()
+    overview = await admin.system.overview()
+    last_hour = params.window({}, default=SERIES_WINDOW)
     return await _page(
         "system.html",
         push_on=broker.ops.maintenance.enabled,
         pop_on=pop_on,
         p=render_admin.process(overview.process),
-        pg=render_admin.postgres(await admin.postgres()),
-        ret=render_admin.retention(await admin.retention()),
+        pg=render_admin.postgres(await admin.database.stats()),
+        ret=render_admin.retention(await admin.system.retention(last_hour)),
         cpu_chart=cpu,
         now=datetime.now(UTC),
     )

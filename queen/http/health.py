@@ -49,7 +49,7 @@ async def _prometheus() -> Response:
     gauges = None  # with the database away, the process figures still answer at once
     if broker.ops.db_health.up:
         try:
-            gauges = await admin.queue_gauges()
+            gauges = await admin.gauges.read()
         except (StoreError, ConsumeUnavailable):
             gauges = None
     if gauges is not None:
@@ -63,7 +63,7 @@ async def _prometheus() -> Response:
 async def metrics() -> Response:
     if _wants_json():
         admin: AdminService = current_app.config["QUEEN_ADMIN"]
-        return json_response(render_admin.metrics(admin.metrics_json()))
+        return json_response(render_admin.metrics(admin.system.metrics_json()))
     return await _prometheus()
 
 

@@ -1,5 +1,5 @@
-"""The JSON bodies of the admin API (and of ``GET /metrics`` as JSON): typed admin results
-(:mod:`queen.admin.results`) in, wire dicts out.
+"""The JSON bodies of the admin API (and of ``GET /metrics`` as JSON): the typed answers of
+:mod:`queen.admin` (one value per answer, from its subject's module) in, wire dicts out.
 
 With :mod:`queen.http.render` (the consume side, /health), the only place that knows the
 camelCase shapes of these answers: the official clients and the original's dashboard read
@@ -13,45 +13,33 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from queen.admin.params import Page
-from queen.admin.results import (
-    BulkRetry,
-    DatabaseDetail,
-    DeadLetterRecord,
+from queen.admin.actions import BulkRetry, MessageDeadLettered, MessageRetry, QueueCleared
+from queen.admin.database import DatabaseDetail, PostgresStats
+from queen.admin.figures import MessageCounts
+from queen.admin.gauges import QueueGauges
+from queen.admin.groups import GroupOnQueue, GroupPartition, GroupStanding, LaggingPartition
+from queen.admin.history import RatePoint, Rates
+from queen.admin.messages import MessageDeletion, MessageDetail, MessagePage, StoredMessage
+from queen.admin.params import Page, TimeRange
+from queen.admin.queues import (
     Depth,
     Groupings,
-    GroupOnQueue,
-    GroupPartition,
-    GroupStanding,
-    GroupView,
-    LaggingPartition,
-    MessageCounts,
-    MessageDeadLettered,
-    MessageDeletion,
-    MessageDetail,
-    MessagePage,
-    MessageRetry,
-    Overview,
     PartitionFigures,
-    PostgresStats,
-    ProcessMetrics,
-    ProcessSeries,
-    ProcessState,
-    QueueCleared,
     QueueFigures,
-    QueueFlowSeries,
-    QueueGauges,
     QueuePage,
     QueueResources,
     QueueStatus,
     QueueSummary,
-    RatePoint,
-    Rates,
+)
+from queen.admin.system import (
+    Overview,
+    ProcessMetrics,
+    ProcessSeries,
+    ProcessState,
+    QueueFlowSeries,
     RetentionFigures,
     Standing,
     Status,
-    StoredMessage,
-    TimeRange,
 )
 from queen.consume.policy import iso_utc
 from queen.http.render import loop_status, spool_state
@@ -917,24 +905,6 @@ def message_page(page: MessagePage) -> Json:
     }
 
 
-def _group_view(g: GroupView) -> Json:
-    return {
-        "name": g.name,
-        "leased": g.leased,
-        "consumed": g.consumed,
-        "leaseExpiresAt": _database_time(g.lease_expires_at),
-    }
-
-
-def _dead_letter_record(d: DeadLetterRecord) -> Json:
-    return {
-        "failedAt": _database_time(d.failed_at),
-        "retryCount": d.retry_count,
-        "errorMessage": d.error_message,
-        "consumerGroup": d.consumer_group,
-    }
-
-
 def message_detail(d: MessageDetail) -> Json:
     """``GET /api/v1/messages/{partitionId}/{transactionId}``: the message with its payload;
     ``errorMessage`` and ``retryCount`` are those of its newest DLQ copy."""
@@ -958,13 +928,32 @@ def message_detail(d: MessageDetail) -> Json:
             "ttl": d.ttl_s,
             "priority": d.priority,
         },
-        "consumerGroups": [_group_view(g) for g in d.consumer_groups],
-        "deadLetters": [_dead_letter_record(r) for r in d.dead_letters],
+        "consumerGroups": [
+            {
+                "name": g.name,
+                "leased": g.leased,
+                "consumed": g.consumed,
+                "leaseExpiresAt": _database_time(g.lease_expires_at),
+            }
+            for g in d.consumer_groups
+        ],
+        "deadLetters": [
+            {
+                "failedAt": _database_time(r.failed_at),
+                "retryCount": r.retry_count,
+                "errorMessage": r.error_message,
+                "consumerGroup": r.consumer_group,
+            }
+            for r in d.dead_letters
+        ],
     }
 
 
-def message_deleted(d: MessageDeletion) -> Json:
-    """``DELETE /api/v1/messages/{partitionId}/{transactionId}`` (200, 409 or 404)."""
+DELETION_STATUS = {"deleted": 200, "leased": 409, "missing": 404}
+
+
+def message_deleted(d: MessageDeletion) -> tuple[Json, int]:
+    """``DELETE /api/v1/messages/{partitionId}/{transactionId}``: the body and its status."""
     body: Json = {
         "success": d.outcome == "deleted",
         "partitionId": str(d.partition_id),
@@ -976,7 +965,7 @@ def message_deleted(d: MessageDeletion) -> Json:
         body["error"] = "message is leased by a consumer; try again later"
     else:
         body["error"] = "Message not found"
-    return body
+    return body, DELETION_STATUS[d.outcome]
 
 
 def message_retried(r: MessageRetry) -> Json:
