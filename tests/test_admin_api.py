@@ -6,7 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from queen.admin.groups import GroupQuery
+from queen.admin.messages import message_query
 from queen.admin.params import Page
+from queen.admin.queues import QueueQuery
 from queen.broker import Broker
 from queen.http.app import create_app
 from queen.settings import Settings
@@ -147,23 +150,23 @@ async def test_the_service_answers_typed_values(client: Any, broker: Broker, que
     """What ``broker.admin`` answers an embedding program: values, not the wire's dicts."""
     await push(client, queue, "p", "t1", "t2")
     assert len(await pop(client, queue, 1, group=f"g-{queue}")) == 1
-    page = await broker.admin.queues({"search": queue})
+    page = await broker.admin.queues.page(QueueQuery(search=queue))
     [summary] = page.queues
     assert (summary.name, summary.partitions, summary.messages.total) == (queue, 1, 2)
     assert summary.created_at.tzinfo is not None and page.page == Page(100, 0)
-    newest = (await broker.admin.messages({"queue": queue})).messages[0]
+    newest = (await broker.admin.messages.page(message_query({"queue": queue}))).messages[0]
     assert (newest.transaction_id, newest.status, newest.offset) == ("t2", "pending", 1)
-    detail = await broker.admin.message(str(newest.partition_id), "t2")
+    detail = await broker.admin.messages.detail(newest.partition_id, "t2")
     assert detail is not None and detail.payload.value == {"tx": "t2"}
     [view] = [g for g in detail.consumer_groups if g.name == f"g-{queue}"]
     assert view.leased is False and view.consumed is False  # its lease holds t1 only
     assert view.lease_expires_at is not None and view.lease_expires_at > datetime.now(UTC)
-    standings = await broker.admin.consumer_groups.standings({"queue": queue})
+    standings = await broker.admin.consumer_groups.standings(GroupQuery(queue=queue))
     [group] = [g for g in standings if g.name == f"g-{queue}"]
     assert (group.lag, group.leased, group.partitions) == (2, 1, 1)
-    deleted = await broker.admin.delete_message(str(newest.partition_id), "t2")
+    deleted = await broker.admin.messages.delete(newest.partition_id, "t2")
     assert deleted.outcome == "deleted"
-    again = await broker.admin.delete_message(str(newest.partition_id), "t2")
+    again = await broker.admin.messages.delete(newest.partition_id, "t2")
     assert again.outcome == "missing"
 
 

@@ -34,19 +34,21 @@ STUCK_IDLE_S = 300.0  # a partition with messages for a group and no pop this lo
 
 # --- queries -----------------------------------------------------------------------------------
 
+EVERY_GROUP = Page(params.MAX_LIMIT, 0)  # the groups listed when no page is asked
+
 
 @dataclass(frozen=True, slots=True)
 class GroupQuery:
     """Which (group, queue) standings to list: those on ``queue`` (or every queue), a page."""
 
-    page: Page
-    queue: str | None
+    page: Page = EVERY_GROUP
+    queue: str | None = None
 
 
 def group_query(args: Args) -> GroupQuery:
     """``limit`` (by default the most a page holds: the original answers every group, and its
     clients ask without one), ``offset`` and ``queue``."""
-    page = params.page(args, default_limit=params.MAX_LIMIT)
+    page = params.page(args, default_limit=EVERY_GROUP.limit)
     return GroupQuery(page, params.optional_name(args, "queue"))
 
 

@@ -27,6 +27,9 @@ class Page:
     offset: int
 
 
+FIRST_PAGE = Page(100, 0)  # a list's page when none is asked
+
+
 class TimeRange(NamedTuple):
     """The window a list or a series covers: ``since`` up to ``until``."""
 

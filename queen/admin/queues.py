@@ -34,7 +34,7 @@ class QueueQuery:
     """Which queues to list: a page of those whose name holds ``search``, of ``namespace``
     and of ``task``."""
 
-    page: Page
+    page: Page = params.FIRST_PAGE
     search: str | None = None
     namespace: str | None = None
     task: str | None = None
@@ -58,7 +58,7 @@ class PartitionQuery:
     :data:`PARTITION_ORDERS`); ``paged``: the client asked for a page (``limit`` or
     ``offset``)."""
 
-    page: Page
+    page: Page = params.FIRST_PAGE
     order: str = "name"
     paged: bool = False
 
