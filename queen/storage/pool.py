@@ -325,12 +325,12 @@ class ConnectionPool:
     ) -> int:
         """Run one statement for its effect; how many rows it affected."""
 
-        def call(conn: psycopg.Connection[Any]) -> int:
+        def statement(conn: psycopg.Connection[Any]) -> int:
             with conn.cursor() as cur:
                 cur.execute(sql, params)
                 return cur.rowcount
 
-        return await self.run(retrying(call) if retry_deadlock else call)
+        return await self.run(retrying(statement) if retry_deadlock else statement)
 
     async def ping(self) -> None:
         """``SELECT 1`` on the pool's own probe connection, so a busy pool never delays the
