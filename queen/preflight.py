@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 
 from queen.auth import AuthConfigError, build_gate
+from queen.http import webapp
 from queen.settings import Settings
 from queen.spool.files import probe_writable
 from queen.storage.database import external_database
@@ -78,6 +79,9 @@ def check_all(overrides: dict[str, Any], report: Report) -> None:
         del gate
     _check_database(settings, report)
     _check_spool(Path(settings.file_buffer_dir), report)
+    if settings.webapp_root is not None:
+        found = webapp.problem(settings.webapp_root)
+        report(Check("dashboard", found is None, found or f"{settings.webapp_root}: servable"))
 
 
 def _check_database(settings: Settings, report: Report) -> None:

@@ -47,6 +47,7 @@ from queen.auth import AccessGate, AuthConfigError, build_gate
 from queen.broker import Broker
 from queen.errors import QueenError
 from queen.gctune import tune_gc
+from queen.http import webapp
 from queen.http.app import create_app
 from queen.lifecycle import open_broker
 from queen.metrics import METRICS_DIR_ENV, create_shared_dir, forget_process, remove_shared_dir
@@ -72,6 +73,14 @@ def check_spool_dir(settings: Settings) -> Path:
             f"FILE_BUFFER_DIR={settings.file_buffer_dir!r} cannot be used: {exc.strerror or exc}"
         ) from exc
     return path
+
+
+def check_webapp(settings: Settings) -> None:
+    """An operator's built dashboard (``WEBAPP_ROOT``), when named, must be servable."""
+    if settings.webapp_root is not None:
+        found = webapp.problem(settings.webapp_root)
+        if found is not None:
+            raise StartupError(found)
 
 
 def check_auth(settings: Settings) -> AccessGate:
@@ -135,6 +144,7 @@ async def serve(
     with stop_signals() as stop:
         gate = check_auth(settings)
         spool = check_spool_dir(settings)
+        check_webapp(settings)
         with inherited_socket() or listen_socket(settings.host, settings.port) as sock:
             await _serve_on(sock, settings, gate, spool, stop=stop, task_status=task_status)
 
@@ -304,6 +314,7 @@ async def serve_workers(settings: Settings) -> None:
 async def _serve_workers(settings: Settings, stop: trio.Event) -> None:
     check_auth(settings)
     check_spool_dir(settings)
+    check_webapp(settings)
     with listen_socket(settings.host, settings.port) as sock:
         async with open_database(settings) as database, trio.open_nursery() as watching:
             if database.embedded is not None:

@@ -308,6 +308,13 @@ class Settings:
         "comma-separated origins allowed to call the API from a browser (* for any; none by "
         "default)",
     )
+    webapp_root: str | None = _setting(
+        None,
+        "WEBAPP_ROOT",
+        "directory of a built dashboard (the original broker's app, built with npm run build) "
+        "served at / and /assets/ instead of the broker's own dashboard, which moves to "
+        "/dashboard/; unset: the broker's own dashboard at /",
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

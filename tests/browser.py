@@ -55,20 +55,23 @@ def policy_violations(driver: Any) -> list[str]:
 
 
 @contextmanager
-def chromium() -> Iterator[Any]:
+def chromium(extra_flags: tuple[str, ...] = (), *, performance_log: bool = False) -> Iterator[Any]:
     """A headless Chromium with a fresh profile; its console is readable with
     ``driver.get_log("browser")``, and :func:`policy_violations` lists what the page's
-    Content-Security-Policy refused."""
+    Content-Security-Policy refused. ``extra_flags`` come after the usual ones (a later
+    ``--window-size`` wins); with ``performance_log`` the DevTools network events are kept
+    too (``driver.get_log("performance")``)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     profile = tempfile.mkdtemp(prefix="queen-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in FLAGS:
+    for flag in (*FLAGS, *extra_flags):
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    logs = {"browser": "ALL", "performance": "ALL"} if performance_log else {"browser": "ALL"}
+    options.set_capability("goog:loggingPrefs", logs)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
         driver.set_page_load_timeout(30)

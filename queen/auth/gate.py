@@ -1,10 +1,11 @@
 """The access gate: one decision per HTTP request, made before the route runs.
 
 Order: authentication off → everyone is anonymous and allowed. A public path (``JWT_SKIP_PATHS``)
-→ anonymous and allowed, whatever the headers. Otherwise a valid bearer token is required
-(401), the matched route must be in the access table (403 when it is not) and the token's roles
-must cover the route's (403). A request that matches no route gets past the role check so that
-the 404/405 answers, but still only with a valid token.
+→ anonymous and allowed, whatever the headers; so are, while ``/`` is public, the files and
+pages of an operator's built dashboard (:data:`WEBAPP_RULES`). Otherwise a valid bearer token
+is required (401), the matched route must be in the access table (403 when it is not) and the
+token's roles must cover the route's (403). A request that matches no route gets past the role
+check so that the 404/405 answers, but still only with a valid token.
 """
 
 from __future__ import annotations
@@ -30,17 +31,23 @@ def parse_skip_paths(text: str) -> tuple[str, ...]:
 
 DASHBOARD_ASSETS: Final = "/dashboard/assets/"
 """Where the dashboard page's script and style sheet are served: public whenever the page is."""
+DASHBOARD_PAGE: Final = "/dashboard/"
+"""The dashboard's page when an operator's built dashboard is served at ``/``."""
+WEBAPP_RULES: Final = frozenset({"/assets/<path:name>", "/<path:rest>"})
+"""The rules serving an operator's built dashboard (``WEBAPP_ROOT``): its files and the
+pages of its own router, which hold no data (every figure is an API call); public whenever
+``/`` is. Paths the broker keeps for itself answer 404 there."""
 
 
 def path_is_public(path: str, skip_paths: Iterable[str]) -> bool:
     """A skip entry matches its path exactly; an entry ending in ``/`` (other than ``/``
     itself) also matches every path below it, and ``/`` (the dashboard's page) the paths
     below :data:`DASHBOARD_ASSETS` (the page's script and style sheet, which hold no data
-    either). The query string is not part of ``path``."""
+    either) and :data:`DASHBOARD_PAGE`. The query string is not part of ``path``."""
     for entry in skip_paths:
         if path == entry:
             return True
-        if entry == "/" and path.startswith(DASHBOARD_ASSETS):
+        if entry == "/" and (path == DASHBOARD_PAGE or path.startswith(DASHBOARD_ASSETS)):
             return True
         if len(entry) > 1 and entry.endswith("/") and path.startswith(entry):
             return True
@@ -75,6 +82,8 @@ class AccessGate:
         """The caller of ``method path`` (matched to URL ``rule``, or None when no route
         matched), or :class:`AuthFailure` when the request must be refused."""
         if self.verifier is None or path_is_public(path, self.skip_paths):
+            return ANONYMOUS
+        if rule in WEBAPP_RULES and "/" in self.skip_paths:
             return ANONYMOUS
         identity = await self.verifier.verify(bearer_token(authorization))
         if rule is None:

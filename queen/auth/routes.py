@@ -101,7 +101,19 @@ ROUTE_TABLE: Final[tuple[RouteAccess, ...]] = (
     _route("GET", "/metrics", READ, "Prometheus metrics (public while in JWT_SKIP_PATHS)"),
     _route("GET", "/metrics/prometheus", READ, "Prometheus metrics (public by default)"),
     _route("GET", "/", READ, "the dashboard's page (public by default; holds no data)"),
-    _route("GET", "/dashboard/**", READ, "the dashboard's views"),
+    _route("GET", "/dashboard/**", READ, "the dashboard's page and views"),
+    _route(
+        "GET",
+        "/assets/<path:name>",
+        READ,
+        "an operator's built dashboard's files (WEBAPP_ROOT; public whenever / is)",
+    ),
+    _route(
+        "GET",
+        "/<path:rest>",
+        READ,
+        "an operator's built dashboard's pages and files (WEBAPP_ROOT; public whenever / is)",
+    ),
     # System and operator actions: admin.
     _route("GET", "/api/v1/system/maintenance", ADMIN, "push maintenance mode"),
     _route(

@@ -9,6 +9,7 @@ Access control is one before-request hook (:mod:`queen.http.access`) over the ga
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from quart import Response
 from quart_trio import QuartTrio
@@ -35,6 +36,7 @@ from queen.http import (
     push,
     streams,
     traces,
+    webapp,
 )
 from queen.http.asgi import RequestConnection
 from queen.http.responses import error_response
@@ -46,7 +48,8 @@ log = logging.getLogger("queen.http")
 def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     """The app over ``broker``. ``gate`` decides access; without one it is built from the
     broker's settings (raising :class:`queen.auth.AuthConfigError` if they cannot work)."""
-    # No static files: every route of the app is one of ours, and in the access table.
+    # No static files of Quart's: every route of the app is one of ours, and in the access
+    # table (an operator's built dashboard too: queen.http.webapp).
     app = QuartTrio("queen", static_folder=None)
     app.asgi_http_class = RequestConnection
     app.config["QUEEN_BROKER"] = broker
@@ -71,6 +74,12 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.register_blueprint(traces.blueprint)
     app.register_blueprint(admin_api.blueprint)
     app.register_blueprint(dashboard.blueprint)
+    if broker.settings.webapp_root is None:
+        app.add_url_rule("/", "dashboard_home", dashboard.shell, methods=["GET"])
+    else:
+        # An operator's built dashboard at / and /assets/ (and its pages' paths), as the
+        # original broker serves its app; ours stays at /dashboard/.
+        app.register_blueprint(webapp.blueprint_for(Path(broker.settings.webapp_root)))
     app.register_blueprint(streams.blueprint)
 
     @app.errorhandler(HTTPException)

@@ -1,9 +1,9 @@
-"""The dashboard: ``GET /`` serves one page (no data in it, public by default) whose script
-(``static/dashboard.js``, served with its style sheet under ``/dashboard/assets/``, public
-whenever the page is) asks for a token when the broker wants one, then loads the views below
-with it and refreshes them every few seconds without reloading the page. No page holds an
-inline script, event handler or style: their Content-Security-Policy
-(:mod:`queen.http.headers`) lets none run.
+"""The dashboard: ``GET /`` (or ``/dashboard/``) serves one page (no data in it, public by
+default) whose script (``static/dashboard.js``, served with its style sheet under
+``/dashboard/assets/``, public whenever the page is) asks for a token when the broker wants
+one, then loads the views below with it and refreshes them every few seconds without
+reloading the page. No page holds an inline script, event handler or style: their
+Content-Security-Policy (:mod:`queen.http.headers`) lets none run.
 
 Each view (``GET /dashboard/view/...``, read role) is HTML rendered here from the answers of
 :class:`queen.admin.service.AdminService` (its query string parsed once into the typed query
@@ -185,8 +185,10 @@ def _missing(message: str) -> Response:
     return Response(body, status=404, content_type=HTML)
 
 
-@blueprint.get("/")
+@blueprint.get("/dashboard/")
 async def shell() -> Response:
+    """The page, at ``/dashboard/`` always, and at ``/`` unless an operator's built dashboard
+    (``WEBAPP_ROOT``) is served there (:func:`queen.http.app.create_app` adds that rule)."""
     return await _page("dashboard.html", refresh_ms=REFRESH_MS)
 
 

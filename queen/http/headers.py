@@ -5,7 +5,8 @@ Every answer says ``X-Content-Type-Options: nosniff``: a browser takes it for wh
 answer (the dashboard's page and views) also carries :data:`DASHBOARD_POLICY`: scripts and
 style sheets only from the broker itself, so no inline script, event handler or style runs
 even if some text reached a page unescaped; no plugin, no ``<base>``, forms only to the
-broker, and no framing by another site (the buttons act on the broker).
+broker, and no framing by another site (the buttons act on the broker). A route that sets a
+policy of its own keeps it (an operator's built dashboard, :mod:`queen.http.webapp`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,6 @@ def install(app: QuartTrio) -> None:
     async def protect(response: Response) -> Response:
         headers = response.headers
         headers["X-Content-Type-Options"] = "nosniff"
-        if response.mimetype == "text/html":
+        if response.mimetype == "text/html" and "Content-Security-Policy" not in headers:
             headers["Content-Security-Policy"] = DASHBOARD_POLICY
         return response
