@@ -141,6 +141,18 @@ ROUTE_TABLE: Final[tuple[RouteAccess, ...]] = (
     ),
     _route("POST", "/api/v1/stats/refresh", ADMIN, "recompute statistics"),
     _route(
+        "GET",
+        "/api/v1/migration/status",
+        ADMIN,
+        "the original's database migration: nothing runs here (queen import instead)",
+    ),
+    _route(
+        "POST",
+        "/api/v1/migration/**",
+        ADMIN,
+        "the original's database migration: 501, naming queen import",
+    ),
+    _route(
         "DELETE",
         "/api/v1/messages/<partition_id>/<transaction_id>",
         ADMIN,

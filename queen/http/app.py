@@ -32,6 +32,7 @@ from queen.http import (
     health,
     inputs,
     maintenance,
+    migration,
     paths,
     push,
     streams,
@@ -68,6 +69,7 @@ def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
     app.register_blueprint(push.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(maintenance.blueprint)
+    app.register_blueprint(migration.blueprint)
     app.register_blueprint(consume.blueprint)
     app.register_blueprint(admin.blueprint)
     app.register_blueprint(groups.blueprint)
