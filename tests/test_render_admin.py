@@ -54,6 +54,8 @@ from queen.storage.retention import QueueHoldings
 
 AT = datetime(2026, 4, 26, 10, 59, 28, 267_891, tzinfo=UTC)
 AT_ISO = "2026-04-26T10:59:28.267Z"
+# a history point of 10 s ending at AT is labelled by its start, as the original's buckets are
+POINT_START_ISO = "2026-04-26T10:59:18.267Z"
 LATER = AT + timedelta(minutes=5)
 LATER_ISO = "2026-04-26T11:04:28.267Z"
 COUNTS = MessageCounts(total=7, pending=4, processing=1, completed=2, failed=3, dead_letter=1)
@@ -411,7 +413,7 @@ POINT_WIRE = {
     "processed": 2,
     "cpuPercent": 3.7,
     "rssBytes": 40_001_234,
-    "timestamp": AT_ISO,
+    "timestamp": POINT_START_ISO,
 }
 
 
@@ -522,7 +524,7 @@ def test_status_analytics_and_system_metrics_share_the_history_points() -> None:
             "processId": 4242,
             "pointCount": 2,
             "throughput": [POINT_WIRE, POINT_WIRE],
-            "dataPoints": [{"timestamp": AT_ISO, "messages": 7}] * 2,
+            "dataPoints": [{"timestamp": POINT_START_ISO, "messages": 7}] * 2,
             "from": WINDOW_WIRE["from"],
             "to": WINDOW_WIRE["to"],
         },
@@ -530,7 +532,8 @@ def test_status_analytics_and_system_metrics_share_the_history_points() -> None:
     system = render.system_metrics(series)
     assert system["processId"] == 4242 and system["replicaCount"] == 1
     assert (
-        system["points"] == [{"timestamp": AT_ISO, "cpuPercent": 3.7, "rssBytes": 40_001_234}] * 2
+        system["points"]
+        == [{"timestamp": POINT_START_ISO, "cpuPercent": 3.7, "rssBytes": 40_001_234}] * 2
     )
     [replica] = system["replicas"]
     assert replica["workerId"] == 4242 and len(replica["timeSeries"]) == 2

@@ -10,7 +10,7 @@ from the database's JSON (:func:`_database_time`); ids of partitions and queues 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from queen.admin.actions import BulkRetry, MessageDeadLettered, MessageRetry, QueueCleared
@@ -64,6 +64,13 @@ def _database_time(moment: datetime | None) -> str | None:
     return f"{text[:19]}.{moment.microsecond:06d}".rstrip("0") + text[19:]
 
 
+def _started(p: RatePoint) -> str | None:
+    """When the interval of a history point began: the original labels each bucket by its
+    start, and its dashboard drops a bucket whose start is less than one bucket old as still
+    aggregating (labelled by its end, every newest interval would be dropped)."""
+    return _iso(p.at - timedelta(seconds=p.span_s))
+
+
 def _page(page: Page) -> Json:
     return {"limit": page.limit, "offset": page.offset}
 
@@ -100,7 +107,7 @@ def _point(p: RatePoint) -> Json:
         "processed": p.processed,
         "cpuPercent": p.cpu_percent,
         "rssBytes": p.rss_bytes,
-        "timestamp": _iso(p.at),
+        "timestamp": _started(p),
     }
 
 
@@ -547,7 +554,7 @@ def analytics(s: ProcessSeries) -> Json:
         "processId": s.process_id,
         "pointCount": len(s.points),
         "throughput": [_point(p) for p in s.points],
-        "dataPoints": [{"timestamp": _iso(p.at), "messages": p.ingested} for p in s.points],
+        "dataPoints": [{"timestamp": _started(p), "messages": p.ingested} for p in s.points],
         "from": _iso(s.window.since),
         "to": _iso(s.window.until),
     }
@@ -616,7 +623,7 @@ def _system_point(p: RatePoint) -> Json:
     idle = None if p.pool_size is None else p.pool_size - (p.pool_active or 0)
     no_pool = {"pool_size": _gauge(0), "queue_size": _gauge(0)}
     return {
-        "timestamp": _iso(p.at),
+        "timestamp": _started(p),
         "sampleCount": 1,
         "metrics": {
             "cpu": {
@@ -652,7 +659,7 @@ def system_metrics(s: ProcessSeries) -> Json:
         ],
         "processId": s.process_id,
         "points": [
-            {"timestamp": _iso(p.at), "cpuPercent": p.cpu_percent, "rssBytes": p.rss_bytes}
+            {"timestamp": _started(p), "cpuPercent": p.cpu_percent, "rssBytes": p.rss_bytes}
             for p in s.points
         ],
     }
@@ -665,7 +672,7 @@ def _removed(p: RatePoint) -> Json:
     kept = d.get("retention_messages_removed", 0)
     evicted = d.get("eviction_messages_removed", 0)
     return {
-        "bucket": _iso(p.at),
+        "bucket": _started(p),
         "retentionMsgs": kept,
         "completedRetentionMsgs": 0,
         "evictionMsgs": evicted,
