@@ -29,3 +29,31 @@ async def test_history_points_are_labelled_by_the_start_of_their_interval(client
     system = await (await client.get("/api/v1/analytics/system-metrics")).get_json()
     [replica] = system["replicas"]
     assert replica["timeSeries"][-1]["timestamp"] == newest["timestamp"]
+
+
+async def _push(client: Any, queue: str, partition: str, count: int) -> None:
+    items = [
+        {"queue": queue, "partition": partition, "transactionId": f"{partition}-{n}", "payload": {}}
+        for n in range(count)
+    ]
+    assert (await client.post("/api/v1/push", json={"items": items})).status_code == 201
+
+
+async def test_a_groups_members_are_the_partitions_it_has_popped(client: Any, queue: str) -> None:
+    """The Consumers page shows ``members`` as the group's partitions: the original counts
+    those it has popped (its partition consumers), not every partition it will read."""
+    for partition in ("p1", "p2", "p3", "p4"):
+        await _push(client, queue, partition, 3)
+    got = await client.get(
+        f"/api/v1/pop/queue/{queue}/partition/p2?batch=3&wait=false&consumerGroup=audit"
+    )
+    assert got.status_code == 200
+    got = await client.get(f"/api/v1/pop/queue/{queue}?batch=3&wait=false&consumerGroup=billing")
+    assert got.status_code == 200
+    groups = await (await client.get("/api/v1/consumer-groups")).get_json()
+    mine = {g["name"]: g for g in groups if g["queueName"] == queue}
+    assert mine["audit"]["members"] == 1
+    assert mine["billing"]["members"] == 1
+    # every partition it will read still counts in its lag (leased messages too)
+    assert mine["audit"]["partitionsWithLag"] == 4 and mine["audit"]["totalLag"] == 12
+    assert mine["audit"]["state"] == "Stable"  # popped here, nothing older than 5 minutes

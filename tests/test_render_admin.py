@@ -8,6 +8,7 @@ fails."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,7 @@ STANDING = GroupStanding(
     subscribed_at=None,
     subscription_created_at=AT,
     lagging=2,
+    popped=2,
 )
 STANDING_WIRE = {
     "name": "g1",
@@ -247,13 +249,15 @@ STANDING_WIRE = {
     "lagMessages": 7,
     "lagSeconds": 120,
     "oldestPendingAt": AT_ISO,
-    "state": "Lagging",
+    "state": "Stable",  # behind, but by less than 5 minutes
     "lastConsumedAt": LATER_ISO,
     "subscriptionMode": "all",
     "subscriptionTimestamp": None,
     "subscriptionCreatedAt": AT_ISO,
 }
-CAUGHT_UP = GroupStanding("__QUEUE_MODE__", "orders", 3, 0, 0, 0.0, None, None, None, None, None)
+CAUGHT_UP = GroupStanding(
+    "__QUEUE_MODE__", "orders", 3, 0, 0, 0.0, None, LATER, None, None, None, popped=3
+)
 
 
 def test_queue_status_shows_the_configuration_totals_and_groups() -> None:
@@ -762,6 +766,18 @@ def test_groups_are_stable_when_caught_up() -> None:
     assert caught_up["state"] == "Stable" and caught_up["maxTimeLag"] == 0.0
     assert list(caught_up) == list(STANDING_WIRE)
     same(render.group_standings([STANDING]), [STANDING_WIRE])
+
+
+def test_a_group_state_means_what_the_originals_does() -> None:
+    """Lagging: its oldest message to receive is over 5 minutes old (a few messages behind
+    is no lag); Stable: it consumes on the queue; Dead: it never popped there."""
+    assert render.group_state(STANDING) == "Stable"
+    late = dataclasses.replace(STANDING, max_time_lag_s=300.5)
+    assert render.group_state(late) == "Lagging"
+    never = dataclasses.replace(STANDING, last_consumed_at=None, popped=0, max_time_lag_s=12.0)
+    assert render.group_state(never) == "Dead"
+    assert render.group_standing(never)["members"] == 0
+    assert render.group_state(dataclasses.replace(never, max_time_lag_s=301.0)) == "Lagging"
 
 
 def test_a_group_detail_replaces_the_partition_count_with_the_page_of_partitions() -> None:

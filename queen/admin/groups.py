@@ -91,6 +91,7 @@ class GroupStanding:
     subscribed_at: datetime | None
     subscription_created_at: datetime | None
     lagging: int = 0  # partitions where it has messages to receive
+    popped: int = 0  # partitions it has popped (a cursor with a delivery)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +233,7 @@ def standing(r: GroupRow, now: datetime) -> GroupStanding:
         subscribed_at=r.subscribed_at,
         subscription_created_at=r.subscription_created_at,
         lagging=r.lagging,
+        popped=r.popped,
     )
 
 

@@ -1050,13 +1050,25 @@ def queue_cleared(c: QueueCleared) -> Json:
 # --- consumer groups ---------------------------------------------------------------------------
 
 
+LAGGING_AFTER_S = 300
+
+
+def group_state(g: GroupStanding) -> str:
+    """The original's ``state``: ``Lagging`` when the oldest message the group has still to
+    receive is over 5 minutes old, else ``Stable`` once it has popped on the queue (the
+    original: acknowledged there), else ``Dead``."""
+    if g.max_time_lag_s > LAGGING_AFTER_S:
+        return "Lagging"
+    return "Stable" if g.last_consumed_at is not None else "Dead"
+
+
 def group_standing(g: GroupStanding) -> Json:
     """A group on one queue, as every list of groups shows it."""
     return {
         "name": g.name,
         "queueName": g.queue,
         "topics": [g.queue],
-        "members": g.partitions,  # the original's: partitions the group has a cursor on
+        "members": g.popped,  # the original's: partitions the group has popped
         "partitions": g.partitions,
         "partitionsWithLag": g.lagging,
         "leasedPartitions": g.leased,
@@ -1065,7 +1077,7 @@ def group_standing(g: GroupStanding) -> Json:
         "lagMessages": g.lag,  # the original's queenctl reads these two
         "lagSeconds": int(g.max_time_lag_s),
         "oldestPendingAt": _iso(g.oldest_pending_at),
-        "state": "Stable" if g.lag == 0 else "Lagging",
+        "state": group_state(g),
         "lastConsumedAt": _iso(g.last_consumed_at),
         "subscriptionMode": g.subscription_mode,
         "subscriptionTimestamp": _iso(g.subscribed_at),

@@ -119,14 +119,15 @@ class TotalsRow:
 
 @dataclass(frozen=True, slots=True)
 class GroupRow:
-    """A (consumer group, queue) pair of ``queen.admin_groups``: partitions with a cursor,
-    messages behind (``lag``) and partitions holding some (``lagging``), partitions inside a
+    """A (consumer group, queue) pair of ``queen.admin_groups``: partitions with a cursor
+    (``popped``: with a delivery), messages behind (``lag``) and partitions holding some (``lagging``), partitions inside a
     live lease; ``full_count``: every pair matching."""
 
     consumer_group: str
     queue_id: int
     queue_name: str
     partitions: int
+    popped: int
     lag: int
     lagging: int
     leased: int

@@ -219,14 +219,15 @@ $fn$;
 -- Every consumer group's standing on every queue it reads (queue mode included, once it has
 -- popped there), one page in (group, queue) order. lag = messages the group will still
 -- receive, over every partition holding messages (see queen.admin_group_positions);
--- partitions = those it has a cursor on; lagging = partitions where it has messages to receive;
--- oldest_at = created_at of the oldest message it will still receive. p_group / p_queue narrow
--- the list.
+-- partitions = those it has a cursor on; popped = those it has popped (a cursor with a
+-- delivery: the original's partition consumers); lagging = partitions where it has messages
+-- to receive; oldest_at = created_at of the oldest message it will still receive. p_group /
+-- p_queue narrow the list.
 DO $do$
-BEGIN   -- earlier answers had no lagging column (and cannot be replaced in place)
+BEGIN   -- earlier answers had no popped column (and cannot be replaced in place)
     IF EXISTS (SELECT 1 FROM pg_proc
                WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_groups'
-                 AND NOT ('lagging' = ANY (proargnames))) THEN
+                 AND NOT ('popped' = ANY (proargnames))) THEN
         DROP FUNCTION queen.admin_groups(text, text, integer, integer);
     END IF;
 END
@@ -234,7 +235,8 @@ $do$;
 CREATE OR REPLACE FUNCTION queen.admin_groups(
     p_group text, p_queue text, p_limit integer, p_offset integer)
 RETURNS TABLE (consumer_group text, queue_id bigint, queue_name text, partitions bigint,
-               lag bigint, lagging bigint, leased bigint, oldest_at timestamptz, last_delivered_at timestamptz,
+               popped bigint, lag bigint, lagging bigint, leased bigint, oldest_at timestamptz,
+               last_delivered_at timestamptz,
                subscription_mode text, subscribed_at timestamptz, subscription_created_at timestamptz,
                full_count bigint)
 LANGUAGE sql STABLE SET jit = off AS $fn$
@@ -263,6 +265,7 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
     ),
     agg AS (
         SELECT x.consumer_group, x.queue_id, count(*) FILTER (WHERE x.has_cursor) AS partitions,
+               count(*) FILTER (WHERE x.delivered_at IS NOT NULL) AS popped,
                sum(x.lag)::bigint AS lag, count(*) FILTER (WHERE x.lag > 0) AS lagging,
                count(*) FILTER (WHERE x.lease_expires_at IS NOT NULL) AS leased,
                min(x.oldest_at) AS oldest_at, max(x.delivered_at) AS last_delivered_at
@@ -273,7 +276,8 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
         GROUP BY x.consumer_group, x.queue_id
     )
     SELECT page.consumer_group, page.queue_id, page.queue_name,
-           coalesce(agg.partitions, 0), coalesce(agg.lag, 0), coalesce(agg.lagging, 0),
+           coalesce(agg.partitions, 0), coalesce(agg.popped, 0), coalesce(agg.lag, 0),
+           coalesce(agg.lagging, 0),
            coalesce(agg.leased, 0),
            agg.oldest_at, agg.last_delivered_at,
            page.subscription_mode, page.subscribed_at, page.subscription_created_at,
