@@ -120,8 +120,8 @@ class TotalsRow:
 @dataclass(frozen=True, slots=True)
 class GroupRow:
     """A (consumer group, queue) pair of ``queen.admin_groups``: partitions with a cursor
-    (``popped``: with a delivery), messages behind (``lag``) and partitions holding some (``lagging``), partitions inside a
-    live lease; ``full_count``: every pair matching."""
+    (``popped``: with a delivery), messages behind (``lag``) and partitions holding some
+    (``lagging``), partitions inside a live lease; ``full_count``: every pair matching."""
 
     consumer_group: str
     queue_id: int
