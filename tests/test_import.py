@@ -327,11 +327,14 @@ async def test_a_catch_up_import_skips_partitions_served_here_and_imports_the_re
     out = caught_up.stdout.decode()
     assert "imported 2 messages" in out, out
     assert "orders/p1: skipped" in out and "orders/p3: skipped" in out, out
-    assert rows(
-        dst,
-        """SELECT p.next_offset FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+    assert (
+        rows(
+            dst,
+            """SELECT p.next_offset FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
            WHERE q.name = 'orders' AND p.name = 'p1'""",
-    ) == p1_here
+        )
+        == p1_here
+    )
     async with broker_api(dst) as api:
         got = await pop_all(api, "orders", "p0", None)
         assert [m["id"] for m in got] == o.ordered("orders", "p0")[12:]
