@@ -167,7 +167,8 @@ class QueueEncryption:
         self, *, task_status: trio.TaskStatus[QueueEncryption] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Refresh the set every ``refresh_s`` until cancelled; a failure keeps the last set
-        (and is reported to the loop's supervision)."""
+        (and is reported to the loop's supervision). A pause after each refresh, not a fixed
+        rate: see :meth:`queen.maintenance.MaintenanceSwitch.run`."""
         task_status.started(self)
         if self._load is None:
             return

@@ -30,8 +30,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 import trio
+from trio_util import RepeatedEvent
 
-from queen.broadcast import Signal
 from queen.errors import StoreError
 
 log = logging.getLogger("queen.health")
@@ -44,7 +44,7 @@ class DatabaseHealth:
         *,
         probe_min_s: float,
         probe_max_s: float,
-        changed: Signal,
+        changed: RepeatedEvent,
         probe_timeout_s: float = 2.0,
         up: bool = True,
         on_up: Callable[[], Awaitable[None]] | None = None,
@@ -60,9 +60,6 @@ class DatabaseHealth:
         self._up = up
         # Wall clock of the moment the database was last seen going away (None while up).
         self.down_since: float | None = None if up else time.time()
-        self._went_down = trio.Event()
-        self._came_up = trio.Event()
-        (self._came_up if up else self._went_down).set()
         self._probing: trio.Event | None = None
         self._nursery: trio.Nursery | None = None
 
@@ -75,19 +72,15 @@ class DatabaseHealth:
         if self._up:
             self._up = False
             self.down_since = time.time()
-            self._came_up = trio.Event()
             log.warning("database unreachable (%s); pushes go to the spool", reason)
-            self._went_down.set()
-            self._changed.fire()
+            self._changed.set()
 
     def _mark_up(self) -> None:
         if not self._up:
             self._up = True
             self.down_since = None
-            self._went_down = trio.Event()
             log.warning("database reachable again; the spool will be replayed")
-            self._came_up.set()
-            self._changed.fire()
+            self._changed.set()
 
     async def check(self, wait_s: float) -> bool:
         """Probe now (or join the probe in flight) and wait for it at most ``wait_s``; then
@@ -116,12 +109,14 @@ class DatabaseHealth:
                     if self._up:
                         delay = self._probe_min_s
                         with trio.move_on_after(self._probe_max_s):
-                            await self._went_down.wait()
+                            while self._up:  # until a writer reports it down
+                                await self._changed.wait()
                         if self._up:
                             await self._probe()
                     else:
                         with trio.move_on_after(delay):
-                            await self._came_up.wait()
+                            while not self._up:  # until it is seen up (a restarted server)
+                                await self._changed.wait()
                         if not self._up:
                             await self._probe()
                             delay = min(self._probe_max_s, delay * 2)

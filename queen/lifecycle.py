@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trio
+from trio_util import RepeatedEvent
 
 from queen.actors.batcher import Batcher
 from queen.actors.partition import WriteRouter
 from queen.actors.supervisor import Supervisor
 from queen.admin.service import AdminService
-from queen.broadcast import Signal
 from queen.broker import Broker
 from queen.budget import ByteBudget
 from queen.cipher import PayloadCipher, parse_key
@@ -93,7 +93,7 @@ class Parts:
 
     settings: Settings
     metrics: Metrics
-    changed: Signal
+    changed: RepeatedEvent
     loops: Loops
     db_health: DatabaseHealth
     maintenance: MaintenanceSwitch
@@ -122,7 +122,9 @@ def assemble(
     figures: Figures = (
         SharedFigures(metrics, *shared_figures) if shared_figures else LocalFigures(metrics)
     )
-    changed = Signal()
+    # Set whenever the spool, a switch or the database's health changes; a waiter checks what
+    # it cares about first, then waits, then checks again (a set with no waiter is not kept).
+    changed = RepeatedEvent()
     loops = Loops(
         retry_max_s=settings.loop_retry_max_s, recover_s=min(5.0, settings.loop_retry_max_s)
     )

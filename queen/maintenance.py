@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 
 import trio
+from trio_util import RepeatedEvent
 
-from queen.broadcast import Signal
 from queen.errors import StoreError
 from queen.storage.base import StateStore
 from queen.supervision import report_failure, report_ok
@@ -33,7 +33,14 @@ POP_KEY = "pop_maintenance_mode"
 
 
 class MaintenanceSwitch:
-    def __init__(self, store: StateStore | None, *, refresh_s: float, changed: Signal) -> None:
+    """The two switches, cached. They are plain booleans, not ``trio_util.AsyncValue``s: no
+    one waits for a value of one switch; a change is announced on the broker's shared
+    ``changed`` event, with the spool's and the database's changes, and the replay waits on
+    that. A push reads :attr:`enabled` without an extra call."""
+
+    def __init__(
+        self, store: StateStore | None, *, refresh_s: float, changed: RepeatedEvent
+    ) -> None:
         self._store = store
         self._refresh_s = refresh_s
         self._changed = changed
@@ -80,13 +87,15 @@ class MaintenanceSwitch:
         if enabled != self._enabled:
             self._enabled = enabled
             log.warning("maintenance mode %s", "ON: pushes go to the spool" if enabled else "OFF")
-            self._changed.fire()
+            self._changed.set()
 
     async def run(
         self, *, task_status: trio.TaskStatus[MaintenanceSwitch] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Refresh the cached values until cancelled; failures keep the last known values
-        (and are reported to the loop's supervision)."""
+        (and are reported to the loop's supervision). The pause comes after each refresh, not
+        at a fixed rate (``trio_util.periodic`` starts the next one at once after an overrun):
+        a slow database is not asked again straight away."""
         task_status.started(self)
         while True:
             await trio.sleep(self._refresh_s)

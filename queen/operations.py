@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
+from trio_util import RepeatedEvent
 
 from queen.actors.supervisor import Supervisor
-from queen.broadcast import Signal
 from queen.consume.errors import ConsumeUnavailable
 from queen.encryption import EncryptionStatus, QueueEncryption
 from queen.health import DatabaseHealth
@@ -57,7 +57,7 @@ class Operations:
         encryption: QueueEncryption,
         loops: Loops,
         supervisor: Supervisor,
-        changed: Signal,
+        changed: RepeatedEvent,
         figures: Figures,
         spool: Spool | None = None,
         retention: RetentionLoop | None = None,
@@ -70,7 +70,7 @@ class Operations:
         self.supervisor = supervisor
         self.figures = figures  # this process's counters, or the service's (--workers N)
         self.spool = spool
-        self.changed = changed  # fired whenever the spool, the switches or health change
+        self.changed = changed  # set whenever the spool, the switches or health change
         self._retention = retention
         self._pool_stats = pool_stats
         version()  # read now, while descriptors are free

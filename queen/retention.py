@@ -91,6 +91,8 @@ class RetentionLoop:
     async def run(
         self, *, task_status: trio.TaskStatus[RetentionLoop] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        """A pass every ``interval_s`` until cancelled, the pause after each pass (not a fixed
+        rate: see :meth:`queen.maintenance.MaintenanceSwitch.run`)."""
         task_status.started(self)
         failed = 0  # passes failed in a row
         while True:

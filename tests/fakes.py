@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
+from trio_util import RepeatedEvent
 
 from queen.actors.batcher import Batcher
 from queen.actors.supervisor import Supervisor
-from queen.broadcast import Signal
 from queen.errors import StoreError, StoreUnavailable
 from queen.ids import NIL_UUID, mint_id
 from queen.metrics import Metrics
@@ -62,7 +62,7 @@ class MemoryStore:
     max_in_flight: dict[int, int] = field(default_factory=dict)
     writes_started: int = 0
     resolve_calls: int = 0
-    activity: Signal = field(default_factory=Signal)  # fired when a write starts
+    activity: RepeatedEvent = field(default_factory=RepeatedEvent)  # set when a write starts
 
     async def ensure_partition(self, key: PartitionKey) -> int:
         await trio.lowlevel.checkpoint()
@@ -92,7 +92,7 @@ class MemoryStore:
             self.in_flight[pid] = self.in_flight.get(pid, 0) + 1
             self.max_in_flight[pid] = max(self.max_in_flight.get(pid, 0), self.in_flight[pid])
         self.writes_started += 1
-        self.activity.fire()
+        self.activity.set()
         try:
             if self.gate is not None:
                 await self.gate.wait()

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 import trio.testing
+from trio_util import RepeatedEvent
 
-from queen.broadcast import Signal
 from queen.consume.results import PopResult
 from queen.consume.service import ConsumeService
 from queen.maintenance import MaintenanceSwitch
@@ -37,7 +37,7 @@ async def _service(
         pop_recheck_ms=recheck_ms,
         pop_linger_ms=linger_ms,
     )
-    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=Signal())  # type: ignore[arg-type]
+    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=RepeatedEvent())  # type: ignore[arg-type]
     service = ConsumeService(
         store,  # type: ignore[arg-type]
         settings,
@@ -192,7 +192,7 @@ async def test_pop_maintenance_wakes_the_waiting_pops_to_answer_nothing(
 async def test_one_cache_holds_both_switches_set_by_another_process(
     store: MemoryConsumeStore,
 ) -> None:
-    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=Signal())  # type: ignore[arg-type]
+    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=RepeatedEvent())  # type: ignore[arg-type]
     store.state["pop_maintenance_mode"] = {"enabled": True}
     store.state["maintenance_mode"] = {"enabled": True}
     assert not switches.pop_enabled and not switches.enabled  # no read on the way

@@ -32,7 +32,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "queen.cipher",
             "queen.settings",
             "queen.metrics",
-            "queen.broadcast",
             "queen.supervision",
             "queen.gctune",
             "queen.errors",

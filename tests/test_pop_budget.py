@@ -14,8 +14,8 @@ import pytest
 import trio
 import trio.testing
 from hypercorn.typing import ASGIReceiveEvent, ASGISendEvent, HTTPScope
+from trio_util import RepeatedEvent
 
-from queen.broadcast import Signal
 from queen.broker import Broker
 from queen.budget import ByteBudget
 from queen.consume import AnswersBusy
@@ -56,7 +56,7 @@ async def service(
         max_body_bytes=10_000,
         max_decoding_bytes=10_000,
     )
-    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=Signal())  # type: ignore[arg-type]
+    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=RepeatedEvent())  # type: ignore[arg-type]
     service = ConsumeService(
         store,  # type: ignore[arg-type]
         settings,

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import trio
+from trio_util import RepeatedEvent
 
-from queen.broadcast import Signal
 from queen.consume.errors import InvalidRequest
 from queen.consume.service import ConsumeService
 from queen.maintenance import MaintenanceSwitch
@@ -38,7 +38,7 @@ async def service(store: MemoryConsumeStore, tmp_path: Path) -> AsyncIterator[Co
     settings = Settings(
         database_url="memory://", file_buffer_dir=str(tmp_path), pop_max_batch=MAX_BATCH
     )
-    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=Signal())  # type: ignore[arg-type]
+    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=RepeatedEvent())  # type: ignore[arg-type]
     service = ConsumeService(
         store,  # type: ignore[arg-type]
         settings,

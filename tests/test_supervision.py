@@ -11,9 +11,9 @@ import psycopg
 import pytest
 import trio
 import trio.testing
+from trio_util import RepeatedEvent
 
 from queen import open_broker
-from queen.broadcast import Signal
 from queen.encryption import QueueEncryption
 from queen.errors import StoreUnavailable
 from queen.health import DatabaseHealth
@@ -153,7 +153,7 @@ async def test_health_check_answers_from_the_flag_when_the_probe_hangs() -> None
         await release.wait()
 
     health = DatabaseHealth(
-        hanging_ping, probe_min_s=0.01, probe_max_s=60, probe_timeout_s=60, changed=Signal()
+        hanging_ping, probe_min_s=0.01, probe_max_s=60, probe_timeout_s=60, changed=RepeatedEvent()
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(health.run)
@@ -170,7 +170,11 @@ async def test_a_probe_without_answer_marks_the_database_down() -> None:
         await trio.sleep_forever()
 
     health = DatabaseHealth(
-        hanging_ping, probe_min_s=0.01, probe_max_s=60, probe_timeout_s=0.05, changed=Signal()
+        hanging_ping,
+        probe_min_s=0.01,
+        probe_max_s=60,
+        probe_timeout_s=0.05,
+        changed=RepeatedEvent(),
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(health.run)
@@ -348,7 +352,7 @@ async def test_loops_that_log_and_go_on_in_an_outage_are_shown_failing_until_it_
         batch_limit=100,
         max_batches=1,
     )
-    maintenance = MaintenanceSwitch(outage, refresh_s=1, changed=Signal())
+    maintenance = MaintenanceSwitch(outage, refresh_s=1, changed=RepeatedEvent())
     encryption = QueueEncryption(None, outage.encrypted_queues, refresh_s=1)
     loops = Loops(retry_min_s=0.1, retry_max_s=30, recover_s=5)
     caplog.set_level(logging.INFO, "queen.retention")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 
 import trio
+from trio_util import periodic
 
 from queen.actors.batcher import Batcher
 from queen.actors.messages import PushRequest
@@ -84,8 +85,7 @@ class Supervisor:
         # A quarter of the timeout (an actor stops between 1 and 1.25 timeouts idle), never
         # a busy loop, even with a timeout of 0.
         interval = max(self._settings.actor_idle_timeout_s / 4, 0.01)
-        while True:
-            await trio.sleep(interval)
+        async for _ in periodic(interval):
             self.reap_idle(trio.current_time())
 
     def reap_idle(self, now: float) -> int:

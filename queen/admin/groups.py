@@ -201,8 +201,10 @@ class ConsumerGroups:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Sample the groups' lag every ``lag_history.step_s`` until cancelled; a sample the
-        database cannot answer is skipped (and reported to the loop's supervision). Without
-        PostgreSQL there is nothing to sample."""
+        database cannot answer is skipped (and reported to the loop's supervision). The pause
+        comes after each sample (not a fixed rate: see
+        :meth:`queen.maintenance.MaintenanceSwitch.run`). Without PostgreSQL there is nothing
+        to sample."""
         task_status.started()
         if self._store is None:
             return

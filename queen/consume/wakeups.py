@@ -14,6 +14,10 @@ lease, a seek) sets them all. Namespace/task pops (no queue name) take the wildc
 which every fire sets. :meth:`Wakeups.epoch` counts the fires that concern a ticket: while it
 has not changed, a ticket taken now is as good as one taken earlier. Everything here runs in
 the Trio thread and never blocks.
+
+The tickets are Trio events, not ``trio_util.RepeatedEvent``: a repeated event takes its place
+in the sequence of fires when the wait starts, after the query, so a fire in between would be
+lost; a ticket is taken before the query.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 
 import trio
+from trio_util import AsyncValue
 
 ANY_QUEUE = "\x00*"
 """The ticket of pops that span queues (namespace/task pops); no queue can have this name."""
@@ -33,13 +38,13 @@ class Wakeups:
         self._fired: dict[str, int] = {}  # queue-wide fires per queue name (ANY_QUEUE: any)
         self._fired_some_partition: dict[str, int] = {}  # per queue: fires of one partition
         self._fired_all = 0
-        self._waiting = 0
-        self._changed = trio.Event()
+        self._waiting = AsyncValue(0)
 
     @property
     def waiting(self) -> int:
         """Pops waiting right now (for tests and metrics)."""
-        return self._waiting
+        waiting: int = self._waiting.value
+        return waiting
 
     def ticket(self, queue: str | None, partition: str | None = None) -> trio.Event:
         """The event the next fire of ``queue`` (or of any queue, for None) sets; with
@@ -150,10 +155,7 @@ class Wakeups:
 
     async def until_waiting(self, count: int) -> None:
         """Return once exactly ``count`` pops are waiting (tests use it instead of sleeping)."""
-        while self._waiting != count:
-            await self._changed.wait()
+        await self._waiting.wait_value(count)
 
     def _count(self, delta: int) -> None:
-        self._waiting += delta
-        self._changed.set()
-        self._changed = trio.Event()
+        self._waiting.value += delta

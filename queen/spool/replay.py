@@ -52,9 +52,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
+from trio_util import RepeatedEvent
 
 from queen.actors.messages import PushRequest
-from queen.broadcast import Signal
 from queen.errors import StoreError
 from queen.frames import concat
 from queen.health import DatabaseHealth
@@ -86,7 +86,7 @@ class Replayer:
         submit: Submit,
         health: DatabaseHealth,
         maintenance: MaintenanceSwitch,
-        changed: Signal,
+        changed: RepeatedEvent,
         metrics: Metrics,
         chunk_items: int,
         tick_s: float,
@@ -150,7 +150,7 @@ class Replayer:
             self._trouble = f"spool directory not readable: {exc}"
             return
         if dropped:
-            self._changed.fire()
+            self._changed.set()
 
     async def replay_pass(self) -> bool:
         """One pass over the directory; True if anything was committed or removed.
@@ -251,7 +251,7 @@ class Replayer:
             item.done = True
             touched[file.name] = file
         await self._remove_finished(plan, list(touched.values()), write_marks=True)
-        self._changed.fire()
+        self._changed.set()
         return True
 
     async def _remove_finished(
@@ -291,7 +291,7 @@ class Replayer:
                         exc.strerror or exc,
                     )
         if removed:
-            self._changed.fire()
+            self._changed.set()
         return removed
 
     async def _replay_chunk(self, chunk: list[tuple[FileRead, Item]]) -> bool:
@@ -334,7 +334,7 @@ class Replayer:
                 key.partition,
             )
         self._metrics.spool_replay_duplicates += duplicates
-        self._changed.fire()
+        self._changed.set()
         return True
 
     async def _drop_deleted(

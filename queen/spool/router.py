@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import time
 
+from trio_util import RepeatedEvent
+
 from queen.actors.messages import PushRequest
-from queen.broadcast import Signal
 from queen.errors import StoreUnavailable
 from queen.frames import concat
 from queen.health import DatabaseHealth
@@ -37,7 +38,7 @@ class SpoolRouter:
         writer: SpoolWriter,
         health: DatabaseHealth,
         maintenance: MaintenanceSwitch,
-        changed: Signal,
+        changed: RepeatedEvent,
         *,
         scanner: SpoolScanner | None = None,
     ) -> None:
@@ -54,7 +55,7 @@ class SpoolRouter:
             return Route.SPOOL
         try:
             if self.scanner.sync():
-                self._changed.fire()
+                self._changed.set()
         except OSError as exc:  # decide on what the index knew; the next write looks again
             now = time.monotonic()
             if now - self._last_scan_warning >= 10.0:  # not once per write
