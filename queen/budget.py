@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 import trio
+from trio_util import RepeatedEvent
 
 log = logging.getLogger("queen.http")
 
@@ -54,7 +55,7 @@ class ByteBudget:
         self.limit_bytes = limit_bytes
         self.in_use_bytes = 0
         self.refused = 0
-        self._freed = trio.Event()
+        self._freed = RepeatedEvent()  # set by a release while a task waits for room
         self._waiting = 0  # tasks in wait_for_room
 
     @property
@@ -83,8 +84,7 @@ class ByteBudget:
         system."""
         self.in_use_bytes -= size
         if size > 0 and self._waiting:
-            freed, self._freed = self._freed, trio.Event()
-            freed.set()
+            self._freed.set()
         if trim and size >= TRIM_AFTER_BYTES and self.in_use_bytes == 0:
             return_free_memory()
 
