@@ -257,13 +257,18 @@ async def _outage_round_trip(server: EmbeddedPostgres, tmp_path: Any) -> None:
 
 
 def test_switch_flags_take_true_or_false() -> None:
-    from queen.cli import _parser
+    import click
 
-    args = _parser().parse_args(["serve", "--jwt-enabled", "true", "--jwt-clock-skew-s", "7"])
-    assert args.jwt_enabled is True and args.jwt_clock_skew_s == 7
-    assert _parser().parse_args(["serve", "--jwt-enabled", "false"]).jwt_enabled is False
-    with pytest.raises(SystemExit):
-        _parser().parse_args(["serve", "--jwt-enabled", "yes"])
+    from queen.cli import serve_command
+
+    def flags(*args: str) -> dict[str, Any]:
+        return serve_command.make_context("serve", list(args)).params
+
+    given = flags("--jwt-enabled", "true", "--jwt-clock-skew-s", "7")
+    assert given["jwt_enabled"] is True and given["jwt_clock_skew_s"] == 7
+    assert flags("--jwt-enabled", "false")["jwt_enabled"] is False
+    with pytest.raises(click.BadParameter, match="JWT_ENABLED='yes' must be true or false"):
+        flags("--jwt-enabled", "yes")
 
 
 def test_gc_tuning_freezes_and_raises_the_young_threshold() -> None:

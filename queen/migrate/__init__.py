@@ -8,6 +8,6 @@ positions and dead letters) over the SQL of :mod:`queen.storage.original` and
 command line (exit status 0 done, 1 failed and resumable, 2 refused).
 """
 
-from queen.migrate.command import add_parser, main
+from queen.migrate.command import command, main
 
-__all__ = ["add_parser", "main"]
+__all__ = ["command", "main"]

@@ -2,63 +2,56 @@
 
 The target is the database ``queen serve`` would use (``DATABASE_URL``, the ``PG_*``
 settings, or the embedded default). Exit status: 0 done (or, with ``--dry-run``, planned),
-1 failed part way (run it again: it continues where it stopped), 2 refused (nothing written),
-130 interrupted (Ctrl-C or SIGTERM: it stops after the batch being written; run it again to
-continue).
+1 failed part way (run it again: it continues where it stopped), 2 refused or a command line
+it cannot parse (nothing written), 130 interrupted (Ctrl-C or SIGTERM: it stops after the
+batch being written; run it again to continue).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from typing import Any, TextIO
 
+import click
+
 # Kept light: `queen --help` imports this module; the import's own modules load in main().
 
 
-def add_parser(commands: Any) -> None:
-    """Add ``import`` to the ``queen`` command's subparsers."""
-    parser = commands.add_parser(
-        "import",
-        help="copy an original Queen database into this broker's database",
-        description="Copy the queues (with their options), partitions, messages, consumer "
-        "group positions and dead letters of an original Queen database into the database "
-        "this broker is configured for (DATABASE_URL, PG_* or the embedded default). "
-        "Safe to run again: it continues where it stopped and imports nothing twice.",
-    )
-    parser.add_argument(
-        "--from",
-        dest="source",
-        required=True,
-        metavar="URL",
-        help="postgresql:// URL of the original Queen database (read only)",
-    )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="report what would be imported (counts per queue) and write nothing",
-    )
-    parser.add_argument(
-        "--batch-size",
-        type=_positive,
-        default=1000,
-        metavar="N",
-        help="messages per target transaction [default 1000]",
-    )
+@click.command(
+    "import",
+    short_help="Import an original Queen database (queen import --help lists its options).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--from",
+    "source",
+    required=True,
+    metavar="URL",
+    help="postgresql:// URL of the original Queen database (read only)",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="report what would be imported (counts per queue) and write nothing",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=1000,
+    metavar="N",
+    help="messages per target transaction [default 1000]",
+)
+def command(source: str, dry_run: bool, batch_size: int) -> int:
+    """Copy the queues (with their options), partitions, messages, consumer group positions
+    and dead letters of an original Queen database into the database this broker is
+    configured for (DATABASE_URL, PG_* or the embedded default). Safe to run again: it
+    continues where it stopped and imports nothing twice."""
+    return main(source, dry_run=dry_run, batch_size=batch_size)
 
 
-def _positive(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
+def main(source: str, *, dry_run: bool, batch_size: int, out: TextIO | None = None) -> int:
+    """Run the import; its exit status."""
     import psycopg
     import trio
 
@@ -92,10 +85,10 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
         with stop_signals(interrupted) as stop:
             async with open_database(settings) as db:
                 options = ImportOptions(
-                    source_url=args.source,
+                    source_url=source,
                     target_conninfo=db.conninfo,
-                    dry_run=args.dry_run,
-                    batch_size=args.batch_size,
+                    dry_run=dry_run,
+                    batch_size=batch_size,
                     encryption_key=settings.encryption_key,
                 )
                 importer.append(Importer(options, progress))
