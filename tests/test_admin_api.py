@@ -202,8 +202,8 @@ async def test_overview_status_analytics_and_refresh(client: Any, queue: str) ->
 async def test_metrics_text_json_and_queue_gauges(client: Any, broker: Broker, queue: str) -> None:
     await push(client, queue, "p", "1", "2")
     text = await (await client.get("/metrics/prometheus")).get_data(as_text=True)
-    assert f'queen_queue_depth{{queue="{queue}"}} 2' in text
-    assert f'queen_queue_dlq_depth{{queue="{queue}"}} 0' in text
+    assert f'queen_queue_depth{{queue="{queue}"}} 2.0\n' in text
+    assert f'queen_queue_dlq_depth{{queue="{queue}"}} 0.0\n' in text
     assert "# TYPE queen_queue_oldest_pending_age_seconds gauge" in text
     plain = await client.get("/metrics")
     assert plain.content_type.startswith("text/plain")

@@ -81,7 +81,7 @@ def test_labelled_gauges_escape_label_values() -> None:
     text = render_labelled_gauges({"queue_depth": {(("queue", 'a"b\\c'),): 3}})
     assert text == (
         "# HELP queen_queue_depth queue depth\n"
-        '# TYPE queen_queue_depth gauge\nqueen_queue_depth{queue="a\\"b\\\\c"} 3\n'
+        '# TYPE queen_queue_depth gauge\nqueen_queue_depth{queue="a\\"b\\\\c"} 3.0\n'
     )
 
 

@@ -29,7 +29,7 @@ async def prometheus_lag(api: Api, queue: str, group: str) -> int:
     assert status == 200
     resp = await api.client.get("/metrics/prometheus")
     text = (await resp.get_data()).decode()
-    wanted = f'queen_consumer_group_lag{{queue="{queue}",consumer_group="{group}"}} '
+    wanted = f'queen_consumer_group_lag{{consumer_group="{group}",queue="{queue}"}} '
     [line] = [x for x in text.splitlines() if x.startswith(wanted)]
     return int(float(line.removeprefix(wanted)))
 

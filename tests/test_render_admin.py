@@ -828,7 +828,7 @@ def test_a_group_detail_replaces_the_partition_count_with_the_page_of_partitions
     assert list(body["orders"])[4] == "partitions"
 
 
-def test_queue_gauges_are_labelled_families_with_counts_as_integers() -> None:
+def test_queue_gauges_are_labelled_families_under_one_help_and_type_each() -> None:
     empty = QueueSummary(13, 'a"b', "", "", 0, AT, 1, EMPTY, None, 0.0, None)
     text = render_labelled_gauges(
         render.queue_gauges(QueueGauges([SUMMARY, empty], [STANDING, CAUGHT_UP]))
@@ -836,27 +836,28 @@ def test_queue_gauges_are_labelled_families_with_counts_as_integers() -> None:
     helps = [line for line in text.splitlines() if line.startswith("# HELP")]
     assert helps == [f"# HELP queen_{name} {name.replace('_', ' ')}" for name in QUEUE_NAMES]
     text = "\n".join(line for line in text.splitlines() if not line.startswith("# HELP")) + "\n"
+    # (prometheus_client writes every sample as a float and a sample's labels by name)
     assert text == (
         "# TYPE queen_queue_depth gauge\n"
-        'queen_queue_depth{queue="orders"} 5\n'
-        'queen_queue_depth{queue="a\\"b"} 0\n'
+        'queen_queue_depth{queue="orders"} 5.0\n'
+        'queen_queue_depth{queue="a\\"b"} 0.0\n'
         "# TYPE queen_queue_oldest_pending_age_seconds gauge\n"
         'queen_queue_oldest_pending_age_seconds{queue="orders"} 120.19\n'
         'queen_queue_oldest_pending_age_seconds{queue="a\\"b"} 0.0\n'
         "# TYPE queen_queue_dlq_depth gauge\n"
-        'queen_queue_dlq_depth{queue="orders"} 1\n'
-        'queen_queue_dlq_depth{queue="a\\"b"} 0\n'
+        'queen_queue_dlq_depth{queue="orders"} 1.0\n'
+        'queen_queue_dlq_depth{queue="a\\"b"} 0.0\n'
         "# TYPE queen_queue_partitions gauge\n"
-        'queen_queue_partitions{queue="orders"} 3\n'
-        'queen_queue_partitions{queue="a\\"b"} 1\n'
+        'queen_queue_partitions{queue="orders"} 3.0\n'
+        'queen_queue_partitions{queue="a\\"b"} 1.0\n'
         "# TYPE queen_consumer_group_lag gauge\n"
-        'queen_consumer_group_lag{queue="orders",consumer_group="g1"} 7\n'
-        'queen_consumer_group_lag{queue="orders",consumer_group="__QUEUE_MODE__"} 0\n'
+        'queen_consumer_group_lag{consumer_group="g1",queue="orders"} 7.0\n'
+        'queen_consumer_group_lag{consumer_group="__QUEUE_MODE__",queue="orders"} 0.0\n'
         "# TYPE queen_dlq_depth gauge\n"
-        'queen_dlq_depth{scope="cluster"} 1\n'
+        'queen_dlq_depth{scope="cluster"} 1.0\n'
         "# TYPE queen_dlq_depth_by_queue gauge\n"
-        'queen_dlq_depth_by_queue{queue="orders"} 1\n'
-        'queen_dlq_depth_by_queue{queue="a\\"b"} 0\n'
+        'queen_dlq_depth_by_queue{queue="orders"} 1.0\n'
+        'queen_dlq_depth_by_queue{queue="a\\"b"} 0.0\n'
     )
     assert render_labelled_gauges(render.queue_gauges(QueueGauges([], []))).count("# TYPE") == 7
     described = render_labelled_gauges(

@@ -236,7 +236,7 @@ def test_every_scrape_shows_the_queues_as_the_database_holds_them(
     base = f"http://127.0.0.1:{port}"
     queue = f"grows-{uuid.uuid4().hex[:8]}"
     depth = f'queen_queue_depth{{queue="{queue}"}}'
-    lag = f'queen_consumer_group_lag{{queue="{queue}",consumer_group="g"}}'
+    lag = f'queen_consumer_group_lag{{consumer_group="g",queue="{queue}"}}'
     try:
         pids = _process_ids(base, 2, time.monotonic() + 60)
         assert len(pids) == 2
