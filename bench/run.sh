@@ -9,6 +9,6 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 if ! .venv/bin/python -c "import queen" >/dev/null 2>&1; then
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[embedded]'
 fi
 exec .venv/bin/python -m bench "$@"

@@ -50,7 +50,7 @@ else
     fi
 fi
 echo "== the broker's wheel and its dependencies"
-"$PYTHON" -m pip wheel --quiet --disable-pip-version-check -w "$work/wheels" .
+"$PYTHON" -m pip wheel --quiet --disable-pip-version-check -w "$work/wheels" '.[embedded]'
 cp deploy/Containerfile "$work/Containerfile"
 echo "== image $IMAGE"
 # chroot isolation: the RUN step needs no OCI runtime, so the build also works where

@@ -29,7 +29,7 @@ from queen.auth import AuthConfigError, build_gate
 from queen.http import webapp
 from queen.settings import Settings
 from queen.spool.files import probe_writable
-from queen.storage.database import external_database
+from queen.storage.database import external_database, missing_database
 from queen.storage.embedded import DataDirInUse, EmbeddedPostgres
 from queen.storage.postgres import SchemaState, schema_state, server_version
 
@@ -89,6 +89,10 @@ def _check_database(settings: Settings, report: Report) -> None:
     if external is not None:
         conninfo, description = external
         _check_server(conninfo, description, settings, report)
+        return
+    missing = missing_database(settings)
+    if missing is not None:
+        report(Check("database", False, missing))
         return
     server = EmbeddedPostgres(settings.pg_data_dir)
     if not (server.data_dir / "PG_VERSION").exists():

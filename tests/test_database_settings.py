@@ -8,6 +8,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +20,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from queen.server import serve
 from queen.settings import Settings
 from queen.storage.database import external_database, pg_settings_url
+from tests.procs import queen_without_embedded_extra
 
 
 def pg_settings(pg_url: str) -> dict[str, Any]:
@@ -173,3 +175,17 @@ async def test_the_original_brokers_schema_stops_queen_serve_with_a_clear_messag
         return [r[0] for r in rows]
 
     assert await trio.to_thread.run_sync(tables) == ["partition_consumers", "queues"]
+
+
+def test_without_a_database_setting_or_the_embedded_extra_serve_names_the_extra(
+    tmp_path: Path,
+) -> None:
+    """An install without the ``embedded`` extra and no database setting: ``queen serve``
+    says what to install or set, in one line, exits 2 and makes nothing (no data directory,
+    no spool directory)."""
+    done = queen_without_embedded_extra("serve", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "queen-trio[embedded]" in done.stderr and "DATABASE_URL" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -19,6 +19,7 @@ from queen.storage.embedded import EmbeddedPostgres
 from queen.storage.postgres import SchemaState, migrate_sync, schema_state
 from tests.conftest import embedded_pg_dir
 from tests.ctl_env import closed_port, environ
+from tests.procs import queen_without_embedded_extra
 
 
 def check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -152,6 +153,15 @@ def test_a_bad_setting_fails_the_settings_check(tmp_path: Path) -> None:
     done = check(tmp_path, JWT_ENABLED="true", JWT_ALGORITHM="RS256")
     assert done.returncode == 1
     assert marks(done.stdout)["authentication"] == "FAIL"
+
+
+def test_without_a_database_setting_or_the_embedded_extra_the_check_names_the_extra(
+    tmp_path: Path,
+) -> None:
+    done = queen_without_embedded_extra("serve", "--check", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert marks(done.stdout)["database"] == "FAIL"
+    assert "queen-trio[embedded]" in done.stdout and "Traceback" not in done.stderr
 
 
 def test_a_bad_flag_is_a_usage_error(tmp_path: Path) -> None:

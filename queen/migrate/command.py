@@ -58,7 +58,7 @@ def main(source: str, *, dry_run: bool, batch_size: int, out: TextIO | None = No
     from queen.migrate.progress import progress_for
     from queen.migrate.run import Importer, ImportInterrupted, ImportOptions, ImportRefused
     from queen.settings import Settings
-    from queen.storage.database import open_database
+    from queen.storage.database import missing_database, open_database
     from queen.storage.embedded import DataDirInUse
     from queen.supervision import stop_signals
 
@@ -67,6 +67,10 @@ def main(source: str, *, dry_run: bool, batch_size: int, out: TextIO | None = No
         settings = Settings.from_env()
     except ValueError as exc:
         print(f"queen import: {exc}", file=sys.stderr)
+        return 2
+    missing = missing_database(settings)
+    if missing is not None:
+        print(f"queen import: {missing}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=settings.log_level.upper(),

@@ -1,6 +1,6 @@
 """Choose the database: ``DATABASE_URL`` if set, else ``PG_HOST`` with ``PG_PORT``,
 ``PG_USER``, ``PG_PASSWORD`` and ``PG_DB`` (the original broker's settings), else an embedded
-PostgreSQL.
+PostgreSQL (when it is installed: the broker's ``embedded`` extra).
 
 An embedded server is this process's to keep alive: :class:`Database` then carries an
 :class:`EmbeddedWatch`, whose ``run`` is a loop for :class:`queen.supervision.Loops`
@@ -26,7 +26,7 @@ import trio
 
 from queen.errors import QueenError
 from queen.settings import Settings
-from queen.storage.embedded import EmbeddedPostgres
+from queen.storage.embedded import INSTALL_EXTRA, EmbeddedPostgres, embedded_available
 
 log = logging.getLogger("queen.storage")
 
@@ -50,6 +50,20 @@ def external_database(settings: Settings) -> tuple[str, str] | None:
     if settings.pg_host:
         url = pg_settings_url(settings)
         return url, f"{redact(url)} (PG_HOST, PG_PORT, PG_USER, PG_DB)"
+    return None
+
+
+NO_DATABASE = (
+    "no database is set (DATABASE_URL, or PG_HOST) and the embedded PostgreSQL is not "
+    f"installed: set DATABASE_URL, or {INSTALL_EXTRA}"
+)
+
+
+def missing_database(settings: Settings) -> str | None:
+    """Why the settings leave no database to use (none named, and the embedded server not
+    installed), or None when there is one."""
+    if external_database(settings) is None and not embedded_available():
+        return NO_DATABASE
     return None
 
 

