@@ -34,6 +34,15 @@ pytest_plugins = ("tests.hang_guard",)
 # alone runs one per core: tests/test_workers.py checks that default).
 os.environ.setdefault("QUEEN_WORKERS", "1")
 
+FIRST = "test_hypercorn_contract.py"
+"""Run before the rest: after an upgrade of Hypercorn, h11 or Quart-Trio it says which
+assumption of the serving code broke before the serving tests fail for it."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name != FIRST)  # (a stable sort: the rest keep order)
+
+
 TEST_SERVER_OPTIONS = {
     # The suite does not survive power loss, so it does not pay for it: no fsync. Commits stay
     # synchronous (the WAL reaches the kernel before a commit is acknowledged), so a crashed or
