@@ -573,3 +573,73 @@ async def test_call_counts_are_split_by_module(broker: Any) -> None:
     assert "bench" not in groups
     assert record["calls_per_request"] == pytest.approx(record["calls_per_item"] * 10)
     assert "| E2 | 2 |" in inproc.calls_table([record])
+
+
+def _pgmq_step(shape: str, r: int, side: str, msg_per_s: float, cpu: float) -> dict[str, Any]:
+    return {
+        "shape": shape,
+        "round": r,
+        "side": side,
+        "msg_per_s": msg_per_s,
+        "latency_ms": {"p50": 2.0, "p99": 9.0},
+        "server_cpu_s_per_100k": cpu / 2,
+        "db_cpu_s_per_100k": cpu / 2,
+        "other_cores": 0.1,
+    }
+
+
+def test_pgmq_options_need_the_sql_file_and_known_shapes(tmp_path: Any) -> None:
+    from bench import pgmq
+
+    sql = tmp_path / "pgmq.sql"
+    sql.write_text("-- pgmq")
+    args = pgmq.parse(["--pgmq-sql", str(sql), "--shapes", "e1, E2", "--rounds", "4"])
+    assert (args.shapes, args.rounds, args.pg_bin) == (["E1", "E2"], 4, None)
+    for bad in (
+        [],  # no --pgmq-sql
+        ["--pgmq-sql", str(tmp_path / "missing.sql")],
+        ["--pgmq-sql", str(sql), "--shapes", "S1"],
+        ["--pgmq-sql", str(sql), "--rounds", "0"],
+        ["--pgmq-sql", str(sql), "--pg-bin", str(tmp_path)],  # no postgres there
+        ["--drive", "E1"],  # a step needs its database
+    ):
+        with pytest.raises(SystemExit):
+            pgmq.parse(bad)
+    assert pgmq.parse(["--render", "a.json", "b.json"]).render[1].name == "b.json"
+
+
+def test_pgmq_report_pairs_each_round_and_judges_the_medians() -> None:
+    from bench import pgmq
+
+    steps = [
+        # E1 (target 3x): ours 3.5x, 2.5x, 4x PGMQ's msg/s; CPU per message 4x better
+        _pgmq_step("E1", 1, "ours", 7000, 5.0),
+        _pgmq_step("E1", 1, "pgmq", 2000, 20.0),
+        _pgmq_step("E1", 2, "pgmq", 2000, 20.0),
+        _pgmq_step("E1", 2, "ours", 5000, 5.0),
+        _pgmq_step("E1", 3, "ours", 8000, 5.0),
+        _pgmq_step("E1", 3, "pgmq", 2000, 20.0),
+        # E2 (target 1.5x): ours 2x the msg/s, CPU per message only 1.25x less
+        _pgmq_step("E2", 1, "ours", 20000, 2.0),
+        _pgmq_step("E2", 1, "pgmq", 10000, 2.5),
+        _pgmq_step("E2", 2, "ours", 20000, 2.0),  # round 2 of PGMQ missing: not paired
+    ]
+    speed, cpu = pgmq.ratios(steps, "E1")
+    assert speed == pytest.approx([3.5, 2.5, 4.0]) and cpu == pytest.approx([4.0] * 3)
+    assert pgmq.ratios(steps, "E2") == (pytest.approx([2.0]), pytest.approx([1.25]))
+    doc = {
+        "run_id": "r1",
+        "database": {"version": "PostgreSQL 15.18", "description": "Debian's"},
+        "pgmq_sql": {"path": "pgmq.sql", "sha256": "abc"},
+        "shapes": {"E1": "1 item", "E2": "10 items"},
+        "steps": steps,
+    }
+    rows = {row[0]: row for row in pgmq.summary_rows(doc)}
+    assert rows["E1"][4] == "3.50 (2.50-4.00)" and rows["E1"][6:] == ["3x", "yes", "yes"]
+    assert rows["E2"][5] == "1.25 (1.25-1.25)" and rows["E2"][6:] == ["1.5x", "yes", "no"]
+    text = pgmq.render(doc, markdown=True)
+    assert text.startswith("## Beside PGMQ: PostgreSQL 15.18")
+    assert "| 2 | E1 | pgmq | 2,000 | 2.0 | 9.0 | 10.00 | 10.00 | 20.00 | 0.10 |" in text
+    assert (
+        "| E1 | 1 | 7,000 | 2,000 | 3.50 (2.50-4.00) | 4.00 (4.00-4.00) | 3x | yes | yes |" in text
+    )

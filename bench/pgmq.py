@@ -1,0 +1,293 @@
+"""Beside PGMQ: ``broker.push()`` in process against PGMQ's ``send``/``send_batch``
+(``python -m bench.pgmq --pgmq-sql FILE``; docs/benchmark.md, "Beside PGMQ").
+
+A new PostgreSQL (the embedded one, or ``--pg-bin``'s binaries with their default settings)
+gets our schema and PGMQ's SQL-only install (``--pgmq-sql``, the file ``pgmq.sql`` of its
+repository). Each round runs, per shape (E1, E2: their items per call and tasks), one step of
+ours and one of PGMQ, the side that goes first alternating by round; each step is a process of
+its own. Ours: :mod:`bench.inproc`'s E step. PGMQ: as many asyncio tasks as the E step has,
+each with its own psycopg connection (autocommit), calling ``pgmq.send(queue, msg)`` (1 item)
+or ``pgmq.send_batch(queue, msgs)`` in a closed loop with the same ~100-byte JSON payloads, one
+queue per shape, measured with the same meter (process CPU, PostgreSQL's CPU, other load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import machine, servers
+from bench.inproc import Meter, _per_100k, item, percentiles
+from bench.report import _n, table
+from bench.scenarios import EMBEDDED, Load
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = {1: 3.0, 10: 1.5}  # items per call: ours ÷ PGMQ, msg/s and CPU per message
+STEP_LIMIT_S = 300.0
+
+
+def queue_name(shape: str) -> str:
+    return f"qbench_{shape.lower()}"
+
+
+async def _drive(args: argparse.Namespace, load: Load) -> dict[str, Any]:
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    queue = queue_name(args.drive)
+    batch = load.items > 1
+    call = "SELECT pgmq.send_batch(%s, %s)" if batch else "SELECT pgmq.send(%s, %s)"
+    measuring, done, counter = False, 0, 0
+    latencies: list[float] = []
+
+    async def sender(conn: psycopg.AsyncConnection[Any]) -> None:
+        nonlocal done, counter
+        while True:
+            first, counter = counter, counter + load.items
+            msgs = [Jsonb(item(queue, 1, n, "")["payload"]) for n in range(first, counter)]
+            t0 = time.perf_counter()
+            cur = await conn.execute(call, (queue, msgs if batch else msgs[0]))
+            ids = await cur.fetchall()
+            if measuring:
+                latencies.append((time.perf_counter() - t0) * 1000)
+                done += len(ids)
+
+    conns = [
+        await psycopg.AsyncConnection.connect(args.database_url, autocommit=True)
+        for _ in range(load.connections)
+    ]
+    tasks = [asyncio.create_task(sender(c)) for c in conns]
+    await asyncio.sleep(args.warmup)
+    meter = Meter(args.db_pid)
+    measuring = True
+    meter.start()
+    await asyncio.sleep(args.duration)
+    measuring = False
+    window = meter.stop()
+    for task in tasks:
+        task.cancel()
+    ended = await asyncio.gather(*tasks, return_exceptions=True)
+    for conn in conns:
+        await conn.close()
+    failures = [e for e in ended if isinstance(e, Exception)]  # not the cancellations
+    if failures:
+        raise failures[0]
+    return {
+        "items_per_request": load.items,
+        "connections": load.connections,
+        "requests": len(latencies),
+        "msg_per_s": done / window["wall_s"],
+        "latency_ms": percentiles(latencies),
+        **window,
+        "server_cpu_s_per_100k": _per_100k(window["server_cpu_s"], done),
+        "db_cpu_s_per_100k": _per_100k(window["db_cpu_s"], done),
+    }
+
+
+def install(db: servers.Database, sql: bytes, shapes: Sequence[str]) -> None:
+    """PGMQ's SQL-only install, and a queue per shape."""
+    with db.connect() as conn:
+        conn.execute(sql)
+        for shape in shapes:
+            conn.execute("SELECT pgmq.create(%s)", (queue_name(shape),))
+
+
+def _step(side: str, shape: str, db: servers.Database, args: argparse.Namespace, tag: str) -> Any:
+    module = ["bench.inproc", shape] if side == "ours" else ["bench.pgmq", "--drive", shape]
+    argv = [sys.executable, "-m", *module, "--database-url", db.conninfo, "--tag", tag]
+    argv += ["--duration", str(args.duration), "--warmup", str(args.warmup)]
+    argv += ["--db-pid", str(db.postmaster_pid)] if db.postmaster_pid else []
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "QUEEN_WORKER_ID")}
+    env.setdefault("QUEEN_LOG_LEVEL", "warning")
+    done = subprocess.run(
+        argv, env=env, cwd=ROOT, capture_output=True, timeout=STEP_LIMIT_S, check=False
+    )
+    lines = done.stdout.decode(errors="replace").strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{side} {shape} failed: {done.stderr.decode(errors='replace')[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    sql_path: Path = args.pgmq_sql
+    sql = sql_path.read_bytes()
+    doc: dict[str, Any] = {
+        "run_id": time.strftime("%Y%m%d-%H%M%S"),
+        "started_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": machine.describe(),
+        "pgmq_sql": {"path": str(sql_path), "sha256": hashlib.sha256(sql).hexdigest()[:12]},
+        "shapes": {s: EMBEDDED[s].describe() for s in args.shapes},
+        "steps": [],
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="queen-bench-pgmq-") as workdir,
+        servers.open_database(None, Path(workdir), bin_dir=args.pg_bin) as db,
+    ):
+        install(db, sql, args.shapes)
+        doc["database"] = {"version": db.version, "description": db.description}
+        for r in range(1, args.rounds + 1):
+            for shape in args.shapes:
+                for side in ("ours", "pgmq") if r % 2 else ("pgmq", "ours"):
+                    record = _step(side, shape, db, args, f"{doc['run_id']}-{shape}-{r}")
+                    record.update(round=r, shape=shape, side=side)
+                    doc["steps"].append(record)
+                    print(" ".join(step_row(record)), flush=True)
+    doc["finished_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    return doc
+
+
+def _total(r: Mapping[str, Any]) -> float | None:
+    own, db = r.get("server_cpu_s_per_100k"), r.get("db_cpu_s_per_100k")
+    return None if own is None or db is None else own + db
+
+
+def step_row(r: Mapping[str, Any]) -> list[str]:
+    lat = r.get("latency_ms") or {}
+    figures = [(r.get("msg_per_s"), ",.0f"), (lat.get("p50"), ".1f"), (lat.get("p99"), ".1f")]
+    figures += [(r.get(k), ".2f") for k in ("server_cpu_s_per_100k", "db_cpu_s_per_100k")]
+    figures += [(_total(r), ".2f"), (r.get("other_cores"), ".2f")]
+    return [str(r["round"]), r["shape"], r["side"], *(_n(v, spec) for v, spec in figures)]
+
+
+def ratios(steps: Sequence[Mapping[str, Any]], shape: str) -> tuple[list[float], list[float]]:
+    """Per round: ours ÷ PGMQ in msg/s, and PGMQ's CPU per message ÷ ours (> 1: ours better)."""
+    speed: list[float] = []
+    cpu: list[float] = []
+    for r in sorted({s["round"] for s in steps if s["shape"] == shape}):
+        pair = {s["side"]: s for s in steps if s["shape"] == shape and s["round"] == r}
+        ours, theirs = pair.get("ours"), pair.get("pgmq")
+        if not ours or not theirs:
+            continue
+        if theirs.get("msg_per_s"):
+            speed.append(ours["msg_per_s"] / theirs["msg_per_s"])
+        a, b = _total(ours), _total(theirs)
+        if a and b:
+            cpu.append(b / a)
+    return speed, cpu
+
+
+def _spread(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def _held(values: Sequence[float], target: float | None) -> str:
+    if target is None or not values:
+        return "-"
+    return "yes" if statistics.median(values) >= target else "no"
+
+
+def summary_rows(doc: Mapping[str, Any]) -> list[list[str]]:
+    rows = []
+    for shape in doc.get("shapes", {}):
+        steps = [s for s in doc["steps"] if s["shape"] == shape]
+        items = EMBEDDED[shape].load.items
+        target = TARGETS.get(items)
+        speed, cpu = ratios(steps, shape)
+        medians = [
+            _n(statistics.median([s["msg_per_s"] for s in steps if s["side"] == side] or [0]))
+            for side in ("ours", "pgmq")
+        ]
+        judged = ["-" if target is None else f"{target:g}x", _held(speed, target)]
+        rows.append([shape, str(items), *medians, _spread(speed), _spread(cpu), *judged])
+        rows[-1].append(_held(cpu, target))
+    return rows
+
+
+_STEP = "round|shape|side|msg/s|p50 ms|p99 ms|process CPU s/100k|PG CPU s/100k|total s/100k"
+STEP_HEADERS = [*_STEP.split("|"), "other load"]
+_SUMMARY = "shape|items/call|ours msg/s|PGMQ msg/s|msg/s ours÷PGMQ|CPU/msg PGMQ÷ours|target"
+SUMMARY_HEADERS = [*_SUMMARY.split("|"), "msg/s held", "CPU held"]
+
+
+def render(doc: Mapping[str, Any], *, markdown: bool = False) -> str:
+    db = doc.get("database") or {}
+    head = f"Beside PGMQ: {db.get('version', 'PostgreSQL')} ({db.get('description', '')})"
+    shapes = [f"- {k}: {v}" for k, v in (doc.get("shapes") or {}).items()]
+    steps = [step_row(s) for s in doc.get("steps", [])]
+    return "\n".join(
+        [
+            f"## {head}" if markdown else head,
+            "",
+            f"Run `{doc.get('run_id')}`; pgmq.sql sha256 {doc['pgmq_sql']['sha256']}.",
+            *shapes,
+            "",
+            table(STEP_HEADERS, steps, markdown=markdown, left=3),
+            "",
+            "Medians over rounds (min-max); a target holds where the median ratio reaches it.",
+            "",
+            table(SUMMARY_HEADERS, summary_rows(doc), markdown=markdown, left=2),
+        ]
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.pgmq", description=__doc__.split("\n")[0])
+    p.add_argument("--pgmq-sql", type=Path, help="PGMQ's pgmq-extension/sql/pgmq.sql")
+    p.add_argument("--pg-bin", type=Path, help="these PostgreSQL binaries, default settings")
+    p.add_argument("--shapes", default="E1,E2", help="comma-separated E scenarios")
+    p.add_argument("--rounds", type=int, default=3, help="steps per side and shape")
+    p.add_argument("--duration", type=float, default=8.0, help="measured seconds per step")
+    p.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per step")
+    p.add_argument("--output", type=Path, help="JSON (default bench/results/pgmq-<run>.json)")
+    p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    p.add_argument("--render", type=Path, nargs="+", metavar="JSON", help="report saved runs")
+    # one PGMQ step, run by the harness in a process of its own
+    p.add_argument("--drive", choices=list(EMBEDDED), help=argparse.SUPPRESS)
+    p.add_argument("--database-url", help=argparse.SUPPRESS)
+    p.add_argument("--db-pid", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--tag", default="", help=argparse.SUPPRESS)
+    return p
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = parser()
+    args = p.parse_args(argv)
+    args.shapes = [s.strip().upper() for s in args.shapes.split(",") if s.strip()]
+    unknown = [s for s in args.shapes if s not in EMBEDDED]
+    if unknown or not args.shapes:
+        p.error(f"--shapes takes E scenarios ({', '.join(EMBEDDED)}), not {args.shapes}")
+    if args.rounds < 1 or args.duration <= 0 or args.warmup < 0:
+        p.error("--rounds and --duration must be positive, --warmup not negative")
+    if args.drive and not args.database_url:
+        p.error("--drive needs --database-url")
+    if not (args.drive or args.render):
+        if args.pgmq_sql is None or not args.pgmq_sql.is_file():
+            p.error("--pgmq-sql FILE is required: PGMQ's pgmq-extension/sql/pgmq.sql")
+        if args.pg_bin is not None and not (args.pg_bin / "postgres").is_file():
+            p.error(f"--pg-bin {args.pg_bin}: no postgres binary there")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    if args.drive:
+        record = asyncio.run(_drive(args, EMBEDDED[args.drive].load))
+        sys.stdout.write(json.dumps(record) + "\n")
+        return 0
+    if args.render:
+        docs = [json.loads(path.read_text()) for path in args.render]
+    else:
+        docs = [run(args)]
+        output = args.output or ROOT / "bench" / "results" / f"pgmq-{docs[0]['run_id']}.json"
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(docs[0], indent=2) + "\n")
+        print(f"results: {output}")
+    print("\n\n".join(render(doc, markdown=args.markdown) for doc in docs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
