@@ -1,14 +1,7 @@
-"""Beside PGMQ: ``broker.push()`` in process against PGMQ's ``send``/``send_batch``
-(``python -m bench.pgmq --pgmq-sql FILE``; docs/benchmark.md, "Beside PGMQ").
-
-A new PostgreSQL (the embedded one, or ``--pg-bin``'s binaries with their default settings)
-gets our schema and PGMQ's SQL-only install (``--pgmq-sql``, the file ``pgmq.sql`` of its
-repository). Each round runs, per shape (E1, E2: their items per call and tasks), one step of
-ours and one of PGMQ, the side that goes first alternating by round; each step is a process of
-its own. Ours: :mod:`bench.inproc`'s E step. PGMQ: as many asyncio tasks as the E step has,
-each with its own psycopg connection (autocommit), calling ``pgmq.send(queue, msg)`` (1 item)
-or ``pgmq.send_batch(queue, msgs)`` in a closed loop with the same ~100-byte JSON payloads, one
-queue per shape, measured with the same meter (process CPU, PostgreSQL's CPU, other load).
+"""Beside PGMQ: ``broker.push()`` in process against PGMQ's ``send``/``send_batch`` on one new
+PostgreSQL, alternating by round (``python -m bench.pgmq --pgmq-sql FILE``; how and what:
+docs/benchmark.md, "Beside PGMQ"). Each step is a process of its own: ours is
+:mod:`bench.inproc`'s E step, PGMQ's is :func:`_drive`, measured with the same meter.
 """
 
 from __future__ import annotations
@@ -42,6 +35,8 @@ def queue_name(shape: str) -> str:
 
 
 async def _drive(args: argparse.Namespace, load: Load) -> dict[str, Any]:
+    """As many asyncio tasks as the E step's, each on its own connection (autocommit), call
+    ``pgmq.send`` (1 item) or ``pgmq.send_batch`` in a closed loop with its payloads."""
     import psycopg
     from psycopg.types.json import Jsonb
 
