@@ -6,8 +6,8 @@ It owns its partition's write path in this process:
   put never waits and takes no checkpoint; it wakes the actor if it is parked with no write in
   flight. Every request in it has a producer waiting for its answer, holding the
   request whether it sits in the inbox or in front of a full one, so a bound here would move
-  requests, not save memory (``bench/inbox_memory.py``); what bounds them is the producers (see
-  "Backpressure and memory" in ``docs/producing.md``);
+  requests, not save memory (measured: ``docs/benchmark.md``); what bounds them is the producers
+  (see "Backpressure and memory" in ``docs/producing.md``);
 - the **partition id** (resolved, and the queue and partition created, on first use);
 - the **one write in flight**: it hands one segment to the batcher (or one record to the spool)
   and starts nothing else before its outcome is in, so a partition is never in two writes at

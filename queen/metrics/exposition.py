@@ -14,9 +14,9 @@ into Prometheus families:
   process the service has run (a worker gone keeps its file, so no total goes back), gauges
   are combined per family (:attr:`~queen.metrics.counters.Family.mode`), and per-process
   gauges carry the worker's ``pid`` and ``worker`` labels. Writing the files on every
-  increment instead costs ~2.5 µs (a lock and an mmap write, measured by
-  ``bench/metric_increment.py``), fifty times the plain update, on a path that makes about ten
-  of them per push.
+  increment instead costs ~2.5 µs (a lock and an mmap write, timed in process;
+  ``docs/operating.md``), fifty times the plain update, on a path that makes about ten of them
+  per push.
 
 Both serve the original broker's names beside ours (:mod:`queen.metrics.original`). The
 per-queue gauges, read from the database for each scrape, are written by
