@@ -1,5 +1,5 @@
 """``queen import`` of a database the original Queen server itself wrote, checked with the
-official client (bench/import_original.py does the work and says what it checked). Runs where
+official client (tests/import_original.py does the work and says what it checked). Runs where
 the original is built (bench/peer.py says where it looks); skipped, saying so, elsewhere. The
 self-contained import tests are tests/test_import.py."""
 
@@ -38,7 +38,7 @@ async def test_import_of_a_database_the_original_wrote() -> None:
 async def _check(workdir: Path) -> None:
     env = {**os.environ, "QUEEN_CLIENT_PYTHON": str(ensure_client_python())}
     done = await trio.run_process(
-        [sys.executable, "-m", "bench.import_original", "--workdir", str(workdir)],
+        [sys.executable, "-m", "tests.import_original", "--workdir", str(workdir)],
         capture_stdout=True,
         capture_stderr=True,
         check=False,

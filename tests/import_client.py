@@ -1,4 +1,4 @@
-"""The official client's side of the import check (bench/import_original.py), run in the
+"""The official client's side of the import check (tests/import_original.py), run in the
 client's own virtualenv: ``python -I import_client.py fill|drain <base url> <state file>``.
 
 ``fill`` (against the original): create three queues, push ``PER_PARTITION`` numbered

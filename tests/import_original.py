@@ -1,9 +1,9 @@
 """Import a database the original Queen server wrote, for real, and check it with the official
-client: ``python -m bench.import_original [--workdir DIR]``.
+client: ``python -m tests.import_original [--workdir DIR]``.
 
 1. An embedded PostgreSQL on a TCP port; a fresh database for the original, another for us.
 2. The original server (bench/peer.py) on its database; the official Python client
-   (bench/import_client.py ``fill``) creates 3 queues with 20 partitions, pushes 20,100
+   (tests/import_client.py ``fill``) creates 3 queues with 20 partitions, pushes 20,100
    messages and consumes part of them: queue mode and two groups ack some, queue mode leaves
    a batch leased, a group dead-letters three messages, a group subscribed ``new`` sees only
    later pushes. The original is stopped.
@@ -39,7 +39,14 @@ if not CLIENT_PYTHON.exists():
 def client(mode: str, url: str, state: Path) -> float:
     started = time.monotonic()
     subprocess.run(
-        [str(CLIENT_PYTHON), "-I", str(ROOT / "bench" / "import_client.py"), mode, url, str(state)],
+        [
+            str(CLIENT_PYTHON),
+            "-I",
+            str(Path(__file__).with_name("import_client.py")),
+            mode,
+            url,
+            str(state),
+        ],
         check=True,
     )
     return time.monotonic() - started
