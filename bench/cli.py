@@ -19,9 +19,10 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from bench import report
 from bench.pg_ceiling import VARIANTS
-from bench.report import markdown, merge_results, terminal
 from bench.runner import Options, Run, plan
 from bench.scenarios import SCENARIOS, select
 from bench.wrk import WrkError, ensure_wrk
@@ -36,63 +37,33 @@ def _parser() -> argparse.ArgumentParser:
         description="Benchmark the push path against same-run HTTP and PostgreSQL ceilings.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    add = p.add_argument
     names = ", ".join(f"{s.name} ({s.describe()})" for s in SCENARIOS.values())
-    p.add_argument("--scenarios", default="all", help=f"comma-separated, or all: {names}")
-    p.add_argument("--duration", type=float, default=25.0, help="measured seconds per wrk run")
-    p.add_argument("--warmup", type=float, default=5.0, help="warm-up seconds per wrk run")
-    p.add_argument("--no-http-ceiling", action="store_true", help="skip the HTTP ceilings")
-    p.add_argument("--no-pg-ceiling", action="store_true", help="skip the PostgreSQL ceilings")
-    p.add_argument("--pg-duration", type=float, default=10.0, help="measured seconds per variant")
-    p.add_argument("--pg-warmup", type=float, default=2.0, help="warm-up seconds per variant")
-    p.add_argument("--pg-group", type=int, default=10, help="batches per commit (G)")
-    p.add_argument(
-        "--pg-connections",
-        type=int,
-        default=None,
-        help="concurrent writers (default: the broker's QUEEN_WRITE_CONCURRENCY)",
-    )
-    p.add_argument(
-        "--pg-variants",
-        default=",".join(VARIANTS),
-        help=f"comma-separated: {', '.join(VARIANTS)}",
-    )
-    p.add_argument("--wrk-threads", type=int, default=1, help="wrk threads")
-    p.add_argument("--output", type=Path, help="JSON results (default bench/results/<run>.json)")
-    p.add_argument(
-        "--write-results",
-        nargs="?",
-        const=HERE / "RESULTS.md",
-        type=Path,
-        metavar="PATH",
-        help="also write the results as Markdown (default bench/RESULTS.md)",
-    )
-    p.add_argument("--render", type=Path, metavar="JSON", help="report a saved run; run nothing")
-    p.add_argument("--keep-data", action="store_true", help="keep the rows written (DATABASE_URL)")
-    peer = p.add_argument_group("beside the original C++ server (--peer)")
-    peer.add_argument(
-        "--peer",
-        action="store_true",
-        help="run the peer shapes on the original and on ours, alternating, instead",
-    )
-    peer.add_argument(
-        "--peer-shapes", default="all", help="comma-separated, or all: S1,S2,S3,C1,C2,C3,PIPE"
-    )
-    peer.add_argument("--rounds", type=int, default=2, help="steps per server and shape")
-    peer.add_argument(
-        "--ours-workers",
-        type=int,
-        default=0,
-        help="processes of ours (queen serve --workers; 0, the default: one per core)",
-    )
-    peer.add_argument(
-        "--pg-bin",
-        type=Path,
-        help="start these PostgreSQL binaries with their default settings (without DATABASE_URL)",
-    )
-    peer.add_argument(
-        "--pipeline-duration", type=float, default=60.0, help="the pipeline producer's seconds"
-    )
-    peer.add_argument("--pipeline-warmup", type=float, default=15.0, help="analyze.js's WARMUP_SEC")
+    add("--scenarios", default="all", help=f"comma-separated, or all: {names}")
+    add("--duration", type=float, default=25.0, help="measured seconds per wrk run")
+    add("--warmup", type=float, default=5.0, help="warm-up seconds per wrk run")
+    add("--no-http-ceiling", action="store_true", help="skip the HTTP ceilings")
+    add("--no-pg-ceiling", action="store_true", help="skip the PostgreSQL ceilings")
+    add("--pg-duration", type=float, default=10.0, help="measured seconds per variant")
+    add("--pg-warmup", type=float, default=2.0, help="warm-up seconds per variant")
+    add("--pg-group", type=int, default=10, help="batches per commit (G)")
+    add("--pg-connections", type=int, help="writers (default: QUEEN_WRITE_CONCURRENCY)")
+    variants = ",".join(VARIANTS)
+    add("--pg-variants", default=variants, help=f"comma-separated: {variants}")
+    add("--wrk-threads", type=int, default=1, help="wrk threads")
+    add("--output", type=Path, help="JSON results (default bench/results/<run>.json)")
+    results = HERE / "RESULTS.md"
+    into = "also as Markdown, into PATH or bench/RESULTS.md"
+    add("--write-results", nargs="?", const=results, type=Path, metavar="PATH", help=into)
+    add("--render", type=Path, metavar="JSON", help="report a saved run; run nothing")
+    peer = p.add_argument_group("beside the original C++ server (--peer)").add_argument
+    peer("--peer", action="store_true", help="run the peer shapes (original and ours) instead")
+    peer("--peer-shapes", default="all", help="comma-separated, or all: S1,S2,S3,C1,C2,C3,PIPE")
+    peer("--rounds", type=int, default=2, help="steps per server and shape")
+    peer("--ours-workers", type=int, default=0, help="queen serve --workers (0: one per core)")
+    peer("--pg-bin", type=Path, help="these PostgreSQL binaries, their default settings")
+    peer("--pipeline-duration", type=float, default=60.0, help="the pipeline producer's seconds")
+    peer("--pipeline-warmup", type=float, default=15.0, help="analyze.js's WARMUP_SEC")
     return p
 
 
@@ -118,44 +89,49 @@ def _options(args: argparse.Namespace) -> Options:
         pg_variants=variants,
         wrk_threads=args.wrk_threads,
         database_url=os.environ.get("DATABASE_URL") or None,
-        keep_data=args.keep_data,
     )
+
+
+def _run(args: argparse.Namespace) -> dict[str, Any]:
+    options = _options(args)
+    # wrk drives the HTTP steps only: E and C steps run without it.
+    needs_wrk = any(step.kind in ("http", "broker") for step in plan(options))
+    wrk = ensure_wrk() if needs_wrk else ""
+    return Run(options, wrk, log=lambda line: print(line, flush=True)).execute()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     try:
+        render: Any = report
+        run = _run
         if args.peer:
             try:
-                from bench import peer_run  # imported here: it needs httpx, of the test extra
+                from bench import peer_report, peer_run  # peer_run needs httpx, of the test extra
             except ImportError as exc:
                 raise RuntimeError(
                     f"the peer run needs {exc.name}: pip install -e '.[test]'"
                 ) from None
-            return peer_run.main(args, argv)
+            render, run = peer_report, peer_run.run
         if args.render:
             doc = json.loads(args.render.read_text())
         else:
-            options = _options(args)
-            # wrk drives the HTTP steps only: E and C steps run without it.
-            needs_wrk = any(step.kind in ("http", "broker") for step in plan(options))
-            wrk = ensure_wrk() if needs_wrk else ""
-            doc = Run(options, wrk, log=lambda line: print(line, flush=True)).execute()
+            doc = run(args)
+            if not doc:
+                return 0  # the peer is not built here: said so, nothing run
             doc["command"] = shlex.join(["./bench/run.sh", *argv])
-            output = args.output or HERE / "results" / f"{doc['run_id']}.json"
+            name = f"{'peer-' if args.peer else ''}{doc['run_id']}.json"
+            output = args.output or HERE / "results" / name
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(json.dumps(doc, indent=2) + "\n")
-        print()
-        print(terminal(doc))
-        if not args.render:
             print(f"\nresults: {output}")
+        print()
+        print(render.terminal(doc))
         if args.write_results:
-            command = doc.get("command") or "./bench/run.sh --write-results"
             path: Path = args.write_results
-            existing = path.read_text() if path.exists() else None
-            path.write_text(merge_results(existing, markdown(doc, command=command)))
-            print(f"written: {args.write_results}")
+            path.write_text(render.merge(path.read_text() if path.exists() else None, doc))
+            print(f"written: {path}")
     except (WrkError, ValueError, RuntimeError, OSError) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2

@@ -1,36 +1,32 @@
 """The HTTP ceiling: what the serving stack alone costs for a push.
 
-The same Quart-Trio application class, the same serving loop, configuration and listening
-socket as ``queen serve`` (taken from :mod:`queen.server` and :mod:`queen.serving`, so they
-cannot drift apart), with a
-``POST /api/v1/push`` that reads the body, decodes it with orjson, mints one message id per
-item and answers 201 with the broker's answer shape: one object per item with index,
-message_id, messageId, transaction_id, transactionId, queueName, partition and status. It never
-touches the database and does not validate, re-encode or group items: that is the broker's
-intake work, and part of what the broker is measured on.
+The same Quart-Trio application class, serving loop, configuration and listening socket as
+``queen serve`` (taken from :mod:`queen.server` and :mod:`queen.serving`, so they cannot drift
+apart), with a ``POST /api/v1/push`` that reads the body, decodes it with orjson, mints one
+message id per item and answers 201 with the broker's answer shape. It never touches the
+database and does not validate, re-encode or group items: that is the broker's intake work,
+and part of what the broker is measured on.
 
-    python -m bench.http_ceiling          # QUEEN_HOST / QUEEN_PORT say where to listen
-
-Several processes can share the port (``SO_REUSEPORT``), like ``queen serve --workers``.
+    python -m bench.http_ceiling          # QUEEN_HOST / QUEEN_PORT; several may share the port
 """
 
 from __future__ import annotations
 
 import logging
-from functools import partial
 
 import orjson
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from bench.hypercorn_floor import push_results, set_on_signal
+from bench.hypercorn_floor import push_results
 from queen.gctune import tune_gc
 from queen.http.asgi import RequestConnection
 from queen.http.responses import error_response, json_response
 from queen.server import listen_socket
 from queen.serving import serve_app
 from queen.settings import Settings
+from queen.supervision import stop_signals
 
 
 def create_app(max_body_bytes: int) -> QuartTrio:
@@ -45,8 +41,7 @@ def create_app(max_body_bytes: int) -> QuartTrio:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             return error_response(400, f"malformed JSON: {exc}")
-        results = push_results(body.get("items") or [])
-        return json_response(results, status=201)
+        return json_response(push_results(body.get("items") or []), status=201)
 
     @app.get("/health")
     async def health() -> Response:
@@ -59,20 +54,12 @@ async def serve(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM, as :func:`queen.server.serve` does (without a broker)."""
     app = create_app(settings.max_body_bytes)
     sock = listen_socket(settings.host, settings.port, reuse_port=True)
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(set_on_signal, stop)
-        await nursery.start(partial(serve_app, app, settings, sock, shutdown_trigger=stop.wait))
-        await stop.wait()
-        nursery.cancel_scope.cancel()
+    with stop_signals() as stop:
+        await serve_app(app, settings, sock, shutdown_trigger=stop.wait)
 
 
-def main() -> None:
+if __name__ == "__main__":
     settings = Settings.from_env()
     logging.basicConfig(level=logging.WARNING)
     tune_gc(settings.gc_gen0_threshold)  # the same process settings as queen serve
     trio.run(serve, settings)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,11 +1,8 @@
 """The floor of the HTTP server the broker runs on: a bare ASGI callable served by Hypercorn's
 Trio worker with Hypercorn's default configuration. No Quart, no serving layer of ours, no
 broker: it reads the body, decodes it with orjson, mints one message id per item and answers
-201 with the broker's answer shape (as :mod:`bench.http_ceiling` does, without Quart-Trio).
-
-What it reaches under a load is the most any application served by Hypercorn can answer on
-this machine with these processes; the peer run measures it beside the original at each push
-shape.
+201 with the broker's answer shape. What it reaches under a load is the most any application
+served by Hypercorn answers on this machine with these processes.
 
     python -m bench.hypercorn_floor       # QUEEN_HOST / QUEEN_PORT say where to listen
 
@@ -15,7 +12,6 @@ Several processes can share the port (``SO_REUSEPORT``), like ``queen serve --wo
 from __future__ import annotations
 
 import logging
-import signal
 from typing import Any
 
 import orjson
@@ -28,12 +24,11 @@ from queen.ids import mint_ids
 from queen.model import DEFAULT_PARTITION
 from queen.server import listen_socket
 from queen.settings import Settings
-
-_JSON = [(b"content-type", b"application/json")]
+from queen.supervision import stop_signals
 
 
 async def _answer(send: ASGISendCallable, status: int, body: bytes) -> None:
-    headers = [*_JSON, (b"content-length", str(len(body)).encode())]
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
@@ -60,14 +55,9 @@ def push_results(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def app(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    if scope["type"] != "http":
+        while (message := await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
         return
     chunks: list[bytes] = []
     while True:
@@ -94,25 +84,10 @@ async def serve(settings: Settings) -> None:
     sock = listen_socket(settings.host, settings.port, reuse_port=True)
     config = Config()
     config.bind = [f"fd://{sock.fileno()}"]
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(set_on_signal, stop)
+    with stop_signals() as stop:
         await hypercorn_serve(app, config, shutdown_trigger=stop.wait)
-        nursery.cancel_scope.cancel()
-
-
-async def set_on_signal(stop: trio.Event) -> None:
-    """Set ``stop`` at the first SIGINT or SIGTERM."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
-            stop.set()
-            return
-
-
-def main() -> None:
-    logging.basicConfig(level=logging.WARNING)
-    trio.run(serve, Settings.from_env())
 
 
 if __name__ == "__main__":
-    main()
+    logging.basicConfig(level=logging.WARNING)
+    trio.run(serve, Settings.from_env())

@@ -1,19 +1,11 @@
-"""The in-process scenarios: the embedding API (E1-E3) and the consume side (C1-C3).
+"""The in-process steps: the embedding API (E1-E3), the consume side (C1-C3), and the Python
+calls per pushed item (``python -m bench.inproc calls``); docs/benchmark.md says what each does.
 
-Each step runs in a process of its own (``python -m bench.inproc NAME --database-url URL``):
-a fresh broker from :func:`queen.open_broker` on the run's database, driven by Trio tasks in the
-same process, no HTTP. The process prints one JSON record on its last line of output; the
-harness (:mod:`bench.runner`) reads it. "Broker CPU" is this whole process (broker plus the
-tasks that drive it: building the items is the embedding program's own work).
-
-- **E** (push): ``tasks`` tasks each call ``broker.push()`` with ``items`` items in a closed
-  loop, item ``n`` in partition ``p{n % partitions}``, ~100-byte payloads, unique
-  transactionIds (dedup on, the queue default). Warm-up, then a measured window.
-- **C** (consume): the queue is filled first (100 items per push, not measured), then
-  ``consumers`` tasks pop ``batch`` messages in queue mode and ack each batch with one call
-  until every message is acked. C2 first times single pops (``batch=1``, then acked) on the
-  full queue. C3 lets a first group (queue mode) drain the queue before the measured group
-  reads it.
+An E or C step runs in a process of its own (``python -m bench.inproc NAME --database-url URL``,
+started by :mod:`bench.runner`): a fresh broker from :func:`queen.open_broker` on the run's
+database, driven by Trio tasks in the same process, no HTTP. The process prints one JSON record
+on its last line of output. "Broker CPU" is this whole process (broker plus the tasks that
+drive it: building the items is the embedding program's own work).
 """
 
 from __future__ import annotations
@@ -23,14 +15,13 @@ import cProfile
 import http.client
 import json
 import math
-import resource
 import sys
 import tempfile
 import threading
 import time
 import types
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,7 +29,8 @@ from typing import Any
 import trio
 import trio.lowlevel
 
-from bench import procfs, servers
+from bench import servers
+from bench.procfs import Meter, per_100k
 from bench.scenarios import CONSUME, EMBEDDED, SCENARIOS, ConsumeLoad, Load
 from queen import open_broker, tune_gc
 from queen.broker import Broker
@@ -48,11 +40,6 @@ DRAIN_LIMIT_S = 300.0  # a drain that takes longer is reported unfinished
 SINGLE_POPS = 100  # C2: single pops timed before the drain
 FILL_TASKS = 8
 FILL_ITEMS = 100
-
-
-def _cpu_self_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def percentiles(samples: Sequence[float]) -> dict[str, float]:
@@ -67,82 +54,50 @@ def percentiles(samples: Sequence[float]) -> dict[str, float]:
     return {"p50": rank(50), "p99": rank(99), "max": ordered[-1]}
 
 
+NOTE = "benchmark payload, about one hundred bytes"
+
+
 def item(queue: str, partitions: int, n: int, tag: str) -> dict[str, Any]:
+    """Item ``n``: in partition ``p{n % partitions}``, a ~100-byte payload, a unique
+    transactionId (as ``push.lua`` writes them)."""
+    payload = {"orderId": n, "total": 4200, "customer": f"cust-{n % 997:03d}", "note": NOTE}
     return {
         "queue": queue,
         "partition": f"p{n % partitions}",
-        "payload": {
-            "orderId": n,
-            "total": 4200,
-            "customer": f"cust-{n % 997:03d}",
-            "note": "benchmark payload, about one hundred bytes",
-        },
+        "payload": payload,
         "transactionId": f"{tag}-{n}",
     }
 
 
-@dataclass(slots=True)
-class Meter:
-    """CPU of this process and of the database, and wall time, between two readings."""
-
-    db_pid: int | None
-    cpu0: float = 0.0
-    db0: float | None = None
-    busy0: float = 0.0
-    t0: float = 0.0
-
-    def start(self) -> None:
-        self.cpu0, self.db0, self.t0 = _cpu_self_s(), self._db(), time.monotonic()
-        self.busy0 = procfs.machine_busy_s()
-
-    def _db(self) -> float | None:
-        return None if self.db_pid is None else procfs.tree_cpu_s([self.db_pid])
-
-    def stop(self) -> dict[str, Any]:
-        cpu, db, t = _cpu_self_s(), self._db(), time.monotonic()
-        busy = procfs.machine_busy_s()
-        db_cpu = None if db is None or self.db0 is None else db - self.db0
-        ours = (cpu - self.cpu0) + (db_cpu or 0.0)
-        return {
-            "wall_s": t - self.t0,
-            "server_cpu_s": cpu - self.cpu0,
-            "db_cpu_s": db_cpu,
-            "other_cores": max(0.0, (busy - self.busy0) - ours) / (t - self.t0),
-        }
-
-
-def _per_100k(seconds: float | None, messages: float) -> float | None:
-    return None if seconds is None or messages <= 0 else seconds / messages * 100_000
+def _cpu(window: dict[str, Any], messages: float) -> dict[str, Any]:
+    """The window's figures, with the CPU per 100k ``messages``."""
+    return {
+        **window,
+        "server_cpu_s_per_100k": per_100k(window["server_cpu_s"], messages),
+        "db_cpu_s_per_100k": per_100k(window["db_cpu_s"], messages),
+    }
 
 
 async def embedded(
     broker: Broker, name: str, load: Load, args: argparse.Namespace
 ) -> dict[str, Any]:
+    """``load.connections`` tasks each call ``broker.push()`` with ``load.items`` items in a
+    closed loop (dedup on, the queue default); warm-up, then a measured window."""
     queue = f"{args.queue_prefix}{name.lower()}"
-    measuring = False
-    done = 0
-    failed = 0
+    measuring, done, failed, counter = False, 0, 0, 0
     latencies: list[float] = []
-    counter = 0
 
     async def producer() -> None:
         nonlocal counter, done, failed
         while True:
-            first = counter
-            counter += load.items
-            items = [
-                item(queue, load.partitions, n, args.tag) for n in range(first, first + load.items)
-            ]
+            first, counter = counter, counter + load.items
+            items = [item(queue, load.partitions, n, args.tag) for n in range(first, counter)]
             t0 = time.perf_counter()
             results = await broker.push(items)
-            elapsed = time.perf_counter() - t0
             if measuring:
-                latencies.append(elapsed * 1000)
-                for r in results:
-                    if r.status == "queued":
-                        done += 1
-                    else:
-                        failed += 1
+                latencies.append((time.perf_counter() - t0) * 1000)
+                queued = sum(1 for r in results if r.status == "queued")
+                done, failed = done + queued, failed + len(results) - queued
 
     meter = Meter(args.db_pid)
     async with trio.open_nursery() as nursery:
@@ -159,11 +114,7 @@ async def embedded(
         nursery.cancel_scope.cancel()
     delta = {k: after[k] - before.get(k, 0) for k in after}
     tx = delta.get("push_transactions", 0)
-    record: dict[str, Any] = {
-        "kind": "embedded",
-        "items_per_request": load.items,
-        "connections": load.connections,
-        "partitions": load.partitions,
+    return {
         "seconds": window["wall_s"],
         "requests": len(latencies),
         "requests_per_s": len(latencies) / window["wall_s"],
@@ -172,28 +123,24 @@ async def embedded(
         "errors": {"failed_items": failed},
         "requests_per_tx": delta.get("push_requests_committed", 0) / tx if tx else None,
         "partitions_per_tx": delta.get("push_segments", 0) / tx if tx else None,
-        **window,
-        "server_cores": window["server_cpu_s"] / window["wall_s"],
-        "server_cpu_s_per_100k": _per_100k(window["server_cpu_s"], done),
-        "db_cpu_s_per_100k": _per_100k(window["db_cpu_s"], done),
+        **_cpu(window, done),
     }
-    return record
 
 
-async def fill(broker: Broker, queue: str, load: ConsumeLoad, tag: str) -> None:
-    """Push ``load.messages`` messages, item ``n`` in partition ``p{n % partitions}``."""
-    pushes = math.ceil(load.messages / FILL_ITEMS)
+async def fill(
+    push: Callable[[list[dict[str, Any]]], Awaitable[None]],
+    queue: str,
+    messages: int,
+    partitions: int,
+    tag: str,
+) -> None:
+    """Push ``messages`` items (:func:`item`), 100 per push from 8 tasks."""
+    pushes = math.ceil(messages / FILL_ITEMS)
 
     async def pusher(worker: int) -> None:
         for k in range(worker, pushes, FILL_TASKS):
-            first = k * FILL_ITEMS
-            last = min(load.messages, first + FILL_ITEMS)
-            results = await broker.push(
-                [item(queue, load.partitions, n, tag) for n in range(first, last)]
-            )
-            bad = [r for r in results if r.status != "queued"]
-            if bad:
-                raise RuntimeError(f"fill of {queue}: {bad[0]}")
+            numbers = range(k * FILL_ITEMS, min(messages, (k + 1) * FILL_ITEMS))
+            await push([item(queue, partitions, n, tag) for n in numbers])
 
     async with trio.open_nursery() as nursery:
         for worker in range(FILL_TASKS):
@@ -205,65 +152,83 @@ class Drain:
     consumed: int = 0
     pops: int = 0
     empty_pops: int = 0
+    failed_acks: int = 0
     finished: bool = False
+    pop_ms: list[float] = field(default_factory=list)
+    ack_ms: list[float] = field(default_factory=list)
 
 
 async def drain(
-    broker: Broker,
-    queue: str,
-    group: str | None,
+    pop: Callable[[], Awaitable[list[Any]]],
+    ack: Callable[[list[Any]], Awaitable[int]],
     total: int,
     consumers: int,
-    batch: int,
-    pop_ms: list[float] | None = None,
-    ack_ms: list[float] | None = None,
 ) -> Drain:
-    """``consumers`` tasks pop and ack until ``total`` messages are acked (or the limit)."""
+    """``consumers`` tasks ``pop`` and ``ack`` (which answers how many it acked) until
+    ``total`` messages are acked, or :data:`DRAIN_LIMIT_S`; then the others, perhaps waiting
+    in a long poll for nothing, are cancelled."""
     state = Drain()
-    pops = pop_ms if pop_ms is not None else []
-    acks = ack_ms if ack_ms is not None else []
 
-    async def consumer() -> None:
+    async def consumer(cancel: trio.CancelScope) -> None:
         while state.consumed < total:
             t0 = time.perf_counter()
-            result = await broker.pop(queue, batch=batch, consumer_group=group, autopilot=True)
+            messages = await pop()
             t1 = time.perf_counter()
-            pops.append((t1 - t0) * 1000)
+            state.pop_ms.append((t1 - t0) * 1000)
             state.pops += 1
-            if not result:
+            if not messages:
                 state.empty_pops += 1
                 await trio.lowlevel.checkpoint()
                 continue
-            answers = await broker.ack(result.messages)
-            acks.append((time.perf_counter() - t1) * 1000)
-            bad = [a for a in answers if not a.success]
-            if bad:
-                raise RuntimeError(f"ack failed: {bad[0]}")
-            state.consumed += len(answers)
+            acked = await ack(messages)
+            state.ack_ms.append((time.perf_counter() - t1) * 1000)
+            state.failed_acks += len(messages) - acked
+            state.consumed += acked
+        cancel.cancel()
 
     with trio.move_on_after(DRAIN_LIMIT_S):
         async with trio.open_nursery() as nursery:
             for _ in range(consumers):
-                nursery.start_soon(consumer)
-        state.finished = True
+                nursery.start_soon(consumer, nursery.cancel_scope)
+    state.finished = state.consumed >= total
     return state
 
 
 async def consume(broker: Broker, load: ConsumeLoad, args: argparse.Namespace) -> dict[str, Any]:
-    name = load.name
-    queue = f"{args.queue_prefix}{name.lower()}"
+    """Fill the queue (not measured), then ``load.consumers`` tasks pop ``load.batch`` in queue
+    mode (autopilot) and ack each batch with one call until every message is acked. C2 first
+    times single pops (``batch=1``, then acked) on the full queue; C3 lets a first group (queue
+    mode) drain the queue before the measured group reads it."""
+    queue = f"{args.queue_prefix}{load.name.lower()}"
     t0 = time.monotonic()
-    await fill(broker, queue, load, args.tag)
-    record: dict[str, Any] = {"kind": "consume", "fill_s": time.monotonic() - t0}
-    total = load.messages
+
+    async def push(items: list[dict[str, Any]]) -> None:
+        bad = [r for r in await broker.push(items) if r.status != "queued"]
+        if bad:
+            raise RuntimeError(f"fill of {queue}: {bad[0]}")
+
+    await fill(push, queue, load.messages, load.partitions, args.tag)
+    record: dict[str, Any] = {"fill_s": time.monotonic() - t0}
     group: str | None = None
+
+    async def pop() -> list[Any]:
+        return (
+            await broker.pop(queue, batch=load.batch, consumer_group=group, autopilot=True)
+        ).messages
+
+    async def ack(messages: list[Any]) -> int:
+        bad = [a for a in await broker.ack(messages) if not a.success]
+        if bad:
+            raise RuntimeError(f"ack failed: {bad[0]}")
+        return len(messages)
+
+    total = load.messages
     if load.fan_out:
-        first = await drain(broker, queue, None, total, load.consumers, load.batch)
-        if not first.finished:
-            raise RuntimeError(f"{name}: the first group did not drain the queue")
+        if not (await drain(pop, ack, total, load.consumers)).finished:
+            raise RuntimeError(f"{load.name}: the first group did not drain the queue")
         group = "bench-second"
-    single: list[float] = []
     if load.single_pops:
+        single: list[float] = []
         for _ in range(min(SINGLE_POPS, total)):
             s0 = time.perf_counter()
             result = await broker.pop(queue, batch=1, consumer_group=group)
@@ -271,31 +236,20 @@ async def consume(broker: Broker, load: ConsumeLoad, args: argparse.Namespace) -
             await broker.ack(result.messages)
         total -= len(single)
         record["single_pop_ms"] = percentiles(single)
-    pop_ms: list[float] = []
-    ack_ms: list[float] = []
     meter = Meter(args.db_pid)
     meter.start()
-    state = await drain(broker, queue, group, total, load.consumers, load.batch, pop_ms, ack_ms)
+    state = await drain(pop, ack, total, load.consumers)
     window = meter.stop()
-    record.update(
-        {
-            "messages": state.consumed,
-            "partitions": load.partitions,
-            "consumers": load.consumers,
-            "batch": load.batch,
-            "finished": state.finished,
-            "pops": state.pops,
-            "empty_pops": state.empty_pops,
-            "msg_per_s": state.consumed / window["wall_s"],
-            "pop_ms": percentiles(pop_ms),
-            "ack_ms": percentiles(ack_ms),
-            **window,
-            "server_cores": window["server_cpu_s"] / window["wall_s"],
-            "server_cpu_s_per_100k": _per_100k(window["server_cpu_s"], state.consumed),
-            "db_cpu_s_per_100k": _per_100k(window["db_cpu_s"], state.consumed),
-        }
-    )
-    return record
+    return {
+        **record,
+        "messages": state.consumed,
+        "finished": state.finished,
+        "pops": state.pops,
+        "msg_per_s": state.consumed / window["wall_s"],
+        "pop_ms": percentiles(state.pop_ms),
+        "ack_ms": percentiles(state.ack_ms),
+        **_cpu(window, state.consumed),
+    }
 
 
 # name: (the load of the scenario of that name, over HTTP)
@@ -305,27 +259,14 @@ CALL_SHAPES = {
 }
 # Where a call is counted: the first fragment of its file's path that matches (see
 # calls_by_group for the rest). "bench" (the drivers) is left out of the totals.
-_ROOMS = (
-    "actors/",
-    "push/",
-    "intake.py",
-    "storage/",
-    "http/",
-    "primitives.py",
-    "frames.py",
-    "spool/",
-)
+_ROOMS = "actors/ push/ intake.py storage/ http/ primitives.py frames.py spool/"
 CALL_GROUPS = (
-    *((f"/queen/{room}", room.removesuffix(".py").strip("/")) for room in _ROOMS),
+    *((f"/queen/{room}", room.removesuffix(".py").strip("/")) for room in _ROOMS.split()),
     ("/queen/", "queen other"),
     ("/bench/", "bench"),
     *((part, "trio") for part in ("/trio/", "/outcome/", "methods trio.", "methods outcome.")),
     *((f"/{name}", name) for name in ("psycopg", "quart", "hypercorn", "h11")),
 )
-
-
-def call_group(path: str) -> str:
-    return next((name for part, name in CALL_GROUPS if part in path), "other")
 
 
 def calls_by_group(profile: cProfile.Profile) -> dict[str, int]:
@@ -341,7 +282,8 @@ def calls_by_group(profile: cProfile.Profile) -> dict[str, int]:
             by[entry.code] = by.get(entry.code, 0) + sub.callcount
 
     def own(code: Any) -> str:
-        return call_group(code.co_filename) if isinstance(code, types.CodeType) else "other"
+        path = code.co_filename if isinstance(code, types.CodeType) else ""
+        return next((name for part, name in CALL_GROUPS if part in path), "other")
 
     owners: dict[Any, str] = {}
 
@@ -364,24 +306,24 @@ def calls_by_group(profile: cProfile.Profile) -> dict[str, int]:
     return counts
 
 
-def _post_all(port: int, bodies: list[bytes], errors: list[BaseException]) -> None:
-    """POST ``bodies`` one after another on one keep-alive connection (a client thread)."""
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port)
-        for body in bodies:
-            conn.request("POST", "/api/v1/push", body, {"Content-Type": "application/json"})
-            answer = conn.getresponse()
-            if answer.status != 201 or b'"failed"' in answer.read():
-                raise RuntimeError(f"push answered {answer.status}")
-        conn.close()
-    except BaseException as exc:
-        errors.append(exc)
-
-
 def _post_lanes(port: int, lanes: list[list[bytes]]) -> None:
-    """Each lane from a client thread of its own (threads cProfile does not see)."""
+    """Each lane's bodies one after another on one keep-alive connection, from a client
+    thread of its own (threads cProfile does not see)."""
     errors: list[BaseException] = []
-    clients = [threading.Thread(target=_post_all, args=(port, b, errors)) for b in lanes]
+
+    def post_all(bodies: list[bytes]) -> None:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port)
+            for body in bodies:
+                conn.request("POST", "/api/v1/push", body, {"Content-Type": "application/json"})
+                answer = conn.getresponse()
+                if answer.status != 201 or b'"failed"' in answer.read():
+                    raise RuntimeError(f"push answered {answer.status}")
+            conn.close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    clients = [threading.Thread(target=post_all, args=(bodies,)) for bodies in lanes]
     for client in clients:
         client.start()
     for client in clients:
@@ -476,19 +418,13 @@ def calls_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-async def run_calls(args: argparse.Namespace, url: str) -> list[dict[str, Any]]:
+async def run(args: argparse.Namespace, url: str) -> Any:
     with tempfile.TemporaryDirectory(prefix="queen-bench-spool-") as spool:
         settings = Settings.from_env(database_url=url, file_buffer_dir=spool)
         async with open_broker(settings) as broker:
-            tune_gc(settings.gc_gen0_threshold)
-            return [await count_calls(broker, s, args) for s in args.shapes.split(",")]
-
-
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="queen-bench-spool-") as spool:
-        settings = Settings.from_env(database_url=args.database_url, file_buffer_dir=spool)
-        async with open_broker(settings) as broker:
             tune_gc(settings.gc_gen0_threshold)  # what queen serve does, as the README advises
+            if args.name == "calls":
+                return [await count_calls(broker, s, args) for s in args.shapes.split(",")]
             if args.name in EMBEDDED:
                 return await embedded(broker, args.name, EMBEDDED[args.name].load, args)
             return await consume(broker, CONSUME[args.name], args)
@@ -517,12 +453,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             tempfile.TemporaryDirectory(prefix="queen-bench-calls-") as workdir,
             servers.open_database(args.database_url, Path(workdir)) as db,
         ):
-            records = trio.run(run_calls, args, db.conninfo)
+            records = trio.run(run, args, db.conninfo)
         sys.stdout.write(calls_table(records) + "\n" + json.dumps(records) + "\n")
         return 0
     if not args.database_url:
         parser().error("--database-url is required")
-    record = trio.run(run, args)
+    record = trio.run(run, args, args.database_url)
     sys.stdout.write(json.dumps(record) + "\n")
     return 0
 

@@ -1,5 +1,6 @@
 """The original C++ Queen server as a peer of the benchmark: where its build is, how it starts
-on a database of the run's PostgreSQL, and the fresh database every peer step gets.
+on a database of the run's PostgreSQL, the fresh database every peer step gets, and the
+figures of a step's measured window.
 
 The original is built from source by ``../shared/peer/build-original.sh`` (its header says how);
 ``QUEEN_PEER_SERVER`` names the binary, by default ``../peer-build/server/bin/queen-server``
@@ -11,15 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from bench.servers import ROOT, Database, Server, free_port
+from bench import procfs
+from bench.servers import ROOT, Database, Server, free_port, spawn
 
 BINARY_ENV = "QUEEN_PEER_SERVER"
 DEFAULT_BINARY = ROOT.parent / "peer-build" / "server" / "bin" / "queen-server"
@@ -52,51 +55,23 @@ def missing() -> str | None:
     return None
 
 
-def start_original(
-    db: Database, *, workdir: Path, name: str, settings: dict[str, str] | None = None
-) -> Server:
+def start_original(db: Database, *, workdir: Path, name: str) -> Server:
     """The original on a free port of 127.0.0.1, on ``db`` (a TCP conninfo)."""
     parts = conninfo_to_dict(db.conninfo)
     host = str(parts.get("host") or "")
     if not host or host.startswith("/"):
         raise RuntimeError(f"the original reaches PostgreSQL over TCP only, not {db.description}")
-    port = free_port()
-    spool = workdir / f"peer-spool-{name}"
+    port, spool = free_port(), workdir / f"peer-spool-{name}"
     spool.mkdir(parents=True, exist_ok=True)
     env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TZ") if k in os.environ}
-    env.update(
-        {
-            "HOST": "127.0.0.1",
-            "PORT": str(port),
-            "PG_HOST": host,
-            "PG_PORT": str(parts.get("port") or 5432),
-            "PG_USER": str(parts.get("user") or "postgres"),
-            # trust authentication ignores it; the original insists on one
-            "PG_PASSWORD": str(parts.get("password") or "postgres"),
-            "PG_DB": str(parts.get("dbname") or "postgres"),
-            "FILE_BUFFER_DIR": str(spool),
-            **SETTINGS,
-            **(settings or {}),
-        }
-    )
-    log_path = workdir / f"peer-{name}.log"
-    path = binary()
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [str(path)],
-            env=env,
-            cwd=path.parent.parent,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-        )
+    env.update(HOST="127.0.0.1", PORT=str(port), FILE_BUFFER_DIR=str(spool), **SETTINGS)
+    env.update(PG_HOST=host, PG_PORT=str(parts.get("port") or 5432))
+    # trust authentication ignores the password; the original insists on one
+    for key, part in (("PG_USER", "user"), ("PG_PASSWORD", "password"), ("PG_DB", "dbname")):
+        env[key] = str(parts.get(part) or "postgres")
+    log_path, path = workdir / f"peer-{name}.log", binary()
+    proc = spawn([str(path)], env, log_path, cwd=path.parent.parent)
     return Server(f"original ({name})", [proc], port, 1, log_path)
-
-
-def with_dbname(conninfo: str, dbname: str) -> str:
-    """``conninfo`` (a URL) naming database ``dbname`` instead."""
-    url = urlsplit(conninfo)
-    return urlunsplit(url._replace(path="/" + dbname))
 
 
 @contextlib.contextmanager
@@ -109,9 +84,8 @@ def fresh_database(server: Database, dbname: str) -> Iterator[Database]:
         conn.execute(create)
     try:
         yield Database(
-            with_dbname(server.conninfo, dbname),
+            urlunsplit(urlsplit(server.conninfo)._replace(path="/" + dbname)),
             f"{server.description}, database {dbname}",
-            server.embedded,
             server.postmaster_pid,
             server.version,
             server.settings,
@@ -132,3 +106,66 @@ def stored_messages(db: Database, original: bool) -> int:
     with db.connect() as conn:
         row = conn.execute(query).fetchone()
     return int(row[0]) if row else 0
+
+
+class Backends(threading.Thread):
+    """CPU seconds of the backends of database ``dbname`` since started. They come and go with
+    its sessions: they are listed in ``pg_stat_activity`` every half second, each one's first
+    and last CPU reading kept. A backend there at the start counts from that reading, one born
+    later from zero; one that ends counts up to its last reading (at most 0.5 s short)."""
+
+    def __init__(self, server: Database, dbname: str) -> None:
+        super().__init__(daemon=True)
+        self.server, self.dbname = server, dbname
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.done, self.opened = threading.Event(), threading.Event()
+        self.start()
+        self.opened.wait(10)
+
+    def _sample(self, conn: Any, *, opening: bool = False) -> None:
+        query = "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+        for (pid,) in conn.execute(query, (self.dbname,)).fetchall():
+            stat = procfs.read_stat(int(pid))
+            if stat is not None:
+                self.first.setdefault(stat.pid, stat.cpu_s if opening else 0.0)
+                self.last[stat.pid] = stat.cpu_s
+
+    def run(self) -> None:
+        with self.server.connect() as conn:
+            self._sample(conn, opening=True)
+            self.opened.set()
+            while not self.done.wait(0.5):
+                self._sample(conn)
+            self._sample(conn)
+
+    def stop(self) -> float:
+        self.done.set()
+        self.join()
+        return sum(self.last[pid] - self.first[pid] for pid in self.last)
+
+
+class Window:
+    """One peer step's measured window: :class:`bench.procfs.Meter`'s figures, and the CPU of
+    the backends of the step's own database ``dbname``."""
+
+    def __init__(self, server: Server, db: Database, dbname: str) -> None:
+        self.meter = procfs.Meter(db.postmaster_pid, server.pids)
+        self.db, self.dbname = db, dbname
+        self.backends: Backends | None = None
+
+    def start(self) -> None:
+        if self.db.postmaster_pid is not None:
+            self.backends = Backends(self.db, self.dbname)
+        self.meter.start()
+
+    def stop(self) -> dict[str, Any]:
+        figures = self.meter.stop()
+        figures["db_backends_cpu_s"] = self.backends.stop() if self.backends else None
+        return figures
+
+
+def per_100k(record: dict[str, Any], messages: float) -> None:
+    """Add the CPU figures of ``record`` per 100k ``messages``."""
+    for key in ("server_cpu_s", "db_cpu_s", "db_backends_cpu_s", "client_cpu_s"):
+        record[f"{key}_per_100k"] = procfs.per_100k(record.get(key), messages)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from statistics import mean
 from typing import Any
 
-from bench.report import _n, table
+from bench.report import _n, get, merge_results, table
 
 Doc = Mapping[str, Any]
 SIDES = ("original", "ours")
@@ -47,14 +47,8 @@ METHOD = """\
 
 
 def _values(steps: Sequence[Mapping[str, Any]], *keys: str) -> list[float]:
-    out = []
-    for step in steps:
-        value: Any = step
-        for key in keys:
-            value = value.get(key) if isinstance(value, Mapping) else None
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out.append(float(value))
-    return out
+    values = (get(step, *keys) for step in steps)
+    return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
 
 
 def avg(steps: Sequence[Mapping[str, Any]], *keys: str) -> float | None:
@@ -138,26 +132,24 @@ def _rounds(steps: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(_n(v) for v in _values(steps, "msg_per_s"))
 
 
+def _by_shape(doc: Doc) -> list[tuple[str, Mapping[str, Any], list[Any], list[Any]]]:
+    """Per shape: its name, its steps by side, the original's and ours."""
+    shapes = (doc.get("shapes") or {}).items()
+    by_side = [(name, shape.get("steps") or {}) for name, shape in shapes]
+    return [(n, s, s.get("original", []), s.get("ours", [])) for n, s in by_side]
+
+
 def throughput_rows(doc: Doc, *, markdown: bool = True) -> list[list[str]]:
     rows = []
-    for name, shape in (doc.get("shapes") or {}).items():
-        steps = shape.get("steps") or {}
-        o, u = steps.get("original", []), steps.get("ours", [])
-        mo, mu = avg(o, "msg_per_s"), avg(u, "msg_per_s")
-        lk = _latency_keys(name)
+    for name, _, o, u in _by_shape(doc):
+        mo, mu, lk = avg(o, "msg_per_s"), avg(u, "msg_per_s"), _latency_keys(name)
+        ratio = (
+            "-" if not mo or mu is None else f"**{mu / mo:.2f}**" if markdown else f"{mu / mo:.2f}"
+        )
+        latency = [_pair(avg(s, *lk, "p50"), avg(s, *lk, "p99"), ".1f") for s in (o, u)]
+        rounds = f"{_rounds(o)}; {_rounds(u)}"
         rows.append(
-            [
-                name,
-                _n(mo),
-                _n(mu),
-                (f"**{mu / mo:.2f}**" if markdown else f"{mu / mo:.2f}")
-                if mo and mu is not None
-                else "-",
-                _pair(avg(o, *lk, "p50"), avg(o, *lk, "p99"), ".1f"),
-                _pair(avg(u, *lk, "p50"), avg(u, *lk, "p99"), ".1f"),
-                f"{_rounds(o)}; {_rounds(u)}",
-                f"{notes(name, o)}; {notes(name, u)}",
-            ]
+            [name, _n(mo), _n(mu), ratio, *latency, rounds, f"{notes(name, o)}; {notes(name, u)}"]
         )
     return rows
 
@@ -176,23 +168,14 @@ THROUGHPUT_HEADERS = [
 
 def cpu_rows(doc: Doc) -> list[list[str]]:
     rows = []
-    for name, shape in (doc.get("shapes") or {}).items():
-        steps = shape.get("steps") or {}
-        o, u = steps.get("original", []), steps.get("ours", [])
+    for name, _, o, u in _by_shape(doc):
         cells = [name]
         for key in ("server", "db_backends", "db", "client"):
             cells.append(
                 _pair(avg(o, f"{key}_cpu_s_per_100k"), avg(u, f"{key}_cpu_s_per_100k"), ".2f")
             )
-        total_o = [avg(o, f"{k}_cpu_s_per_100k") for k in ("server", "db")]
-        total_u = [avg(u, f"{k}_cpu_s_per_100k") for k in ("server", "db")]
-        cells.append(
-            _pair(
-                sum(v for v in total_o if v is not None),
-                sum(v for v in total_u if v is not None),
-                ".2f",
-            )
-        )
+        totals = [[avg(s, f"{k}_cpu_s_per_100k") for k in ("server", "db")] for s in (o, u)]
+        cells.append(_pair(*(sum(v for v in t if v is not None) for t in totals), ".2f"))
         cells.append(_pair(avg(o, "server_cores"), avg(u, "server_cores"), ".2f"))
         cells.append(_pair(avg(o, "other_cores"), avg(u, "other_cores"), ".2f"))
         rows.append(cells)
@@ -218,26 +201,15 @@ def _ratio(a: float | None, b: float | None) -> str:
 def ceiling_rows(doc: Doc) -> list[list[str]]:
     """The push shapes against the HTTP stack alone, beside the original and ours."""
     rows = []
-    for name, shape in (doc.get("shapes") or {}).items():
-        steps = shape.get("steps") or {}
+    for name, steps, _, _ in _by_shape(doc):
         if not any(steps.get(side) for side in CEILINGS):
             continue
         mo, mu, ms, mh = (avg(steps.get(side, []), "msg_per_s") for side in (*SIDES, *CEILINGS))
         bound = hypercorn_bound(steps, (doc.get("machine") or {}).get("cores"))
+        cores = _pair(*(avg(steps.get(side, []), "server_cores") for side in CEILINGS), ".2f")
+        ratios = [_ratio(mu, ms), _ratio(ms, mo), _ratio(mh, mo)]
         rows.append(
-            [
-                name,
-                _n(mo),
-                _n(mu),
-                _n(ms),
-                _n(mh),
-                _ratio(mu, ms),
-                _ratio(ms, mo),
-                _ratio(mh, mo),
-                _pair(*(avg(steps.get(side, []), "server_cores") for side in CEILINGS), ".2f"),
-                _n(bound),
-                _ratio(bound, mo),
-            ]
+            [name, *map(_n, (mo, mu, ms, mh)), *ratios, cores, _n(bound), _ratio(bound, mo)]
         )
     return rows
 
@@ -470,19 +442,11 @@ def markdown(doc: Doc) -> str:
 
 
 def markers(doc: Doc) -> tuple[str, str]:
-    key = _key(doc)
-    head = f"<!-- generated by ./bench/run.sh --peer --write-results ({key})"
+    head = f"<!-- generated by ./bench/run.sh --peer --write-results ({_key(doc)})"
     return f"{head}: begin -->", f"{head}: end -->"
 
 
 def merge(existing: str | None, doc: Doc) -> str:
     """The results file with this run's section (one per PostgreSQL major version) between
     its markers, or appended when the file has none; everything else kept as it was."""
-    begin, end = markers(doc)
-    block = f"{begin}\n{markdown(doc).rstrip()}\n{end}"
-    if not existing or not existing.strip():
-        return block + "\n"
-    start, stop = existing.find(begin), existing.find(end)
-    if start < 0 or stop < start:
-        return existing.rstrip() + "\n\n" + block + "\n"
-    return existing[:start] + block + existing[stop + len(end) :]
+    return merge_results(existing, markdown(doc), markers(doc), append=True)

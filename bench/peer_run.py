@@ -12,57 +12,43 @@ to a half within minutes, and alternation spreads the drift over both servers.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import secrets
-import shlex
-import shutil
 import subprocess
-import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import httpx
 import trio
 
-from bench import machine, peer, peer_consume, peer_report, pipeline
-from bench.peer_consume import HttpConsume
-from bench.peer_measure import Meter, per_100k
+from bench import inproc, machine, peer, peer_report, pipeline
+from bench.inproc import percentiles
+from bench.peer import Window, per_100k
 from bench.peer_report import CEILINGS, SIDES
 from bench.pipeline import PipelineShape
-from bench.scenarios import Load
-from bench.servers import (
-    Database,
-    Server,
-    open_database,
-    start_broker,
-    start_http_ceiling,
-    start_hypercorn_floor,
-)
-from bench.wrk import WrkReport, ensure_wrk, run_wrk, wrk_version
+from bench.runner import head, new_run_id, scratch
+from bench.scenarios import CONSUME as CONSUME_LOADS
+from bench.scenarios import SCENARIOS, ConsumeLoad, pick
+from bench.servers import Database, Server, open_database, start_broker, start_http_stack
+from bench.wrk import ensure_wrk, run_wrk
 from queen.settings import Settings
 
-HERE = Path(__file__).resolve().parent
 # At the push shapes, besides SIDES, the HTTP stack alone (CEILINGS), with ours' process count
 # and no database: "stack" is our Quart-Trio app and serving layer answering the push without a
 # broker (bench.http_ceiling), "hypercorn" a bare ASGI callable on Hypercorn
 # (bench.hypercorn_floor).
-
-PUSH: dict[str, Load] = {
-    "S1": Load(1, 64, 100),
-    "S2": Load(10, 32, 100),
-    "S3": Load(100, 32, 10),
+PUSH = {name: SCENARIOS[name].load for name in ("S1", "S2", "S3")}
+# The C loads, each drained over HTTP by ``groups`` consumer groups at once (0: queue mode).
+CONSUME: dict[str, tuple[ConsumeLoad, int]] = {
+    "C1": (CONSUME_LOADS["C1"], 0),
+    "C2": (CONSUME_LOADS["C2"], 0),
+    "C3": (CONSUME_LOADS["C3"], 3),
 }
-CONSUME: dict[str, HttpConsume] = {
-    c.name: c
-    for c in (
-        HttpConsume("C1", 100_000, 100, 8, 100),
-        HttpConsume("C2", 10_000, 10_000, 8, 10),
-        HttpConsume("C3", 100_000, 100, 8, 100, groups=3),
-    )
-}
+WAIT_MS = 30_000  # the consumers' long polls
 PIPELINE = PipelineShape()
 SHAPES = [*PUSH, *CONSUME, PIPELINE.name]
 
@@ -71,18 +57,15 @@ def describe(name: str) -> str:
     if name in PUSH:
         return f"push (wrk): {PUSH[name].describe()}"
     if name in CONSUME:
-        return f"consume over HTTP: {CONSUME[name].describe()}"
+        load, groups = CONSUME[name]
+        text = (
+            f"consume over HTTP: {load.messages:,} messages in {load.partitions:,} partitions, "
+            f"{load.consumers} consumers, batch={load.batch}"
+        )
+        if groups:
+            return text + f", {groups} consumer groups at once ({load.consumers} each)"
+        return text + ", queue mode"
     return PIPELINE.describe()
-
-
-def select(names: str) -> list[str]:
-    if names.strip().lower() == "all":
-        return list(SHAPES)
-    chosen = [n.strip().upper() for n in names.split(",") if n.strip()]
-    unknown = [n for n in chosen if n not in SHAPES]
-    if unknown or not chosen:
-        raise ValueError(f"unknown peer shapes {', '.join(unknown)} (known: {', '.join(SHAPES)})")
-    return [n for n in SHAPES if n in chosen]
 
 
 @dataclass(slots=True)
@@ -104,7 +87,7 @@ class PeerRun:
     def __init__(self, options: PeerOptions, *, log: Callable[[str], None] = print) -> None:
         self.options = options
         self.log = log
-        self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(2)
+        self.run_id = new_run_id()
         self.wrk = ""
         self.skipped: dict[str, str] = {}
         self.steps: dict[str, dict[str, list[dict[str, Any]]]] = {}
@@ -133,60 +116,30 @@ class PeerRun:
         before = machine.describe()
         total = sum(len(self._sides(name)) for name in shapes) * o.rounds
         self.log(f"peer benchmark {self.run_id}: {total} steps ({', '.join(shapes)})")
-        workdir = Path(tempfile.mkdtemp(prefix="queen-peer-"))
-        failed = True
-        try:
-            with open_database(o.database_url, workdir, tcp=True, bin_dir=o.pg_bin) as server:
-                self.log(f"database: {server.description}, {server.version}")
-                number = 0
-                for name in shapes:
-                    for rnd in range(o.rounds):
-                        for side in self._sides(name):
-                            number += 1
-                            self.log(f"[{number}/{total}] {name} {side} (round {rnd + 1})")
-                            record = self._step(name, side, rnd, server, workdir)
-                            self.steps.setdefault(name, {}).setdefault(side, []).append(record)
-                            self.log("      " + peer_report.step_line(name, record))
-                database = {
-                    "description": server.description,
-                    "version": server.version,
-                    "settings": server.settings,
-                    "cpu_measured": server.postmaster_pid is not None,
-                }
-            failed = False
-        finally:
-            if failed:
-                self.log(f"logs of the servers are kept in {workdir}")
-            else:
-                shutil.rmtree(workdir, ignore_errors=True)
+        with (
+            scratch("queen-peer-", self.log) as workdir,
+            open_database(o.database_url, workdir, tcp=True, bin_dir=o.pg_bin) as server,
+        ):
+            self.log(f"database: {server.description}, {server.version}")
+            number = 0
+            for name in shapes:
+                for rnd in range(o.rounds):
+                    for side in self._sides(name):
+                        number += 1
+                        self.log(f"[{number}/{total}] {name} {side} (round {rnd + 1})")
+                        record = self._step(name, side, rnd, server, workdir)
+                        self.steps.setdefault(name, {}).setdefault(side, []).append(record)
+                        self.log("      " + peer_report.step_line(name, record))
         return {
-            "format": 1,
+            **head(self.run_id, started, before, self.wrk),
             "kind": "peer",
-            "run_id": self.run_id,
-            "started_at": started.isoformat(timespec="seconds"),
-            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "options": {
+                **{k: v for k, v in asdict(o).items() if k not in ("database_url", "pg_bin")},
                 "shapes": shapes,
-                "rounds": o.rounds,
-                "duration_s": o.duration_s,
-                "warmup_s": o.warmup_s,
-                "pipeline_s": o.pipeline_s,
-                "pipeline_warmup_s": o.pipeline_warmup_s,
-                "wrk_threads": o.wrk_threads,
-                "ours_workers": o.ours_workers,
                 "ours_processes": ours_processes(o.ours_workers),
-                "ceilings": o.ceilings,
             },
-            "machine": before,
-            "load_average_after": [round(v, 2) for v in os.getloadavg()],
-            "wrk": wrk_version(self.wrk) if self.wrk else "not used",
-            "database": database,
+            "database": server.describe(),
             "original": _original(),
-            "broker_env": {
-                k: v
-                for k, v in sorted(os.environ.items())
-                if k.startswith("QUEEN_") and k not in ("DATABASE_URL", "QUEEN_WORKER_ID")
-            },
             "skipped": self.skipped,
             "shapes": {
                 name: {"description": describe(name), "steps": self.steps.get(name, {})}
@@ -213,7 +166,7 @@ class PeerRun:
                 server = start_broker(db, workers=o.ours_workers, workdir=workdir, name=dbname)
             try:
                 server.wait_ready()
-                meter = Meter(server, server_db, dbname)
+                meter = Window(server, server_db, dbname)
                 if name in PUSH:
                     record = self._push(name, server, meter, dbname)
                     record["stored"] = peer.stored_messages(db, side == "original")
@@ -230,45 +183,25 @@ class PeerRun:
     ) -> dict[str, Any]:
         """The push shape against the HTTP stack alone (no broker, no database)."""
         processes = ours_processes(self.options.ours_workers)
-        start = start_http_ceiling if side == "stack" else start_hypercorn_floor
-        server = start(workers=processes, workdir=workdir, name=label)
+        module = "bench.http_ceiling" if side == "stack" else "bench.hypercorn_floor"
+        server = start_http_stack(module, workers=processes, workdir=workdir, name=label)
         try:
             server.wait_ready()
-            return self._push(name, server, Meter(server, server_db, label), label)
+            return self._push(name, server, Window(server, server_db, label), label)
         finally:
             server.stop()
 
-    def _push(self, name: str, server: Server, meter: Meter, tag: str) -> dict[str, Any]:
-        o, load = self.options, PUSH[name]
-        queue = f"peer-{name.lower()}"
-        tag = f"{self.run_id}-{tag}"
-
-        def wrk(seconds: float, suffix: str) -> WrkReport:
-            report, _ = run_wrk(
-                self.wrk,
-                server.base_url,
-                load,
-                seconds=seconds,
-                queue=queue,
-                tag=tag + suffix,
-                threads=o.wrk_threads,
-            )
-            return report
-
-        warm = wrk(o.warmup_s, "-w")
+    def _push(self, name: str, server: Server, meter: Window, tag: str) -> dict[str, Any]:
+        o, load, url = self.options, PUSH[name], server.base_url
+        queue, tag = f"peer-{name.lower()}", f"{self.run_id}-{tag}"
+        warm = run_wrk(self.wrk, url, load, o.warmup_s, queue, tag + "-w", o.wrk_threads)
         meter.start()
-        report = wrk(o.duration_s, "-m")
+        report = run_wrk(self.wrk, url, load, o.duration_s, queue, tag + "-m", o.wrk_threads)
         window = meter.stop()
         messages = report.ok_requests * load.items
         record: dict[str, Any] = {
-            "msg_per_s": messages / report.duration_s if report.duration_s else 0.0,
-            "requests_per_s": report.requests_per_s,
-            "latency_ms": {
-                "p50": report.percentiles_ms.get("50"),
-                "p99": report.percentiles_ms.get("99"),
-                "max": report.latency_max_ms,
-            },
-            "errors": report.non_2xx + sum(report.socket_errors.values()),
+            **report.figures(load.items),
+            "errors": report.errors,
             "answered": (warm.ok_requests + report.ok_requests) * load.items,
             "messages": messages,
             **window,
@@ -276,17 +209,17 @@ class PeerRun:
         per_100k(record, messages)
         return record
 
-    def _consume(self, name: str, server: Server, meter: Meter, tag: str) -> dict[str, Any]:
-        shape = CONSUME[name]
+    def _consume(self, name: str, server: Server, meter: Window, tag: str) -> dict[str, Any]:
+        load, groups = CONSUME[name]
         queue = f"peer-{name.lower()}"
-        trio.run(peer_consume.fill, server.base_url, queue, shape, f"{self.run_id}-{tag}")
+        trio.run(fill, server.base_url, queue, load, f"{self.run_id}-{tag}")
         meter.start()
-        record = trio.run(peer_consume.drain, server.base_url, queue, shape)
+        record = trio.run(drain, server.base_url, queue, load, groups)
         record.update(meter.stop())
         per_100k(record, record["messages"])
         return record
 
-    def _pipeline(self, server: Server, meter: Meter, workdir: Path) -> dict[str, Any]:
+    def _pipeline(self, server: Server, meter: Window, workdir: Path) -> dict[str, Any]:
         o = self.options
         record = pipeline.run(
             server.base_url,
@@ -300,6 +233,92 @@ class PeerRun:
         record.update(peer_report.pipeline_figures(record["summary"]))
         per_100k(record, record["pushed"])
         return record
+
+
+def _client(base_url: str, connections: int) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=base_url,
+        timeout=httpx.Timeout(WAIT_MS / 1000 + 30),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+    )
+
+
+async def fill(base_url: str, queue: str, load: ConsumeLoad, tag: str) -> None:
+    """Fill the queue over HTTP (:func:`bench.inproc.fill`: 100 items a push, 8 at a time)."""
+    async with _client(base_url, inproc.FILL_TASKS) as client:
+
+        async def push(items: list[dict[str, Any]]) -> None:
+            answer = await client.post("/api/v1/push", json={"items": items})
+            if answer.status_code >= 300:
+                raise RuntimeError(f"fill of {queue}: {answer.status_code} {answer.text}")
+
+        await inproc.fill(push, queue, load.messages, load.partitions, tag)
+
+
+async def _group(
+    client: httpx.AsyncClient, queue: str, group: str | None, load: ConsumeLoad
+) -> inproc.Drain:
+    """One group's consumers, as the official JS client's ``consume()`` with ``.batch(n)``
+    pops (long polls) and acks (``/api/v1/ack/batch``, one per batch)."""
+    query = f"batch={load.batch}&wait=true&timeout={WAIT_MS}"
+    if group is not None:
+        query += f"&consumerGroup={quote(group)}"
+    path = f"/api/v1/pop/queue/{quote(queue, safe='')}?{query}"
+
+    async def pop() -> list[Any]:
+        answer = await client.get(path)
+        if answer.status_code == 204 or not answer.content:
+            return []
+        answer.raise_for_status()
+        return list(answer.json().get("messages") or [])
+
+    async def ack(messages: list[dict[str, Any]]) -> int:
+        acks = [
+            {
+                "transactionId": m["transactionId"],
+                "partitionId": m["partitionId"],
+                "leaseId": m.get("leaseId"),
+                "status": "completed",
+                "error": None,
+            }
+            for m in messages
+        ]
+        reply = await client.post(
+            "/api/v1/ack/batch", json={"acknowledgments": acks, "consumerGroup": group}
+        )
+        reply.raise_for_status()
+        answer = reply.json()
+        rows = answer if isinstance(answer, list) else (answer or {}).get("results") or []
+        return len(acks) - sum(1 for r in rows if isinstance(r, dict) and r.get("success") is False)
+
+    return await inproc.drain(pop, ack, load.messages, load.consumers)
+
+
+async def drain(base_url: str, queue: str, load: ConsumeLoad, groups: int) -> dict[str, Any]:
+    """Every group (or queue mode) drains the queue at once; the figures of the whole."""
+    names: list[str | None] = [f"g{k + 1}" for k in range(groups)] or [None]
+    states: list[inproc.Drain] = []
+    t0 = time.monotonic()
+    async with _client(base_url, load.consumers * len(names)) as client:
+
+        async def one(group: str | None) -> None:
+            states.append(await _group(client, queue, group, load))
+
+        async with trio.open_nursery() as nursery:
+            for group in names:
+                nursery.start_soon(one, group)
+    wall = time.monotonic() - t0
+    consumed = sum(s.consumed for s in states)
+    return {
+        "messages": consumed,
+        "deliveries_expected": load.messages * len(names),
+        "finished": all(s.finished for s in states),
+        **{k: sum(getattr(s, k) for s in states) for k in ("pops", "empty_pops", "failed_acks")},
+        "drain_s": wall,
+        "msg_per_s": consumed / wall if wall > 0 else 0.0,
+        "pop_ms": percentiles([v for s in states for v in s.pop_ms]),
+        "ack_ms": percentiles([v for s in states for v in s.ack_ms]),
+    }
 
 
 def ours_processes(workers: int) -> int:
@@ -335,7 +354,7 @@ def options(args: argparse.Namespace) -> PeerOptions:
             "0 or more"
         )
     return PeerOptions(
-        shapes=select(args.peer_shapes),
+        shapes=pick(args.peer_shapes, SHAPES, "peer shapes"),
         rounds=args.rounds,
         duration_s=args.duration,
         warmup_s=max(0.0, args.warmup),
@@ -349,26 +368,11 @@ def options(args: argparse.Namespace) -> PeerOptions:
     )
 
 
-def main(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """``./bench/run.sh --peer ...`` (parsed by :mod:`bench.cli`)."""
-    if args.render:
-        doc = json.loads(args.render.read_text())
-    else:
-        reason = peer.missing()
-        if reason is not None:
-            print(f"bench: {reason}; skipping the peer shapes")
-            return 0
-        doc = PeerRun(options(args), log=lambda line: print(line, flush=True)).execute()
-        doc["command"] = shlex.join(["./bench/run.sh", *argv])
-        output = args.output or HERE / "results" / f"peer-{doc['run_id']}.json"
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(doc, indent=2) + "\n")
-        print(f"\nresults: {output}")
-    print()
-    print(peer_report.terminal(doc))
-    if args.write_results:
-        path: Path = args.write_results
-        existing = path.read_text() if path.exists() else None
-        path.write_text(peer_report.merge(existing, doc))
-        print(f"written: {path}")
-    return 0
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """``./bench/run.sh --peer ...`` (parsed by :mod:`bench.cli`): the results document, or
+    nothing where the original is not built (said so)."""
+    reason = peer.missing()
+    if reason is not None:
+        print(f"bench: {reason}; skipping the peer shapes")
+        return {}
+    return PeerRun(options(args), log=lambda line: print(line, flush=True)).execute()

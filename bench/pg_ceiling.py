@@ -6,32 +6,21 @@ broker keeps push transactions in flight) each own one connection and one queue 
 batches shaped like the broker's requests: ``shape.items`` frames, item ``n`` in partition
 ``n % partitions``, ~100-byte JSON payloads, unique transactionIds, UUIDv7 ids from
 :func:`queen.ids.mint_ids`. A batch is one segment row per partition it touches (parallel
-arrays) plus one dedup sidecar row per frame.
-
-Variants:
-
-- ``fn``: one call of ``queen.push_segments`` per batch in autocommit mode, encoded by the
-  broker's own encoder: exactly the statement the broker sends, one commit per batch.
-- ``fn-group``: ``group`` such calls in one transaction (pipelined): one commit per group.
-- ``fn-merged``: ``group`` batches packed into one call, one segment per partition, which is
-  what the broker's coalescing and batching make of ``group`` requests: one commit.
-- ``insert``: plain statements without the function: one INSERT of the segment rows, one of
-  the sidecar rows, one UPDATE of ``next_offset`` (offsets kept by the client; no row lock, no
-  dedup probe), pipelined, one commit per batch.
-- ``insert-group``: the same statements carrying the rows of ``group`` batches, one commit.
+arrays) plus one dedup sidecar row per frame. :data:`VARIANTS` says how each variant writes
+and commits them (``fn``: the broker's own statement, encoded by its own encoder).
 """
 
 from __future__ import annotations
 
-import resource
+import operator
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
+from bench.procfs import Meter
 from bench.scenarios import PgShape
 from bench.servers import Database
 from queen.ids import mint_ids
@@ -68,33 +57,13 @@ FROM unnest(%s::bigint[], %s::bigint[]) AS u(pid, next) WHERE p.id = u.pid
 """
 
 
-@dataclass(slots=True)
-class PgResult:
-    shape: str
-    variant: str
-    items_per_batch: int
-    partitions: int
-    group: int  # batches per commit
-    connections: int
-    seconds: float
-    frames: int
-    batches: int
-    commits: int
-    msg_per_s: float
-    commits_per_s: float
-    db_cpu_s: float | None
-    client_cpu_s: float
-
-
 class _Writer:
     """One connection writing one queue's partitions in a loop (runs in its own thread)."""
 
     def __init__(
         self, db: Database, shape: PgShape, variant: str, group: int, queue: str, tag: str
     ) -> None:
-        self.shape = shape
-        self.group = group
-        self.tag = tag
+        self.shape, self.group, self.tag = shape, group, tag
         self.conn = db.connect()
         self.pids = [
             int(self._one("SELECT queen.ensure_partition(%s, %s)", (queue, f"p{i}")))
@@ -108,10 +77,7 @@ class _Writer:
         self.write: Callable[[list[list[SegmentWrite]]], int] = getattr(
             self, "_" + variant.replace("-", "_")
         )
-        self.next_batch = 0
-        self.frames = 0
-        self.batches = 0
-        self.commits = 0
+        self.next_batch = self.frames = self.batches = self.commits = 0
         self.error: BaseException | None = None
 
     def _one(self, sql: str, params: tuple[Any, ...]) -> Any:
@@ -227,11 +193,6 @@ class _Writer:
     _insert_group = _insert
 
 
-def _cpu_self_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def run_pg_ceiling(
     db: Database,
     shape: PgShape,
@@ -243,7 +204,7 @@ def run_pg_ceiling(
     connections: int,
     queue_prefix: str,
     tag: str,
-) -> PgResult:
+) -> dict[str, Any]:
     """Write for ``warmup_s`` + ``seconds``; count what committed during ``seconds``."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown PostgreSQL ceiling variant {variant!r}")
@@ -256,17 +217,15 @@ def run_pg_ceiling(
     threads = [threading.Thread(target=w.loop, args=(stop,), daemon=True) for w in writers]
     for t in threads:
         t.start()
+
+    def counts() -> list[int]:
+        return [sum(getattr(w, k) for w in writers) for k in ("frames", "batches", "commits")]
+
     try:
         time.sleep(warmup_s)
-        f0 = [w.frames for w in writers]
-        c0 = [w.commits for w in writers]
-        b0 = [w.batches for w in writers]
-        db0, cpu0, t0 = db.cpu_s(), _cpu_self_s(), time.monotonic()
+        before, meter = counts(), Meter(db.postmaster_pid)
         time.sleep(seconds)
-        f1 = [w.frames for w in writers]
-        c1 = [w.commits for w in writers]
-        b1 = [w.batches for w in writers]
-        db1, cpu1, t1 = db.cpu_s(), _cpu_self_s(), time.monotonic()
+        (frames, batches, commits), window = map(operator.sub, counts(), before), meter.stop()
     finally:
         stop.set()
         for t in threads:
@@ -274,22 +233,20 @@ def run_pg_ceiling(
     for w in writers:
         if w.error is not None:
             raise RuntimeError(f"PostgreSQL ceiling {shape.name}/{variant} failed: {w.error}")
-    window = t1 - t0
-    frames = sum(f1) - sum(f0)
-    commits = sum(c1) - sum(c0)
-    return PgResult(
-        shape=shape.name,
-        variant=variant,
-        items_per_batch=shape.items,
-        partitions=shape.partitions,
-        group=g,
-        connections=connections,
-        seconds=window,
-        frames=frames,
-        batches=sum(b1) - sum(b0),
-        commits=commits,
-        msg_per_s=frames / window,
-        commits_per_s=commits / window,
-        db_cpu_s=None if db0 is None or db1 is None else db1 - db0,
-        client_cpu_s=cpu1 - cpu0,
-    )
+    wall = window["wall_s"]
+    return {
+        "shape": shape.name,
+        "variant": variant,
+        "items_per_batch": shape.items,
+        "partitions": shape.partitions,
+        "group": g,  # batches per commit
+        "connections": connections,
+        "seconds": wall,
+        "frames": frames,
+        "batches": batches,
+        "commits": commits,
+        "msg_per_s": frames / wall,
+        "commits_per_s": commits / wall,
+        "db_cpu_s": window["db_cpu_s"],
+        "client_cpu_s": window["server_cpu_s"],  # this process: the writers
+    }

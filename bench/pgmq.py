@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine, servers
-from bench.inproc import Meter, _per_100k, item, percentiles
+from bench.inproc import item, percentiles
+from bench.procfs import Meter, per_100k
 from bench.report import _n, table
 from bench.scenarios import EMBEDDED, Load
 
@@ -85,8 +86,8 @@ async def _drive(args: argparse.Namespace, load: Load) -> dict[str, Any]:
         "msg_per_s": done / window["wall_s"],
         "latency_ms": percentiles(latencies),
         **window,
-        "server_cpu_s_per_100k": _per_100k(window["server_cpu_s"], done),
-        "db_cpu_s_per_100k": _per_100k(window["db_cpu_s"], done),
+        "server_cpu_s_per_100k": per_100k(window["server_cpu_s"], done),
+        "db_cpu_s_per_100k": per_100k(window["db_cpu_s"], done),
     }
 
 

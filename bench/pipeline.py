@@ -23,7 +23,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tarfile
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.peer import DEFAULT_BINARY
-from bench.servers import ROOT
+from bench.servers import ROOT, output_of, spawn, stop_all
 
 REPO_ENV = "QUEEN_PEER_REPO"
 DEFAULT_REPO = ROOT.parent / ".mirror" / "queen-mq+queen" / "repo"
@@ -182,46 +181,8 @@ class Tail:
         return self.missing() == 0
 
 
-def _node(script: str, env: dict[str, str], where: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    with log_path.open("ab") as log:
-        return subprocess.Popen(
-            ["node", script],
-            cwd=where / "queen",
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-        )
-
-
 def _once(script: str, env: dict[str, str], where: Path, log_path: Path) -> str:
-    with log_path.open("ab") as log:
-        done = subprocess.run(
-            ["node", script],
-            cwd=where / "queen",
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            timeout=STEP_LIMIT_S,
-            check=False,
-        )
-    if done.returncode != 0:
-        raise RuntimeError(f"{script} failed ({done.returncode}); see {log_path}")
-    return done.stdout.decode()
-
-
-def _stop(procs: list[subprocess.Popen[bytes]], timeout_s: float = 30.0) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return output_of(["node", script], env, log_path, STEP_LIMIT_S, cwd=where / "queen")
 
 
 def _stages(shape: PipelineShape, base: dict[str, str], seconds: float) -> list[dict[str, str]]:
@@ -300,7 +261,8 @@ def run(
     _once("warmup-partitions.js", base, where, log_path)
     start()
     procs = [
-        _node(env.pop("SCRIPT"), env, where, log_path) for env in _stages(shape, base, seconds)
+        spawn(["node", env.pop("SCRIPT")], env, log_path, cwd=where / "queen")
+        for env in _stages(shape, base, seconds)
     ]
     producers, consumers = procs[: shape.producers], procs[shape.producers :]
     tail = Tail(results)
@@ -317,8 +279,8 @@ def run(
             time.sleep(1.0)
         drain_s = time.monotonic() - drained_at
     finally:
-        _stop(consumers)
-        _stop(producers)
+        stop_all(consumers, 30.0)
+        stop_all(producers, 30.0)
     window = stop()
     tail.read()
     env = {**base, "WARMUP_SEC": str(round(warmup_s))}

@@ -1,13 +1,17 @@
-"""What the benchmark runs: the broker scenarios and the ceilings they are compared with.
+"""What the benchmark runs, the ceilings it is compared with, and the targets it is judged by.
 
-A scenario is a load (what wrk sends) against a broker of ``workers`` processes. Each scenario
-names its HTTP ceiling (the same load against a bare Quart-Trio route, same process count) and
-its PostgreSQL ceiling (the same rows per batch written by a plain psycopg loop).
+A scenario (S) is a load (what wrk sends) against a broker of ``workers`` processes; it names
+its HTTP ceiling (the same load against a bare Quart-Trio route, same process count) and its
+PostgreSQL ceiling (the same rows per batch written by a plain psycopg loop). E scenarios push
+in process through the embedding API, C scenarios consume in process.
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 def _count(n: int, one: str, many: str) -> str:
@@ -16,7 +20,8 @@ def _count(n: int, one: str, many: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Load:
-    """One wrk load: ``items`` per request spread round-robin over ``partitions``."""
+    """``items`` per request spread round-robin over ``partitions``, from ``connections``
+    clients in a closed loop (wrk's connections, or tasks in process)."""
 
     items: int
     connections: int
@@ -53,13 +58,9 @@ class PgShape:
     items: int
     partitions: int
 
-    @property
-    def partitions_per_batch(self) -> int:
-        return min(self.items, self.partitions)
-
     def describe(self) -> str:
         items = _count(self.items, "item", "items")
-        segments = _count(self.partitions_per_batch, "segment", "segments")
+        segments = _count(min(self.items, self.partitions), "segment", "segments")
         return f"{items}/batch in {segments} (of {self.partitions} partitions)"
 
 
@@ -74,41 +75,7 @@ class Scenario:
 
     def describe(self) -> str:
         text = self.load.describe()
-        if self.workers > 1:
-            text += f", {self.workers} broker processes"
-        return text
-
-
-HTTP_CEILINGS: dict[str, HttpCeiling] = {
-    c.name: c
-    for c in (
-        HttpCeiling("H1", Load(1, 64, 100)),
-        HttpCeiling("H2", Load(10, 32, 100)),
-        HttpCeiling("H3", Load(100, 32, 10)),
-        HttpCeiling("H3x2", Load(100, 32, 10), workers=2),
-    )
-}
-
-PG_SHAPES: dict[str, PgShape] = {
-    s.name: s
-    for s in (
-        PgShape("P1", 1, 100),
-        PgShape("P2", 10, 100),
-        PgShape("P3", 100, 10),
-    )
-}
-
-SCENARIOS: dict[str, Scenario] = {
-    s.name: s
-    for s in (
-        Scenario("S1", Load(1, 64, 100), "H1", "P1", note="coalescing of small pushes"),
-        Scenario("S2", Load(10, 32, 100), "H2", "P2"),
-        Scenario("S3", Load(100, 32, 10), "H3", "P3", note="large batches"),
-        Scenario("S4", Load(1, 64, 10_000), "H1", "P1", note="actor churn, broker RSS"),
-        Scenario("S5", Load(1, 64, 100, duplicates=True), "H1", "P1", note="half duplicates"),
-        Scenario("S6", Load(100, 32, 10), "H3x2", "P3", workers=2, note="S3 on 2 processes"),
-    )
-}
+        return text + (f", {self.workers} broker processes" if self.workers > 1 else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,44 +121,127 @@ class ConsumeLoad:
         return text + (", a second group after a first drained it" if self.fan_out else "")
 
 
-EMBEDDED: dict[str, Embedded] = {
-    e.name: e
-    for e in (
-        Embedded("E1", Load(1, 64, 100), "P1", note="embedding API, small pushes"),
-        Embedded("E2", Load(10, 32, 100), "P2", note="embedding API"),
-        Embedded("E3", Load(100, 16, 10), "P3", note="embedding API, large batches"),
-    )
-}
+def _by_name(*items: Any) -> dict[str, Any]:
+    return {item.name: item for item in items}
 
-CONSUME: dict[str, ConsumeLoad] = {
-    c.name: c
-    for c in (
-        ConsumeLoad("C1", 100_000, 100, 8, 100, note="queue mode"),
-        ConsumeLoad("C2", 10_000, 10_000, 8, 10, single_pops=True, note="one message each"),
-        ConsumeLoad("C3", 100_000, 100, 8, 100, fan_out=True, note="consumer-group fan-out"),
-    )
-}
+
+HTTP_CEILINGS: dict[str, HttpCeiling] = _by_name(
+    HttpCeiling("H1", Load(1, 64, 100)),
+    HttpCeiling("H2", Load(10, 32, 100)),
+    HttpCeiling("H3", Load(100, 32, 10)),
+    HttpCeiling("H3x2", Load(100, 32, 10), workers=2),
+)
+PG_SHAPES: dict[str, PgShape] = _by_name(
+    PgShape("P1", 1, 100), PgShape("P2", 10, 100), PgShape("P3", 100, 10)
+)
+SCENARIOS: dict[str, Scenario] = _by_name(
+    Scenario("S1", Load(1, 64, 100), "H1", "P1", note="coalescing of small pushes"),
+    Scenario("S2", Load(10, 32, 100), "H2", "P2"),
+    Scenario("S3", Load(100, 32, 10), "H3", "P3", note="large batches"),
+    Scenario("S4", Load(1, 64, 10_000), "H1", "P1", note="actor churn, broker RSS"),
+    Scenario("S5", Load(1, 64, 100, duplicates=True), "H1", "P1", note="half duplicates"),
+    Scenario("S6", Load(100, 32, 10), "H3x2", "P3", workers=2, note="S3 on 2 processes"),
+)
+EMBEDDED: dict[str, Embedded] = _by_name(
+    Embedded("E1", Load(1, 64, 100), "P1", note="embedding API, small pushes"),
+    Embedded("E2", Load(10, 32, 100), "P2", note="embedding API"),
+    Embedded("E3", Load(100, 16, 10), "P3", note="embedding API, large batches"),
+)
+CONSUME: dict[str, ConsumeLoad] = _by_name(
+    ConsumeLoad("C1", 100_000, 100, 8, 100, note="queue mode"),
+    ConsumeLoad("C2", 10_000, 10_000, 8, 10, single_pops=True, note="one message each"),
+    ConsumeLoad("C3", 100_000, 100, 8, 100, fan_out=True, note="consumer-group fan-out"),
+)
 
 AnyScenario = Scenario | Embedded | ConsumeLoad
 ALL: dict[str, AnyScenario] = {**SCENARIOS, **EMBEDDED, **CONSUME}
 
 
-def select(names: str) -> list[AnyScenario]:
-    """Scenarios from a comma-separated list such as ``"S1,E2,C1"`` (``"all"``: every one),
-    HTTP scenarios first, then the embedding API, then the consume side."""
+def pick(names: str, known: Sequence[str], what: str = "scenario") -> list[str]:
+    """Names from a comma-separated list such as ``"S1,E2,C1"`` (``"all"``: every one), in
+    the order of ``known``."""
     if names.strip().lower() == "all":
-        return list(ALL.values())
-    chosen: list[AnyScenario] = []
-    for raw in names.split(","):
-        name = raw.strip().upper()
-        if not name:
-            continue
-        if name not in ALL:
-            known = ", ".join(ALL)
-            raise ValueError(f"unknown scenario {raw.strip()!r} (known: {known})")
-        if ALL[name] not in chosen:
-            chosen.append(ALL[name])
+        return list(known)
+    chosen = {name.strip().upper() for name in names.split(",") if name.strip()}
+    if unknown := chosen.difference(known):
+        raise ValueError(f"unknown {what} {', '.join(sorted(unknown))} (known: {', '.join(known)})")
     if not chosen:
-        raise ValueError("no scenario selected")
-    order = list(ALL)
-    return sorted(chosen, key=lambda s: order.index(s.name))
+        raise ValueError(f"no {what} selected")
+    return [name for name in known if name in chosen]
+
+
+def select(names: str) -> list[AnyScenario]:
+    """Scenarios by name: HTTP first, then the embedding API, then the consume side."""
+    return [ALL[name] for name in pick(names, list(ALL))]
+
+
+# --- targets: judged from a run's scenario records (HTTP, embedding API or consume: the names
+# never collide). A target whose figure is missing (scenario or ceiling not run) is n/a.
+
+Record = Mapping[str, Any]
+_OPS = {">=": ("≥", operator.ge), "<=": ("≤", operator.le), "<": ("<", operator.lt)}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    scenario: str
+    what: str
+    op: str  # ">=", "<=" or "<"
+    limit: float
+    figure: str  # a field of the record ("latency_ms.p99": nested), or "/S1": msg/s ÷ S1's
+
+    def describe(self) -> str:
+        return f"{self.what} {_OPS[self.op][0]} {self.limit:g}"
+
+    def measure(self, record: Record, records: Mapping[str, Record]) -> float | None:
+        if self.figure.startswith("/"):
+            base = _number((records.get(self.figure[1:]) or {}).get("msg_per_s"))
+            mine = _number(record.get("msg_per_s"))
+            return mine / base if mine is not None and base else None
+        value: Any = record
+        for key in self.figure.split("."):
+            value = value.get(key) if isinstance(value, Mapping) else None
+        return _number(value)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    scenario: str
+    target: str
+    measured: float | None
+    status: str  # "pass", "miss" or "n/a"
+
+
+TARGETS: tuple[Target, ...] = (
+    Target("S1", "msg/s ÷ HTTP ceiling", ">=", 0.7, "vs_http"),
+    Target("S1", "requests/transaction", ">=", 8, "requests_per_tx"),
+    Target("S1", "p99 latency ms", "<=", 50, "latency_ms.p99"),
+    Target("S3", "msg/s ÷ HTTP ceiling", ">=", 0.6, "vs_http"),
+    Target("S3", "msg/s", ">=", 60_000, "msg_per_s"),
+    Target("S4", "msg/s ÷ S1 msg/s", ">=", 0.75, "/S1"),
+    Target("S4", "broker RSS MB", "<", 500, "rss_mb"),
+    Target("S5", "msg/s ÷ S1 msg/s", ">=", 0.8, "/S1"),
+    Target("E1", "msg/s ÷ P1 fn-merged", ">=", 0.7, "vs_pg.fn-merged"),
+    Target("E2", "msg/s ÷ P2 fn-merged", ">=", 0.7, "vs_pg.fn-merged"),
+    Target("E3", "msg/s ÷ P3 fn-merged", ">=", 0.7, "vs_pg.fn-merged"),
+    Target("C1", "msg/s ÷ S3 msg/s", ">=", 0.5, "/S3"),
+    Target("C2", "msg/s", ">=", 2_000, "msg_per_s"),
+    Target("C2", "single pop p50 ms", "<=", 5, "single_pop_ms.p50"),
+    Target("C3", "msg/s ÷ S3 msg/s", ">=", 0.5, "/S3"),
+)
+
+
+def evaluate(records: Mapping[str, Record]) -> list[Outcome]:
+    """One outcome per target, in the order of :data:`TARGETS`."""
+    outcomes = []
+    for target in TARGETS:
+        record = records.get(target.scenario)
+        value = None if record is None else target.measure(record, records)
+        met = value is not None and _OPS[target.op][1](value, target.limit)
+        status = "n/a" if value is None else "pass" if met else "miss"
+        outcomes.append(Outcome(target.scenario, target.describe(), value, status))
+    return outcomes

@@ -1,7 +1,7 @@
-"""The processes a benchmark run starts: the database, the broker, the HTTP ceiling server.
+"""The processes a benchmark run starts: the database, the broker, the HTTP stacks alone.
 
 The harness starts the embedded PostgreSQL itself (or uses ``DATABASE_URL``) and gives every
-broker the URL, so each scenario gets a fresh broker process (clean memory figures, clean actor
+broker the URL, so each step gets a fresh broker process (clean memory figures, clean actor
 registry) on one database that lives for the whole run.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -35,15 +36,18 @@ ROOT = Path(__file__).resolve().parent.parent
 class Database:
     conninfo: str
     description: str
-    embedded: bool
     postmaster_pid: int | None = None  # None: not on this machine, its CPU is not measured
     version: str = ""
     settings: dict[str, str] = field(default_factory=dict)
 
-    def cpu_s(self) -> float | None:
-        if self.postmaster_pid is None:
-            return None
-        return procfs.tree_cpu_s([self.postmaster_pid])
+    def describe(self) -> dict[str, Any]:
+        """What a results document says of the database."""
+        return {
+            "description": self.description,
+            "version": self.version,
+            "settings": self.settings,
+            "cpu_measured": self.postmaster_pid is not None,
+        }
 
     def connect(self) -> psycopg.Connection[Any]:
         # the broker's own session settings (jit off), no statement timeout
@@ -67,7 +71,7 @@ def open_database(
     with those of queen serve."""
     server: EmbeddedPostgres | None = None
     if url:
-        db = Database(url, redact(url), embedded=False)
+        db = Database(url, redact(url))
     else:
         port = free_port() if tcp else None
         options = {"listen_addresses": "127.0.0.1", "port": str(port)} if port else None
@@ -83,7 +87,7 @@ def open_database(
             if bin_dir is None
             else f"PostgreSQL of {bin_dir} (its default settings{where})"
         )
-        db = Database(conninfo, what, True)
+        db = Database(conninfo, what)
     try:
         with db.connect() as conn:
             migrate_sync(conn)
@@ -129,11 +133,8 @@ class Server:
     def pids(self) -> list[int]:
         return [p.pid for p in self.processes]
 
-    def cpu_s(self) -> float:
-        return procfs.tree_cpu_s(self.pids)
-
-    def rss_bytes(self, *, peak: bool = False) -> int:
-        return procfs.tree_rss_bytes(self.pids, peak=peak)
+    def rss_bytes(self) -> int:
+        return procfs.tree_rss_bytes(self.pids)
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         """Until every listener is up and /health answers 200."""
@@ -155,17 +156,22 @@ class Server:
             time.sleep(0.2)
         raise RuntimeError(f"{self.name} did not become ready in {timeout_s:.0f} s")
 
-    def stop(self, timeout_s: float = 60.0) -> None:
-        for proc in self.processes:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for proc in self.processes:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    def stop(self) -> None:
+        stop_all(self.processes)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], timeout_s: float = 60.0) -> None:
+    """SIGTERM, and SIGKILL what has not exited after ``timeout_s``."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -175,7 +181,7 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def _spawn(
+def spawn(
     argv: list[str], env: dict[str, str], log_path: Path, cwd: Path = ROOT
 ) -> subprocess.Popen[bytes]:
     with log_path.open("ab") as log:
@@ -184,54 +190,49 @@ def _spawn(
         )
 
 
-def start_broker(
-    db: Database,
-    *,
-    workers: int,
-    workdir: Path,
-    name: str,
-    env: dict[str, str] | None = None,
-    tree: Path = ROOT,
-) -> Server:
+def output_of(
+    argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float, cwd: Path = ROOT
+) -> str:
+    """Run ``argv`` to its end, its standard error into ``log_path``: its standard output."""
+    with log_path.open("ab") as log:
+        done = subprocess.run(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            timeout=timeout_s,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"{shlex.join(argv[:3])} failed ({done.returncode}); see {log_path}")
+    return done.stdout.decode(errors="replace")
+
+
+def start_broker(db: Database, *, workers: int, workdir: Path, name: str) -> Server:
     """``queen serve`` on a free port of 127.0.0.1 with ``workers`` processes; the caller's
-    environment passes through, so any QUEEN_* setting applies. ``tree``: the source tree
-    whose ``queen`` runs (another checkout, for a before/after comparison)."""
+    environment passes through, so any QUEEN_* setting applies."""
     port = free_port()
-    base = {k: v for k, v in (env or os.environ).items() if k != "QUEEN_WORKER_ID"}
-    child_env = {
-        **base,
-        "DATABASE_URL": db.conninfo,
-        "QUEEN_HOST": "127.0.0.1",
-        "QUEEN_PORT": str(port),
-        "QUEEN_WORKERS": str(workers),
-        "FILE_BUFFER_DIR": str(workdir / f"spool-{name}"),
-        "QUEEN_LOG_LEVEL": base.get("QUEEN_LOG_LEVEL", "warning"),
-    }
-    if tree != ROOT:
-        child_env["PYTHONPATH"] = str(tree)
+    env = {k: v for k, v in os.environ.items() if k != "QUEEN_WORKER_ID"}
+    env.update(DATABASE_URL=db.conninfo, QUEEN_HOST="127.0.0.1", QUEEN_PORT=str(port))
+    env.update(QUEEN_WORKERS=str(workers), FILE_BUFFER_DIR=str(workdir / f"spool-{name}"))
+    env.setdefault("QUEEN_LOG_LEVEL", "warning")
     log_path = workdir / f"{name}.log"
-    proc = _spawn([sys.executable, "-m", "queen.cli", "serve"], child_env, log_path, tree)
+    proc = spawn([sys.executable, "-m", "queen.cli", "serve"], env, log_path)
     # the workers of one broker accept on the one socket their parent bound
     return Server(f"broker ({name})", [proc], port, 1, log_path)
 
 
-def start_http_ceiling(*, workers: int, workdir: Path, name: str) -> Server:
-    """``workers`` processes of :mod:`bench.http_ceiling` sharing one free port."""
-    return _start_http_stack("bench.http_ceiling", "HTTP ceiling", workers, workdir, name)
-
-
-def start_hypercorn_floor(*, workers: int, workdir: Path, name: str) -> Server:
-    """``workers`` processes of :mod:`bench.hypercorn_floor` sharing one free port."""
-    return _start_http_stack("bench.hypercorn_floor", "bare Hypercorn", workers, workdir, name)
-
-
-def _start_http_stack(module: str, label: str, workers: int, workdir: Path, name: str) -> Server:
+def start_http_stack(module: str, *, workers: int, workdir: Path, name: str) -> Server:
+    """``workers`` processes of ``module`` (:mod:`bench.http_ceiling`, our HTTP stack without
+    a broker, or :mod:`bench.hypercorn_floor`, bare Hypercorn) sharing one free port."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "QUEEN_WORKER_ID"}
-    env.update({"QUEEN_HOST": "127.0.0.1", "QUEEN_PORT": str(port)})
+    env.update(QUEEN_HOST="127.0.0.1", QUEEN_PORT=str(port))
     log_path = workdir / f"{name}.log"
-    procs = [_spawn([sys.executable, "-m", module], env, log_path) for _ in range(workers)]
-    return Server(f"{label} ({name})", procs, port, workers, log_path)
+    procs = [spawn([sys.executable, "-m", module], env, log_path) for _ in range(workers)]
+    return Server(f"{module} ({name})", procs, port, workers, log_path)
 
 
 def vacuum(db: Database) -> None:

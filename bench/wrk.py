@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.scenarios import Load
 
@@ -45,10 +46,20 @@ class WrkReport:
     def errors(self) -> int:
         return self.non_2xx + sum(self.socket_errors.values())
 
+    def figures(self, items: int) -> dict[str, Any]:
+        """msg/s (2xx answers x ``items`` per request ÷ the window), requests/s, latency."""
+        latency = {f"p{k}": v for k, v in self.percentiles_ms.items()}
+        return {
+            "seconds": self.duration_s,
+            "requests": self.requests,
+            "requests_per_s": self.requests_per_s,
+            "msg_per_s": self.ok_requests * items / self.duration_s if self.duration_s else 0.0,
+            "latency_ms": {**latency, "avg": self.latency_avg_ms, "max": self.latency_max_ms},
+        }
+
 
 _UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
 _TIME = r"([0-9.]+)(us|ms|s|m|h)"
-_DURATION_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def _ms(number: str, unit: str) -> float:
@@ -62,7 +73,7 @@ def parse_report(text: str) -> WrkReport:
     if done is None:
         raise WrkError(f"wrk printed no result:\n{text.strip()}")
     requests = int(done.group(1))
-    duration_s = float(done.group(2)) * _DURATION_S[done.group(3)]
+    duration_s = _ms(done.group(2), done.group(3)) / 1000
     stats = re.search(r"^\s*Latency\s+" + _TIME + r"\s+" + _TIME + r"\s+" + _TIME, text, re.M)
     avg_ms = _ms(stats.group(1), stats.group(2)) if stats else 0.0
     max_ms = _ms(stats.group(5), stats.group(6)) if stats else 0.0
@@ -90,34 +101,31 @@ def parse_report(text: str) -> WrkReport:
 
 def ensure_wrk() -> str:
     """Return the path of wrk, installing the Debian package first if it is missing."""
-    found = shutil.which("wrk")
-    if found:
+    if found := shutil.which("wrk"):
         return found
     if shutil.which("apt-get") is None:
         raise WrkError("wrk is not installed and apt-get is not available: install wrk first")
-    prefix: list[str] = []
-    if os.geteuid() != 0:
-        if shutil.which("sudo") is None:
-            raise WrkError("wrk is not installed: run 'apt-get install -y wrk' as root")
-        prefix = ["sudo", "-n"]
+    prefix = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    if prefix and shutil.which("sudo") is None:
+        raise WrkError("wrk is not installed: run 'apt-get install -y wrk' as root")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     print("wrk is not installed: running apt-get install -y wrk", flush=True)
-    install = [*prefix, "apt-get", "install", "-y", "-q", "wrk"]
-    result = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
+
+    def apt(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [*prefix, "apt-get", *args]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+
+    result = apt("install", "-y", "-q", "wrk")
     if result.returncode != 0:  # the package lists may be missing or stale
-        subprocess.run(
-            [*prefix, "apt-get", "update", "-q"], env=env, capture_output=True, check=False
-        )
-        result = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
-    found = shutil.which("wrk")
-    if result.returncode != 0 or not found:
-        detail = (result.stderr or result.stdout).strip().splitlines()[-3:]
-        raise WrkError(
-            "wrk is not installed and 'apt-get install -y wrk' failed"
-            + (": " + " / ".join(detail) if detail else "")
-            + ". Install wrk (Debian/Ubuntu package 'wrk') and run again."
-        )
-    return found
+        apt("update", "-q")
+        result = apt("install", "-y", "-q", "wrk")
+    if result.returncode == 0 and (found := shutil.which("wrk")):
+        return found
+    detail = " / ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
+    raise WrkError(
+        f"wrk is not installed and 'apt-get install -y wrk' failed: {detail}. "
+        "Install wrk (Debian/Ubuntu package 'wrk') and run again."
+    )
 
 
 def wrk_version(wrk: str) -> str:
@@ -130,39 +138,21 @@ def run_wrk(
     wrk: str,
     base_url: str,
     load: Load,
-    *,
     seconds: float,
     queue: str,
     tag: str,
     threads: int = 1,
     start: int = 0,
-) -> tuple[WrkReport, str]:
-    """Run wrk for ``seconds`` with ``load``; return the parsed report and the raw text.
+) -> WrkReport:
+    """Run wrk for ``seconds`` with ``load``; return its report.
 
     ``tag`` must be new for every run: it is the prefix of every transactionId sent.
     ``start`` skips that many requests' worth of items, so partitions go on from there.
     """
-    env = {
-        **os.environ,
-        "ITEMS": str(load.items),
-        "PARTITIONS": str(load.partitions),
-        "QUEUE": queue,
-        "TAG": tag,
-        "DUP": "1" if load.duplicates else "0",
-        "START": str(start),
-    }
-    argv = [
-        wrk,
-        f"-t{threads}",
-        f"-c{load.connections}",
-        f"-d{max(1, round(seconds))}s",
-        "--timeout",
-        "30s",
-        "--latency",
-        "-s",
-        str(LUA_SCRIPT),
-        base_url + PUSH_PATH,
-    ]
+    env = {**os.environ, "ITEMS": str(load.items), "PARTITIONS": str(load.partitions)}
+    env.update(QUEUE=queue, TAG=tag, DUP="1" if load.duplicates else "0", START=str(start))
+    argv = [wrk, f"-t{threads}", f"-c{load.connections}", f"-d{max(1, round(seconds))}s"]
+    argv += ["--timeout", "30s", "--latency", "-s", str(LUA_SCRIPT), base_url + PUSH_PATH]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -170,4 +160,4 @@ def run_wrk(
         raise WrkError(f"wrk failed ({result.returncode}): {result.stderr.strip()}")
     report = parse_report(result.stdout)
     report.cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return report, result.stdout
+    return report

@@ -9,8 +9,7 @@ import pytest
 
 from bench import counters, procfs, report, wrk
 from bench.runner import Options, plan
-from bench.scenarios import ALL, SCENARIOS, select
-from bench.targets import evaluate
+from bench.scenarios import ALL, SCENARIOS, evaluate, select
 from bench.wrk import WrkError, parse_report
 
 WRK_OK = """\
@@ -156,26 +155,23 @@ def test_a_workers_answer_counts_every_worker() -> None:
     assert counters.process_count(text) == 2
 
 
-def test_metrics_delta_sums_workers_and_counts_new_ones_from_zero() -> None:
-    before = {
-        1: {"queen_push_transactions_total": 10, "queen_push_segments_total": 30},
-        2: {"queen_push_transactions_total": 5, "queen_push_segments_total": 5},
-    }
+def test_window_figures_count_a_counter_absent_before_from_zero() -> None:
+    before = {"queen_push_transactions_total": 10, "queen_push_segments_total": 30}
     after = {
-        1: {"queen_push_transactions_total": 20, "queen_push_segments_total": 70},
-        2: {"queen_push_transactions_total": 15, "queen_push_segments_total": 45},
-        3: {"queen_push_transactions_total": 5, "queen_push_segments_total": 10},
+        "queen_push_transactions_total": 35,
+        "queen_push_segments_total": 120,
+        "queen_push_requests_committed_total": 250,
+        "queen_push_items_failed_total": 2,
+        "queen_push_items_buffered_total": 1,
     }
-    d = counters.delta(before, after)
-    assert d["queen_push_transactions_total"] == 25
-    assert d["queen_push_segments_total"] == 90
-    assert d["queen_push_items_total"] == 0
-
-    d["queen_push_requests_committed_total"] = 250
-    f = counters.push_figures(d)
-    assert f.requests_per_tx == pytest.approx(10.0)
-    assert f.partitions_per_tx == pytest.approx(3.6)
-    assert counters.push_figures({}).requests_per_tx is None
+    f = counters.push_figures(before, after)
+    assert f["push_transactions"] == 25 and f["push_segments"] == 90
+    assert f["push_requests_committed"] == 250  # absent before: counted from zero
+    assert f["push_items"] == 0
+    assert f["failed"] == 3  # failed + buffered: not stored by this run
+    assert f["requests_per_tx"] == pytest.approx(10.0)
+    assert f["partitions_per_tx"] == pytest.approx(3.6)
+    assert counters.push_figures({}, {})["requests_per_tx"] is None
 
 
 def _record(msg: float, **extra: object) -> dict[str, object]:
@@ -303,7 +299,7 @@ async def test_postgres_ceiling_variants_write_for_real(
     from bench.scenarios import PgShape
     from bench.servers import Database
 
-    db = Database(conninfo=pg_url, description="test", embedded=False)
+    db = Database(conninfo=pg_url, description="test")
     result = await trio.to_thread.run_sync(
         lambda: run_pg_ceiling(
             db,
@@ -317,7 +313,7 @@ async def test_postgres_ceiling_variants_write_for_real(
             tag=f"smoke-{variant}",
         )
     )
-    assert result.frames > 0 and result.commits > 0
+    assert result["frames"] > 0 and result["commits"] > 0
 
 
 def test_embedding_and_consume_scenarios_are_planned_without_http_ceilings() -> None:
