@@ -15,6 +15,7 @@ import cProfile
 import http.client
 import json
 import math
+import os
 import sys
 import tempfile
 import threading
@@ -416,6 +417,21 @@ def calls_table(records: list[dict[str, Any]]) -> str:
             f"{r['calls_per_request']:.1f} | {per_tx:.1f} | " + " | ".join(cells) + " |"
         )
     return "\n".join(lines)
+
+
+def in_process(
+    module: list[str], db: servers.Database, log_path: Path, timeout_s: float, **options: Any
+) -> dict[str, Any]:
+    """``python -m`` ``module`` (this module with a step's name, or another driver with its
+    options) in a process of its own on ``db``, its standard error into ``log_path``, each of
+    ``options`` as ``--name value``: the JSON record it prints last."""
+    argv = [sys.executable, "-m", *module, "--database-url", db.conninfo]
+    for name, value in {**options, "db_pid": db.postmaster_pid}.items():
+        argv += [] if value is None else [f"--{name.replace('_', '-')}", str(value)]
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "QUEEN_WORKER_ID")}
+    env.setdefault("QUEEN_LOG_LEVEL", "warning")
+    out = servers.output_of(argv, env, log_path, timeout_s)
+    return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 async def run(args: argparse.Namespace, url: str) -> Any:

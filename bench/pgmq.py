@@ -10,20 +10,18 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench import machine, servers
-from bench.inproc import item, percentiles
+from bench.inproc import in_process, item, percentiles
 from bench.procfs import Meter, per_100k
 from bench.report import _n, table
+from bench.runner import scratch
 from bench.scenarios import EMBEDDED, Load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,20 +97,12 @@ def install(db: servers.Database, sql: bytes, shapes: Sequence[str]) -> None:
             conn.execute("SELECT pgmq.create(%s)", (queue_name(shape),))
 
 
-def _step(side: str, shape: str, db: servers.Database, args: argparse.Namespace, tag: str) -> Any:
+def _step(
+    side: str, shape: str, db: servers.Database, args: argparse.Namespace, tag: str, logs: Path
+) -> Any:
     module = ["bench.inproc", shape] if side == "ours" else ["bench.pgmq", "--drive", shape]
-    argv = [sys.executable, "-m", *module, "--database-url", db.conninfo, "--tag", tag]
-    argv += ["--duration", str(args.duration), "--warmup", str(args.warmup)]
-    argv += ["--db-pid", str(db.postmaster_pid)] if db.postmaster_pid else []
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "QUEEN_WORKER_ID")}
-    env.setdefault("QUEEN_LOG_LEVEL", "warning")
-    done = subprocess.run(
-        argv, env=env, cwd=ROOT, capture_output=True, timeout=STEP_LIMIT_S, check=False
-    )
-    lines = done.stdout.decode(errors="replace").strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{side} {shape} failed: {done.stderr.decode(errors='replace')[-2000:]}")
-    return json.loads(lines[-1])
+    timing = {"duration": args.duration, "warmup": args.warmup}
+    return in_process(module, db, logs / f"{side}.log", STEP_LIMIT_S, tag=tag, **timing)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -127,15 +117,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "steps": [],
     }
     with (
-        tempfile.TemporaryDirectory(prefix="queen-bench-pgmq-") as workdir,
-        servers.open_database(None, Path(workdir), bin_dir=args.pg_bin) as db,
+        scratch("queen-bench-pgmq-", print) as workdir,
+        servers.open_database(None, workdir, bin_dir=args.pg_bin) as db,
     ):
         install(db, sql, args.shapes)
         doc["database"] = {"version": db.version, "description": db.description}
         for r in range(1, args.rounds + 1):
             for shape in args.shapes:
                 for side in ("ours", "pgmq") if r % 2 else ("pgmq", "ours"):
-                    record = _step(side, shape, db, args, f"{doc['run_id']}-{shape}-{r}")
+                    record = _step(side, shape, db, args, f"{doc['run_id']}-{shape}-{r}", workdir)
                     record.update(round=r, shape=shape, side=side)
                     doc["steps"].append(record)
                     print(" ".join(step_row(record)), flush=True)

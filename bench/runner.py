@@ -6,11 +6,9 @@ renders. Also what the peer run shares: run ids, the scratch folder, the documen
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -20,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import counters, machine, servers
+from bench import counters, inproc, machine, servers
 from bench.pg_ceiling import VARIANTS, run_pg_ceiling
 from bench.procfs import Meter, per_100k
 from bench.scenarios import (
@@ -236,8 +234,11 @@ class Run:
             about.update(http_ceiling=s.http, pg_shape=s.pg)
             record = {**about, **self._window(server, db, s.load, name, s.workers)}
         else:
-            e = ALL[name]
-            record = {**self._inproc(step, db, workdir), "description": e.describe()}
+            e, log, tag = ALL[name], workdir / f"{name}.log", f"{self.run_id}-{name}"
+            step_args = dict(duration=o.duration_s, warmup=o.warmup_s, tag=tag)
+            step_args["queue_prefix"] = self.queue_prefix
+            record = inproc.in_process(["bench.inproc", name], db, log, INPROC_LIMIT_S, **step_args)
+            record["description"] = e.describe()
             record.update(note=e.note, **({"pg_shape": e.pg} if isinstance(e, Embedded) else {}))
         self.groups[GROUPS.get(step.kind, step.kind)][name] = record
         return record
@@ -309,19 +310,6 @@ class Run:
             )
             warm = self._wrk(server, load, seconds, queue, f"{tag}-w{chunk}", sent)
             sent, chunk = sent + warm.requests, chunk + 1
-
-    def _inproc(self, step: Step, db: Database, workdir: Path) -> dict[str, Any]:
-        """An E or C step in a process of its own (:mod:`bench.inproc`): its JSON record."""
-        o = self.options
-        argv = [sys.executable, "-m", "bench.inproc", step.name, "--database-url", db.conninfo]
-        argv += ["--duration", str(o.duration_s), "--warmup", str(o.warmup_s)]
-        argv += ["--queue-prefix", self.queue_prefix, "--tag", f"{self.run_id}-{step.name}"]
-        if db.postmaster_pid is not None:
-            argv += ["--db-pid", str(db.postmaster_pid)]
-        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "QUEEN_WORKER_ID")}
-        env.setdefault("QUEEN_LOG_LEVEL", "warning")
-        out = servers.output_of(argv, env, workdir / f"{step.name}.log", INPROC_LIMIT_S)
-        return dict(json.loads(out.strip().splitlines()[-1]))
 
     def _compare(self) -> None:
         """Each scenario's msg/s as a fraction of its ceilings."""
