@@ -12,9 +12,12 @@ from queen.storage.admin import PgAdminStore
 
 @dataclass(frozen=True, slots=True)
 class MessageCounts:
-    """Queue mode's figures of a partition, a queue or every queue: ``total`` held, of which
-    ``completed`` (acked or dead-lettered), ``processing`` (inside a live lease) and
-    ``pending`` (the rest); ``failed`` attempts and ``dead_letter`` copies in the DLQ."""
+    """The figures of a partition, a queue or every queue: ``total`` held, and partition by
+    partition those of the consumer furthest behind there for each figure
+    (:func:`consumer_counts`: the original's meaning), or queue mode's
+    (:func:`message_counts`): ``pending`` (not yet done, outside a live lease),
+    ``processing`` (inside one), ``completed`` (done), ``failed`` attempts and
+    ``dead_letter`` copies in the DLQ."""
 
     total: int
     pending: int
@@ -41,6 +44,21 @@ def message_counts(
         completed=max(0, held - undone),
         failed=failed,
         dead_letter=dead_letter,
+    )
+
+
+def consumer_counts(
+    *, held: int, undone: int, processing: int, done: int, dead: int, failed: int = 0
+) -> MessageCounts:
+    """The figures of the consumers furthest behind (``most_*`` of the store's rows, summed
+    over partitions): ``undone`` counts leased messages too, so pending is the rest."""
+    return MessageCounts(
+        total=held,
+        pending=max(0, undone - processing),
+        processing=processing,
+        completed=done,
+        failed=failed,
+        dead_letter=dead,
     )
 
 

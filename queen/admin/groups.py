@@ -92,6 +92,9 @@ class GroupStanding:
     subscription_created_at: datetime | None
     lagging: int = 0  # partitions where it has messages to receive
     popped: int = 0  # partitions it has popped (a cursor with a delivery)
+    popped_lag: int = 0  # its lag over the partitions it popped alone
+    popped_lagging: int = 0  # of those, the partitions where it has messages to receive
+    acknowledged: bool = False  # it acknowledged (or dead-lettered) a message on the queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +239,9 @@ def standing(r: GroupRow, now: datetime) -> GroupStanding:
         subscription_created_at=r.subscription_created_at,
         lagging=r.lagging,
         popped=r.popped,
+        popped_lag=r.popped_lag,
+        popped_lagging=r.popped_lagging,
+        acknowledged=r.done > 0,
     )
 
 

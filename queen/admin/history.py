@@ -209,3 +209,72 @@ class LagHistory:
         """The lag samples of ``group`` on ``queue``, oldest first."""
         ring = self._rings.get((group, queue), ())
         return [(datetime.fromtimestamp(at, UTC), lag) for at, lag in ring]
+
+
+def bucket_minutes(span_s: float) -> int:
+    """The original's bucket for a window of ``span_s`` seconds: a minute up to an hour, 5
+    minutes up to 6 hours, 15 up to a day, an hour up to a week, else 6 hours."""
+    minutes = span_s / 60
+    for most, size in ((60, 1), (360, 5), (1440, 15), (10080, 60)):
+        if minutes <= most:
+            return size
+    return 360
+
+
+def buckets(points: list[RatePoint], minutes: int) -> list[RatePoint]:
+    """``points`` (the history's intervals, oldest first) gathered into buckets of
+    ``minutes``, aligned on the clock as the original's are (a bucket of 5 minutes starts at
+    a minute divisible by 5), each holding the intervals that began in it: what every counter
+    went up by, summed; rates over the bucket's whole length (so a bucket still filling reads
+    low, as the original's do, and its dashboard leaves it out); CPU shares averaged over the
+    intervals' time; memory and the pool as at the end of its newest interval. A bucket is
+    labelled by its start: ``at`` is its end and ``span_s`` its length."""
+    width = 60 * minutes
+    groups: dict[int, list[RatePoint]] = {}
+    for p in points:
+        began = p.at.timestamp() - p.span_s
+        groups.setdefault(int(began // width), []).append(p)
+    out: list[RatePoint] = []
+    for key in sorted(groups):
+        group = groups[key]
+        newest = group[-1]
+        deltas: dict[str, int] = {}
+        for p in group:
+            for name, value in p.deltas.items():
+                deltas[name] = deltas.get(name, 0) + value
+        took = sum(p.span_s for p in group) or 1.0
+        popped = sum(p.popped for p in group)
+        waited = sum((p.average_lag_ms or 0) * p.popped for p in group)
+
+        def rate(name: str, d: dict[str, int] = deltas) -> float:
+            return round(d.get(name, 0) / width, 2)
+
+        def share(values: list[tuple[float, float]], t: float = took) -> float:
+            return round(sum(v * s for v, s in values) / t, 2)
+
+        out.append(
+            RatePoint(
+                at=datetime.fromtimestamp((key + 1) * width, UTC),
+                span_s=float(width),
+                rates=Rates(
+                    ingested_per_s=rate("push_items_queued"),
+                    pop_per_s=rate("pop_messages"),
+                    processed_per_s=rate("acks"),
+                ),
+                dead_letter_per_s=rate("acks_dlq"),
+                push_requests_per_s=rate("push_requests"),
+                ingested=sum(p.ingested for p in group),
+                processed=sum(p.processed for p in group),
+                cpu_percent=round(share([(p.cpu_percent, p.span_s) for p in group]), 1),
+                rss_bytes=newest.rss_bytes,
+                popped=popped,
+                average_lag_ms=round(waited / popped, 1) if popped else None,
+                deltas=deltas,
+                cpu_user_percent=share([(p.cpu_user_percent, p.span_s) for p in group]),
+                cpu_system_percent=share([(p.cpu_system_percent, p.span_s) for p in group]),
+                pool_size=newest.pool_size,
+                pool_active=newest.pool_active,
+                virtual_bytes=newest.virtual_bytes,
+            )
+        )
+    return out

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Literal
 
 from queen.admin import params
-from queen.admin.figures import MessageCounts, age_s, message_counts, need_store
+from queen.admin.figures import MessageCounts, age_s, consumer_counts, need_store
 from queen.admin.groups import GroupStanding, standing
 from queen.admin.params import Args, Page
 from queen.consume.errors import InvalidRequest
@@ -78,7 +78,8 @@ def partition_query(args: Args) -> PartitionQuery:
 
 @dataclass(frozen=True, slots=True)
 class QueueSummary:
-    """One queue of a list, with queue mode's totals over its partitions."""
+    """One queue of a list, with its totals over its partitions (each the consumer's
+    furthest behind there: :func:`queen.admin.figures.consumer_counts`)."""
 
     id: int
     name: str
@@ -104,12 +105,13 @@ class QueuePage:
 
 @dataclass(frozen=True, slots=True)
 class PartitionFigures:
-    """One partition of a queue: its offsets, queue mode's figures and lease."""
+    """One partition of a queue: its offsets, the figures of the consumers furthest behind
+    there, queue mode's cursor and lease."""
 
     id: int
     name: str
     created_at: datetime
-    messages: MessageCounts  # dead_letter: this partition's DLQ entries
+    messages: MessageCounts
     low_offset: int  # the lowest offset still stored
     next_offset: int
     cursor_offset: int  # queue mode's cursor
@@ -195,12 +197,13 @@ def summary(row: QueueRow, now: datetime) -> QueueSummary:
         priority=row.priority,
         created_at=row.created_at,
         partitions=row.partitions,
-        messages=message_counts(
+        messages=consumer_counts(
             held=row.held,
-            undone=row.undone,
-            processing=row.processing,
+            undone=row.most_undone,
+            processing=row.most_processing,
+            done=row.most_done,
+            dead=row.most_dead,
             failed=row.failed,
-            dead_letter=row.dead_letter,
         ),
         oldest_pending_at=row.oldest_pending_at,
         oldest_pending_age_s=age_s(row.oldest_pending_at, now),
@@ -247,19 +250,19 @@ class QueueReads:
             rows = await self.store.partitions(
                 queue.id, limit=page.limit, offset=page.offset, order=query.order
             )
-        dlq = await self.store.dlq_by_partition(queue.id)
         now = datetime.now(UTC)
         partitions = [
             PartitionFigures(
                 id=r.partition_id,
                 name=r.name,
                 created_at=r.created_at,
-                messages=message_counts(
+                messages=consumer_counts(
                     held=r.held,
-                    undone=r.undone,
-                    processing=r.processing,
+                    undone=r.most_undone,
+                    processing=r.most_processing,
+                    done=r.most_done,
+                    dead=r.most_dead,
                     failed=r.failed,
-                    dead_letter=dlq.get(r.partition_id, 0),
                 ),
                 low_offset=r.low_offset,
                 next_offset=r.next_offset,
@@ -309,8 +312,8 @@ class QueueReads:
                     partitions=r.partitions,
                     messages=Depth(
                         total=r.held,
-                        pending=max(0, r.undone - r.processing),
-                        processing=r.processing,
+                        pending=max(0, r.most_undone - r.most_processing),
+                        processing=r.most_processing,
                     ),
                 )
                 for r in await self.store.groupings(by)

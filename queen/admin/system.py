@@ -9,12 +9,12 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from queen.admin import params
-from queen.admin.figures import MessageCounts, age_s, message_counts, need_store
-from queen.admin.history import History, RatePoint, Rates
+from queen.admin.figures import MessageCounts, age_s, consumer_counts, need_store
+from queen.admin.history import History, RatePoint, Rates, bucket_minutes, buckets
 from queen.admin.params import Args, TimeRange
 from queen.admin.queues import QueueQuery, QueueReads, QueueSummary, queue_query
 from queen.consume.errors import ConsumeUnavailable
@@ -60,17 +60,22 @@ def status_query(args: Args) -> StatusQuery:
     return StatusQuery(window, queue, queue_query(args, search=queue))
 
 
+INTERVALS = {"minute": 60, "hour": 3600, "day": 86400}
+
+
 @dataclass(frozen=True, slots=True)
 class SeriesQuery:
-    """This process's history over ``window``; ``interval`` is the client's, echoed."""
+    """This process's history over ``window``; ``interval`` (``minute``, ``hour`` or
+    ``day``; another is taken as ``hour``, as the original takes it) is the step of the
+    messages stored over the window (``GET /api/v1/status/analytics``)."""
 
     window: TimeRange
-    interval: str = "10s"
+    interval: str = "hour"
 
 
 def series_query(args: Args) -> SeriesQuery:
     """``from``, ``to`` and ``interval``."""
-    return SeriesQuery(series_window(args), args.get("interval") or "10s")
+    return SeriesQuery(series_window(args), args.get("interval") or "hour")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +126,11 @@ class Standing:
 
 @dataclass(frozen=True, slots=True)
 class Overview:
-    """Every queue together (queue mode's figures), the service's latest rates and this
-    process's state, measured ``at``; ``average_lag_s``: how long the messages popped over
-    the last five minutes had waited, on average."""
+    """Every queue together (partition by partition the consumer furthest behind there;
+    ``completed``: the acknowledgements the service took since it started, as the original
+    counts them), the service's latest rates and this process's state, measured ``at``;
+    ``average_lag_s``: how long the messages popped over the last five minutes had waited,
+    on average."""
 
     queues: int
     partitions: int
@@ -161,16 +168,18 @@ class Status:
 
 @dataclass(frozen=True, slots=True)
 class ProcessSeries:
-    """This process's history over a window (the points it kept: every 10 s for an hour);
-    ``interval`` is the one the client asked for, echoed."""
+    """This process's history over a window, in the original's buckets (``step_s`` long:
+    :func:`queen.admin.history.bucket_minutes`); ``stored``: per ``interval`` of the
+    window (its start), the messages this service stored then."""
 
     window: TimeRange
     interval: str
     process_id: int
     points: list[RatePoint]
-    step_s: float = 10.0
+    step_s: float = 60.0
     counters: dict[str, float] = field(default_factory=dict)
     hostname: str = ""
+    stored: list[tuple[datetime, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +243,12 @@ class QueueFlowSeries:
 
 _METRIC_FIELDS = frozenset(Metrics().snapshot())
 _SECONDS = frozenset({"push_transaction_seconds", "pop_lag_seconds"})
+
+
+def acks_taken(counters: Mapping[str, float]) -> int:
+    """The acknowledgements the service took since it started (completed and dead-lettered
+    alike; refused ones not): the original's ``completed`` of the overview and status."""
+    return int(counters.get("acks", 0) - counters.get("acks_refused", 0))
 
 
 def _whole(counters: Mapping[str, float]) -> dict[str, float]:
@@ -321,12 +336,16 @@ class SystemReads:
             namespaces=t.namespaces,
             tasks=t.tasks,
             consumer_groups=t.named_groups,
-            messages=message_counts(
-                held=t.held,
-                undone=t.undone,
-                processing=t.processing,
-                failed=t.failed,
-                dead_letter=t.dead_letter,
+            messages=replace(
+                consumer_counts(
+                    held=t.held,
+                    undone=t.most_undone,
+                    processing=t.most_processing,
+                    done=t.most_done,
+                    dead=t.dead_letter,
+                    failed=t.failed,
+                ),
+                completed=acks_taken(self.figures.read().counters),
             ),
             oldest_pending_at=t.oldest_pending_at,
             oldest_pending_age_s=age_s(t.oldest_pending_at, now),
@@ -342,6 +361,29 @@ class SystemReads:
         self.history.sample()
         return self.history.series(since.timestamp())
 
+    def _bucketed(self, window: TimeRange) -> tuple[list[RatePoint], float]:
+        """The history over ``window`` in the original's buckets for it, and their length
+        in seconds: its dashboard reads a bucket's figures as a minute's (or more), and
+        leaves out the one still filling."""
+        since, until = window
+        minutes = bucket_minutes((until - since).total_seconds())
+        return buckets(self._throughput(since), minutes), 60.0 * minutes
+
+    def _stored(self, window: TimeRange, interval: str) -> list[tuple[datetime, int]]:
+        """Per ``interval`` from the one holding the window's start to the one holding its
+        end: the messages this service stored in it (as far as its history goes back)."""
+        since, until = window
+        step = INTERVALS.get(interval, 3600)
+        first, last = int(since.timestamp() // step), int(until.timestamp() // step)
+        if last - first > 10_000:  # a window of years asked by the minute: its end only
+            first = last - 10_000
+        counts = dict.fromkeys(range(first, last + 1), 0)
+        for p in self._throughput(since):
+            key = int((p.at.timestamp() - p.span_s) // step)
+            if key in counts:
+                counts[key] += p.ingested
+        return [(datetime.fromtimestamp(k * step, UTC), n) for k, n in counts.items()]
+
     async def status(self, query: StatusQuery) -> Status:
         """``GET /api/v1/status``: the service's throughput over the window, totals, and the
         queues holding messages (one page; filters ``queue``, ``namespace``, ``task``)."""
@@ -353,12 +395,13 @@ class SystemReads:
             for q in listed.queues
             if q.messages.total > 0 and (query.queue is None or q.name == query.queue)
         ]
+        points, step_s = self._bucketed(query.window)
         return Status(
             query.window,
-            self._throughput(since),
+            points,
             overview,
             active,
-            self.history.step_s,
+            step_s,
             self.figures.read().counters,
             await self.store.live_leases(),
             socket.gethostname(),
@@ -367,16 +410,19 @@ class SystemReads:
 
     async def series(self, query: SeriesQuery) -> ProcessSeries:
         """``GET /api/v1/status/analytics``, ``/analytics/worker-metrics`` and
-        ``/analytics/system-metrics``: this process's history over the window (the points it
-        kept: every 10 s for the last hour) with the service's counter totals."""
+        ``/analytics/system-metrics``: the service's history over the window (what it kept:
+        the last hour) in the original's buckets, with its counter totals."""
+        points, step_s = self._bucketed(query.window)
+        interval = query.interval if query.interval in INTERVALS else "hour"
         return ProcessSeries(
             window=query.window,
-            interval=query.interval,
+            interval=interval,
             process_id=os.getpid(),
-            points=self._throughput(query.window.since),
-            step_s=self.history.step_s,
+            points=points,
+            step_s=step_s,
             counters=self.figures.read().counters,
             hostname=socket.gethostname(),
+            stored=self._stored(query.window, interval),
         )
 
     def queue_flow(self, query: FlowQuery, *, popped_only: bool = False) -> QueueFlowSeries:
@@ -418,7 +464,7 @@ class SystemReads:
             this_process={k: counters[k] for k in RETENTION_COUNTERS},
             interval_s=self.settings.retention_interval_s,
             window=window,
-            points=self._throughput(window.since),
+            points=self._bucketed(window)[0],
         )
 
     def refresh(self) -> None:

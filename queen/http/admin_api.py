@@ -158,7 +158,7 @@ async def status() -> Response:
 @blueprint.get("/api/v1/status/queues")
 async def status_queues() -> Response:
     query = queue_query(request.args)
-    return json_response(render.queue_page(await admin().queues.page(query)))
+    return json_response(render.queue_page(await admin().queues.page(query), leased_pending=True))
 
 
 @blueprint.get("/api/v1/status/queues/<queue>")

@@ -79,10 +79,13 @@ def _window(window: TimeRange) -> Json:
     return {"from": _iso(window.since), "to": _iso(window.until)}
 
 
-def _counts(c: MessageCounts) -> Json:
+def _counts(c: MessageCounts, *, leased_pending: bool = False) -> Json:
+    """``leased_pending``: ``pending`` counts the messages inside a live lease too, as the
+    original's partitions, its queue totals and ``/status/queues`` do (its
+    ``/resources/queues``, namespaces and tasks do not)."""
     return {
         "total": c.total,
-        "pending": c.pending,
+        "pending": c.pending + c.processing if leased_pending else c.pending,
         "processing": c.processing,
         "completed": c.completed,
         "failed": c.failed,
@@ -157,7 +160,7 @@ def _lag_point(p: RatePoint) -> Json:
 # --- queues ------------------------------------------------------------------------------------
 
 
-def _queue(q: QueueSummary) -> Json:
+def _queue(q: QueueSummary, *, leased_pending: bool = False) -> Json:
     return {
         "id": str(q.id),
         "name": q.name,
@@ -166,7 +169,7 @@ def _queue(q: QueueSummary) -> Json:
         "priority": q.priority,
         "createdAt": _iso(q.created_at),
         "partitions": q.partitions,
-        "messages": _counts(q.messages),
+        "messages": _counts(q.messages, leased_pending=leased_pending),
         "oldestPendingAt": _iso(q.oldest_pending_at),
         "oldestPendingAgeSeconds": q.oldest_pending_age_s,
         "lastMessageAt": _iso(q.last_message_at),
@@ -177,10 +180,11 @@ def _queue_pagination(page: QueuePage) -> Json:
     return {**_page(page.page), "total": page.total}
 
 
-def queue_page(page: QueuePage) -> Json:
-    """``GET /api/v1/resources/queues`` and ``/status/queues``."""
+def queue_page(page: QueuePage, *, leased_pending: bool = False) -> Json:
+    """``GET /api/v1/resources/queues`` and ``/status/queues`` (``leased_pending``: its
+    ``pending`` counts leased messages too, as the original's)."""
     return {
-        "queues": [_queue(q) for q in page.queues],
+        "queues": [_queue(q, leased_pending=leased_pending) for q in page.queues],
         "total": page.total,
         "pagination": _queue_pagination(page),
     }
@@ -250,7 +254,7 @@ def parked_replicas(s: QueueFlowSeries) -> Json:
 
 
 def _partition(p: PartitionFigures) -> Json:
-    counts = _counts(p.messages)
+    counts = _counts(p.messages, leased_pending=True)
     return {
         "id": str(p.id),
         "name": p.name,
@@ -264,7 +268,7 @@ def _partition(p: PartitionFigures) -> Json:
         "oldestPendingAt": _iso(p.oldest_pending_at),
         "oldestPendingAgeSeconds": p.oldest_pending_age_s,
         "lastActivity": _iso(p.newest_at),
-        "oldestMessage": None,
+        "oldestMessage": _iso(p.oldest_pending_at),  # the original's: its oldest pending
         "newestMessage": _iso(p.newest_at),
     }
 
@@ -277,7 +281,7 @@ def _totals(f: QueueFigures) -> Json | None:
     """The queue's counts, and the same under ``messages`` (the original's detail has both)."""
     if f.summary is None:
         return None
-    counts = _counts(f.summary.messages)
+    counts = _counts(f.summary.messages, leased_pending=True)
     return counts | {"messages": dict(counts)}
 
 
@@ -341,7 +345,7 @@ def queue_status(s: QueueStatus) -> Json:
         "partitionCount": f.summary.partitions if f.summary else 0,
         "pagination": _page(f.page),
         "totals": totals,
-        "messages": None if f.summary is None else _counts(f.summary.messages),
+        "messages": None if f.summary is None else _counts(f.summary.messages, leased_pending=True),
         "oldestPendingAt": _iso(f.summary.oldest_pending_at) if f.summary else None,
         "oldestPendingAgeSeconds": f.summary.oldest_pending_age_s if f.summary else 0.0,
         "consumerGroups": group_standings(s.consumer_groups),
@@ -502,16 +506,23 @@ def status(s: Status) -> Json:
             {
                 "id": str(q.id),
                 "name": q.name,
-                "namespace": q.namespace or None,
-                "task": q.task or None,
+                "namespace": q.namespace,
+                "task": q.task,
                 "partitions": q.partitions,
                 "totalConsumed": q.messages.completed,
             }
             for q in s.queues
         ],
         "totals": {"queues": o.queues, "partitions": o.partitions},
-        "messages": _counts(o.messages)
-        | {
+        # the service's counters since it started, as the original's (its totals of every
+        # worker): stored, not yet popped, acknowledged, refused, dead-lettered
+        "messages": {
+            "total": int(c["push_items_queued"]),
+            "pending": max(0, int(c["push_items_queued"] - c["pop_messages"])),
+            "processing": 0,
+            "completed": int(c["acks"] - c["acks_refused"]),
+            "failed": int(c["acks_refused"]),
+            "deadLetter": int(c["acks_dlq"]),
             "requests": requests,
             "batchEfficiency": {
                 "push": _per(c["push_items_queued"], requests["push"]),
@@ -542,21 +553,23 @@ def status(s: Status) -> Json:
         "workers": [
             process(o.process) | _worker(s.hostname, o.process.process_id, s.throughput, c)
         ],
+        "statsAge": 0,  # the figures are read when asked, never from a cache
     }
 
 
 def analytics(s: ProcessSeries) -> Json:
     """``GET /api/v1/status/analytics`` (and the first keys of ``/analytics/worker-metrics``):
-    the history's points, and as the original's ``dataPoints`` the messages stored in each."""
+    the original's ``dataPoints`` (the messages stored per ``interval``), then the history's
+    buckets."""
     return {
-        "timeRange": _window(s.window),
+        "dataPoints": [{"timestamp": _iso(at), "messages": n} for at, n in s.stored],
         "interval": s.interval,
+        "from": _iso(s.window.since),
+        "to": _iso(s.window.until),
+        "timeRange": _window(s.window),
         "processId": s.process_id,
         "pointCount": len(s.points),
         "throughput": [_point(p) for p in s.points],
-        "dataPoints": [{"timestamp": _started(p), "messages": p.ingested} for p in s.points],
-        "from": _iso(s.window.since),
-        "to": _iso(s.window.until),
     }
 
 
@@ -1055,11 +1068,11 @@ LAGGING_AFTER_S = 300
 
 def group_state(g: GroupStanding) -> str:
     """The original's ``state``: ``Lagging`` when the oldest message the group has still to
-    receive is over 5 minutes old, else ``Stable`` once it has popped on the queue (the
-    original: acknowledged there), else ``Dead``."""
+    receive is over 5 minutes old, else ``Stable`` once it has acknowledged (or
+    dead-lettered) a message it popped on the queue, else ``Dead``."""
     if g.max_time_lag_s > LAGGING_AFTER_S:
         return "Lagging"
-    return "Stable" if g.last_consumed_at is not None else "Dead"
+    return "Stable" if g.acknowledged else "Dead"
 
 
 def group_standing(g: GroupStanding) -> Json:
@@ -1070,7 +1083,9 @@ def group_standing(g: GroupStanding) -> Json:
         "topics": [g.queue],
         "members": g.popped,  # the original's: partitions the group has popped
         "partitions": g.partitions,
-        "partitionsWithLag": g.lagging,
+        # the original's: of the partitions it popped, those where it has messages to
+        # receive (totalLag, beside, is ours: every partition it will read)
+        "partitionsWithLag": g.popped_lagging,
         "leasedPartitions": g.leased,
         "totalLag": g.lag,
         "maxTimeLag": g.max_time_lag_s,

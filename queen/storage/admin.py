@@ -21,7 +21,7 @@ from queen.storage.pool import ConnectionPool
 # (oldest pending message first) or ``lease`` (soonest lease end first); ties by name.
 PARTITION_ORDERS = {
     "name": "name",
-    "pending": "undone - processing DESC, name",
+    "pending": "most_undone - most_processing DESC, name",
     "oldest": "start_at NULLS LAST, name",
     "lease": "lease_expires_at NULLS LAST, name",
 }
@@ -29,7 +29,10 @@ PARTITION_ORDERS = {
 # --- rows --------------------------------------------------------------------------------------
 # Queue mode's figures of a partition, a queue or every queue: ``held`` messages stored,
 # ``undone`` of them not yet acknowledged (nor dead-lettered), ``processing`` inside a live
-# lease, ``failed`` attempts.
+# lease, ``failed`` attempts. ``most_*``: partition by partition, the figure of the consumer
+# (queue mode or a group) furthest behind for it among those that popped there (``undone``
+# with its lease, ``processing``, ``done`` and ``dead`` letters), added up; a partition no one
+# popped counts whole as undone.
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,10 @@ class QueueRow:
     dead_letter: int
     oldest_pending_at: datetime | None
     newest_at: datetime | None
+    most_undone: int
+    most_processing: int
+    most_done: int
+    most_dead: int
     full_count: int
 
 
@@ -86,6 +93,11 @@ class PartitionRow:
     lease_expires_at: datetime | None
     start_at: datetime | None
     newest_at: datetime | None
+    consumers: int
+    most_undone: int
+    most_processing: int
+    most_done: int
+    most_dead: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +110,8 @@ class GroupingRow:
     held: int
     undone: int
     processing: int
+    most_undone: int
+    most_processing: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +129,10 @@ class TotalsRow:
     processing: int
     failed: int
     oldest_pending_at: datetime | None
+    most_undone: int
+    most_processing: int
+    most_done: int
+    most_dead: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +151,9 @@ class GroupRow:
     leased: int
     oldest_at: datetime | None
     last_delivered_at: datetime | None
+    popped_lag: int  # lag over the partitions it popped alone (the original's meaning)
+    popped_lagging: int
+    done: int  # popped partitions where it acknowledged (or dead-lettered) something
     subscription_mode: str | None
     subscribed_at: datetime | None
     subscription_created_at: datetime | None
@@ -524,7 +545,9 @@ class PgAdminStore:
                        count(s.partition_id) AS partitions,
                        coalesce(sum(s.held), 0)::bigint AS held,
                        coalesce(sum(s.undone), 0)::bigint AS undone,
-                       coalesce(sum(s.processing), 0)::bigint AS processing
+                       coalesce(sum(s.processing), 0)::bigint AS processing,
+                       coalesce(sum(s.most_undone), 0)::bigint AS most_undone,
+                       coalesce(sum(s.most_processing), 0)::bigint AS most_processing
                 FROM queen.queues q
                 LEFT JOIN queen.admin_partition_stats(
                     ARRAY(SELECT id FROM queen.queues)) s ON s.queue_id = q.id
@@ -548,7 +571,11 @@ class PgAdminStore:
                       coalesce(sum(s.undone), 0)::bigint AS undone,
                       coalesce(sum(s.processing), 0)::bigint AS processing,
                       coalesce(sum(s.failed), 0)::bigint AS failed,
-                      min(s.start_at) AS oldest_pending_at
+                      min(s.start_at) AS oldest_pending_at,
+                      coalesce(sum(s.most_undone), 0)::bigint AS most_undone,
+                      coalesce(sum(s.most_processing), 0)::bigint AS most_processing,
+                      coalesce(sum(s.most_done), 0)::bigint AS most_done,
+                      coalesce(sum(s.most_dead), 0)::bigint AS most_dead
                FROM queen.admin_partition_stats(ARRAY(SELECT id FROM queen.queues)) s""",
             row=TotalsRow,
         )

@@ -15,11 +15,32 @@
 -- Offsets removed above the lowest stored one (queen.gaps: a clear or retention that kept a
 -- leased write below them, a deleted message) are no messages: every count leaves them out,
 -- and acks recorded ahead of the cursor count only where a message is still stored.
+-- Then the consumers that read the partition (queue mode and every group with a cursor there
+-- that either popped there or was made by the first look of a group subscribed from a time:
+-- the original's partition consumers), each figure taken from the one furthest behind for
+-- it:
+--   consumers        how many read here (0: every figure below is as if none consumed)
+--   most_undone      the most messages one of them has still to do, its lease included
+--                    (held when none reads here)
+--   most_processing  the most one of them holds inside a live lease
+--   most_done        the most one of them has done: held - its undone - the partition's
+--                    dead letters (a message any group dead-lettered is not done)
+--   most_dead        the partition's dead letters (every group's)
+DO $do$
+BEGIN   -- earlier answers had no consumers column (and cannot be replaced in place)
+    IF EXISTS (SELECT 1 FROM pg_proc
+               WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_partition_stats'
+                 AND NOT ('consumers' = ANY (proargnames))) THEN
+        DROP FUNCTION queen.admin_partition_stats(bigint[]);
+    END IF;
+END
+$do$;
 CREATE OR REPLACE FUNCTION queen.admin_partition_stats(p_queue_ids bigint[])
 RETURNS TABLE (queue_id bigint, partition_id bigint, name text, created_at timestamptz,
                next_offset bigint, low_offset bigint, cursor_offset bigint, held bigint,
                undone bigint, processing bigint, failed bigint, lease_expires_at timestamptz,
-               start_at timestamptz, newest_at timestamptz)
+               start_at timestamptz, newest_at timestamptz, consumers bigint,
+               most_undone bigint, most_processing bigint, most_done bigint, most_dead bigint)
 LANGUAGE sql STABLE SET jit = off AS $fn$
     SELECT p.queue_id, p.id, p.name, p.created_at, p.next_offset, l.low, st.start,
            p.next_offset - l.low - g.gap[1],
@@ -41,7 +62,14 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                 WHERE s.partition_id = p.id AND s.first_offset > st.start
                 ORDER BY s.first_offset LIMIT 1)) END,
            (SELECT s.created_at FROM queen.segments s
-            WHERE s.partition_id = p.id ORDER BY s.first_offset DESC LIMIT 1)
+            WHERE s.partition_id = p.id ORDER BY s.first_offset DESC LIMIT 1),
+           w.consumers,
+           CASE WHEN w.consumers > 0 THEN w.undone
+                ELSE p.next_offset - l.low - g.gap[1] END,
+           coalesce(w.processing, 0),
+           CASE WHEN w.consumers > 0
+                THEN greatest(0, w.done + p.next_offset - l.low - g.gap[1] - dl.dead) ELSE 0 END,
+           dl.dead
     FROM queen.partitions p
     LEFT JOIN queen.cursors c
            ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
@@ -75,17 +103,71 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                                               AND x.last_offset >= k.off))
                          ELSE 0 END AS ahead) a
         OFFSET 0) b
+    CROSS JOIN LATERAL (   -- every consumer that reads here, as queue mode's figures above;
+                           -- done is held - undone - the partition's dead letters (held is
+                           -- added above): a message dead-lettered by any group is not done
+        SELECT count(*) AS consumers, max(y.undone) AS undone,
+               max(y.processing) AS processing, max(- y.undone) AS done
+        FROM (SELECT x.undone,
+                     CASE WHEN k.lease_expires_at > now()
+                          THEN least(x.undone, greatest(0, k.lease_end - x.start - x.gap[2]
+                                                           - x.ahead))
+                          ELSE 0 END AS processing
+              FROM queen.cursors k
+              CROSS JOIN LATERAL (
+                  SELECT z.start, z.gap, z.ahead,
+                         greatest(0, p.next_offset - z.start - z.gap[1] - z.ahead) AS undone
+                  FROM (SELECT ks.start,
+                               CASE WHEN g.gap[1] > 0 THEN   -- the partition has gaps
+                                   (SELECT ARRAY[
+                                       coalesce(sum(greatest(0, x.last_offset + 1
+                                                    - greatest(x.first_offset, ks.start))), 0),
+                                       coalesce(sum(greatest(0, least(x.last_offset + 1,
+                                                                      k.lease_end)
+                                                    - greatest(x.first_offset, ks.start))), 0)]
+                                    FROM queen.gaps x
+                                    WHERE x.partition_id = p.id AND x.last_offset >= ks.start)
+                               ELSE ARRAY[0, 0]::bigint[] END AS gap,
+                               CASE WHEN cardinality(k.acked) > 0 THEN
+                                   (SELECT count(*) FROM unnest(k.acked) AS a (off)
+                                    WHERE a.off >= ks.start
+                                      AND NOT EXISTS (SELECT 1 FROM queen.gaps x
+                                                      WHERE x.partition_id = p.id
+                                                        AND x.first_offset <= a.off
+                                                        AND x.last_offset >= a.off))
+                                   ELSE 0 END AS ahead
+                        FROM (SELECT greatest(l.low, k.next_offset) AS start) ks) z) x
+              WHERE k.partition_id = p.id
+                AND (k.delivered_at IS NOT NULL
+                     OR EXISTS (SELECT 1 FROM queen.consumer_groups cg   -- its subscription's
+                                WHERE cg.queue_id = p.queue_id            -- first look made it
+                                  AND cg.consumer_group = k.consumer_group
+                                  AND cg.subscribed_at IS NOT NULL))) y
+        OFFSET 0) w
+    CROSS JOIN LATERAL (SELECT count(*) AS dead FROM queen.dlq d WHERE d.partition_id = p.id) dl
     WHERE p.queue_id = ANY (p_queue_ids)
 $fn$;
 
 -- The queues matching the filters (p_name: that queue only), one page in name order, with their totals and the number
--- of queues matching (full_count). Totals are queue mode's; dead_letter counts every group.
+-- of queues matching (full_count). held, undone, processing and failed are queue mode's;
+-- dead_letter counts every group; most_* add up, partition by partition, the figures of the
+-- consumer furthest behind there (see queen.admin_partition_stats).
+DO $do$
+BEGIN   -- earlier answers had no most_undone column (and cannot be replaced in place)
+    IF EXISTS (SELECT 1 FROM pg_proc
+               WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_queues'
+                 AND NOT ('most_undone' = ANY (proargnames))) THEN
+        DROP FUNCTION queen.admin_queues(text, text, text, text, integer, integer);
+    END IF;
+END
+$do$;
 CREATE OR REPLACE FUNCTION queen.admin_queues(
     p_name text, p_search text, p_namespace text, p_task text, p_limit integer, p_offset integer)
 RETURNS TABLE (id bigint, name text, namespace text, task text, priority integer,
                created_at timestamptz, partitions bigint, held bigint, undone bigint,
                processing bigint, failed bigint, dead_letter bigint, oldest_pending_at timestamptz,
-               newest_at timestamptz, full_count bigint)
+               newest_at timestamptz, most_undone bigint, most_processing bigint,
+               most_done bigint, most_dead bigint, full_count bigint)
 LANGUAGE sql STABLE SET jit = off AS $fn$
     WITH page AS (
         SELECT q.id, q.name, q.namespace, q.task, q.priority, q.created_at,
@@ -102,7 +184,9 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
         SELECT s.queue_id, count(*) AS partitions, sum(s.held)::bigint AS held,
                sum(s.undone)::bigint AS undone, sum(s.processing)::bigint AS processing,
                sum(s.failed)::bigint AS failed, min(s.start_at) AS oldest_pending_at,
-               max(s.newest_at) AS newest_at
+               max(s.newest_at) AS newest_at, sum(s.most_undone)::bigint AS most_undone,
+               sum(s.most_processing)::bigint AS most_processing,
+               sum(s.most_done)::bigint AS most_done, sum(s.most_dead)::bigint AS most_dead
         FROM queen.admin_partition_stats(ARRAY(SELECT page.id FROM page)) s
         GROUP BY s.queue_id
     )
@@ -110,7 +194,9 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
            coalesce(stats.partitions, 0), coalesce(stats.held, 0), coalesce(stats.undone, 0),
            coalesce(stats.processing, 0), coalesce(stats.failed, 0),
            (SELECT count(*) FROM queen.dlq d WHERE d.queue_id = page.id),
-           stats.oldest_pending_at, stats.newest_at, page.full_count
+           stats.oldest_pending_at, stats.newest_at, coalesce(stats.most_undone, 0),
+           coalesce(stats.most_processing, 0), coalesce(stats.most_done, 0),
+           coalesce(stats.most_dead, 0), page.full_count
     FROM page LEFT JOIN stats ON stats.queue_id = page.id
     ORDER BY page.name
 $fn$;
@@ -132,11 +218,21 @@ $fn$;
 -- partitions_by_queue_created, and cost one probe of the cursors' key and one of the
 -- segments each; a group without a mark (it only ever popped single partitions) looks at
 -- them all.
+DO $do$
+BEGIN   -- earlier answers had no has_done column (and cannot be replaced in place)
+    IF EXISTS (SELECT 1 FROM pg_proc
+               WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_group_positions'
+                 AND NOT ('has_done' = ANY (proargnames))) THEN
+        DROP FUNCTION queen.admin_group_positions(text[], bigint[], timestamptz[]);
+    END IF;
+END
+$do$;
 CREATE OR REPLACE FUNCTION queen.admin_group_positions(
     p_groups text[], p_queue_ids bigint[], p_subscribed_at timestamptz[])
 RETURNS TABLE (consumer_group text, queue_id bigint, partition_id bigint, partition_name text,
                next_offset bigint, start_offset bigint, has_cursor boolean, lag bigint,
-               oldest_at timestamptz, lease_expires_at timestamptz, delivered_at timestamptz)
+               oldest_at timestamptz, lease_expires_at timestamptz, delivered_at timestamptz,
+               has_done boolean)
 LANGUAGE sql STABLE SET jit = off AS $fn$
     WITH k AS MATERIALIZED (
         SELECT k.grp, k.qid, k.sub_at,
@@ -149,7 +245,13 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
         SELECT k.grp, k.qid, p.id, p.name, p.next_offset, greatest(c.next_offset, l.low) AS start,
                true AS cur, c.acked,
                CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END AS lease,
-               c.delivered_at
+               c.delivered_at,
+               -- it has done something here (an ack or a dead letter): its cursor moved
+               -- past where the pop that made it put it, or it acked ahead of it
+               -- past where the pop that made it put it, or it acked ahead of it; a group
+               -- subscribed from a time starts done there (the original's subscription
+               -- records a consumption)
+               k.sub_at IS NOT NULL OR cardinality(c.acked) > 0 OR c.next_offset > 0 AS done
         FROM k
         JOIN queen.cursors c ON c.queue_id = k.qid AND c.consumer_group = k.grp
         JOIN queen.partitions p ON p.id = c.partition_id
@@ -161,7 +263,7 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
     ),
     fresh AS (   -- partitions it has never popped: from where its subscription starts
         SELECT k.grp, k.qid, p.id, p.name, p.next_offset, st.start, false, '{}'::bigint[],
-               NULL::timestamptz, NULL::timestamptz
+               NULL::timestamptz, NULL::timestamptz, false
         FROM k
         JOIN queen.partitions p
           ON p.queue_id = k.qid AND p.created_xid >= k.covered AND p.next_offset > 0
@@ -212,22 +314,24 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                (SELECT s.created_at FROM queen.segments s      -- start is in a gap
                 WHERE s.partition_id = x.id AND s.first_offset > x.start
                 ORDER BY s.first_offset LIMIT 1)) END,
-           x.lease, x.delivered_at
+           x.lease, x.delivered_at, x.done
     FROM pos x
 $fn$;
 
 -- Every consumer group's standing on every queue it reads (queue mode included, once it has
 -- popped there), one page in (group, queue) order. lag = messages the group will still
 -- receive, over every partition holding messages (see queen.admin_group_positions);
--- partitions = those it has a cursor on; popped = those it has popped (a cursor with a
--- delivery: the original's partition consumers); lagging = partitions where it has messages
--- to receive; oldest_at = created_at of the oldest message it will still receive. p_group /
--- p_queue narrow the list.
+-- partitions = those it has a cursor on; popped = those it reads as the original counts its
+-- partition consumers (a cursor with a delivery, or any cursor of a group subscribed from a
+-- time: its first look made them); lagging = partitions where it has messages
+-- to receive; oldest_at = created_at of the oldest message it will still receive;
+-- popped_lag and popped_lagging = lag and lagging over those alone (the original's meaning);
+-- done = those where it has acknowledged (or dead-lettered) something. p_group / p_queue narrow the list.
 DO $do$
-BEGIN   -- earlier answers had no popped column (and cannot be replaced in place)
+BEGIN   -- earlier answers had no done column (and cannot be replaced in place)
     IF EXISTS (SELECT 1 FROM pg_proc
                WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_groups'
-                 AND NOT ('popped' = ANY (proargnames))) THEN
+                 AND NOT ('done' = ANY (proargnames))) THEN
         DROP FUNCTION queen.admin_groups(text, text, integer, integer);
     END IF;
 END
@@ -236,7 +340,8 @@ CREATE OR REPLACE FUNCTION queen.admin_groups(
     p_group text, p_queue text, p_limit integer, p_offset integer)
 RETURNS TABLE (consumer_group text, queue_id bigint, queue_name text, partitions bigint,
                popped bigint, lag bigint, lagging bigint, leased bigint, oldest_at timestamptz,
-               last_delivered_at timestamptz,
+               last_delivered_at timestamptz, popped_lag bigint, popped_lagging bigint,
+               done bigint,
                subscription_mode text, subscribed_at timestamptz, subscription_created_at timestamptz,
                full_count bigint)
 LANGUAGE sql STABLE SET jit = off AS $fn$
@@ -265,21 +370,34 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
     ),
     agg AS (
         SELECT x.consumer_group, x.queue_id, count(*) FILTER (WHERE x.has_cursor) AS partitions,
-               count(*) FILTER (WHERE x.delivered_at IS NOT NULL) AS popped,
+               count(*) FILTER (WHERE x.delivered_at IS NOT NULL
+                                   OR (x.has_cursor AND page.subscribed_at IS NOT NULL))
+                   AS popped,
                sum(x.lag)::bigint AS lag, count(*) FILTER (WHERE x.lag > 0) AS lagging,
                count(*) FILTER (WHERE x.lease_expires_at IS NOT NULL) AS leased,
-               min(x.oldest_at) AS oldest_at, max(x.delivered_at) AS last_delivered_at
+               min(x.oldest_at) AS oldest_at, max(x.delivered_at) AS last_delivered_at,
+               coalesce(sum(x.lag) FILTER (WHERE x.delivered_at IS NOT NULL
+                                           OR (x.has_cursor AND page.subscribed_at IS NOT NULL)),
+                        0)::bigint AS popped_lag,
+               count(*) FILTER (WHERE (x.delivered_at IS NOT NULL
+                                       OR (x.has_cursor AND page.subscribed_at IS NOT NULL))
+                                  AND x.lag > 0) AS popped_lagging,
+               count(*) FILTER (WHERE (x.delivered_at IS NOT NULL
+                                       OR (x.has_cursor AND page.subscribed_at IS NOT NULL))
+                                  AND x.has_done) AS done
         FROM queen.admin_group_positions(
             ARRAY(SELECT page.consumer_group FROM page),
             ARRAY(SELECT page.queue_id FROM page),
             ARRAY(SELECT page.subscribed_at FROM page)) x
+        JOIN page ON page.consumer_group = x.consumer_group AND page.queue_id = x.queue_id
         GROUP BY x.consumer_group, x.queue_id
     )
     SELECT page.consumer_group, page.queue_id, page.queue_name,
            coalesce(agg.partitions, 0), coalesce(agg.popped, 0), coalesce(agg.lag, 0),
            coalesce(agg.lagging, 0),
            coalesce(agg.leased, 0),
-           agg.oldest_at, agg.last_delivered_at,
+           agg.oldest_at, agg.last_delivered_at, coalesce(agg.popped_lag, 0),
+           coalesce(agg.popped_lagging, 0), coalesce(agg.done, 0),
            page.subscription_mode, page.subscribed_at, page.subscription_created_at,
            page.full_count
     FROM page
