@@ -68,6 +68,8 @@ COUNTS_WIRE = {
     "failed": 3,
     "deadLetter": 1,
 }
+# where the original's pending counts the leased messages too: partitions, queue totals
+LEASED_WIRE = COUNTS_WIRE | {"pending": 5}
 EMPTY = MessageCounts(0, 0, 0, 0, 0, 0)
 EMPTY_WIRE = {k: 0 for k in COUNTS_WIRE}
 WINDOW = TimeRange(AT - timedelta(hours=1), AT)
@@ -162,8 +164,8 @@ PARTITION_WIRE = {
     "id": "5",
     "name": "p1",
     "createdAt": AT_ISO,
-    "messages": COUNTS_WIRE,
-    "stats": COUNTS_WIRE,
+    "messages": LEASED_WIRE,
+    "stats": LEASED_WIRE,
     "offsets": {"low": 0, "next": 5, "cursor": 2},
     "cursor": {"totalConsumed": 2, "batchesConsumed": None},
     "leaseExpiresAt": LATER_ISO,
@@ -216,7 +218,7 @@ def test_queue_resources_lead_with_what_the_queue_holds_then_page_its_partitions
             "createdAt": AT_ISO,
             "partitionCount": 3,
             "pagination": {"limit": 100, "offset": 0},
-            "totals": COUNTS_WIRE | {"messages": COUNTS_WIRE},
+            "totals": LEASED_WIRE | {"messages": LEASED_WIRE},
         },
     )
 
@@ -235,6 +237,9 @@ STANDING = GroupStanding(
     subscription_created_at=AT,
     lagging=2,
     popped=2,
+    popped_lag=7,
+    popped_lagging=2,
+    acknowledged=True,
 )
 STANDING_WIRE = {
     "name": "g1",
@@ -256,7 +261,19 @@ STANDING_WIRE = {
     "subscriptionCreatedAt": AT_ISO,
 }
 CAUGHT_UP = GroupStanding(
-    "__QUEUE_MODE__", "orders", 3, 0, 0, 0.0, None, LATER, None, None, None, popped=3
+    "__QUEUE_MODE__",
+    "orders",
+    3,
+    0,
+    0,
+    0.0,
+    None,
+    LATER,
+    None,
+    None,
+    None,
+    popped=3,
+    acknowledged=True,
 )
 
 
@@ -289,8 +306,8 @@ def test_queue_status_shows_the_configuration_totals_and_groups() -> None:
             "partitions": [PARTITION_WIRE],
             "partitionCount": 3,
             "pagination": {"limit": 100, "offset": 0},
-            "totals": COUNTS_WIRE | {"messages": COUNTS_WIRE},
-            "messages": COUNTS_WIRE,
+            "totals": LEASED_WIRE | {"messages": LEASED_WIRE},
+            "messages": LEASED_WIRE,
             "oldestPendingAt": AT_ISO,
             "oldestPendingAgeSeconds": 120.19,
             "consumerGroups": [STANDING_WIRE],
@@ -483,8 +500,15 @@ def test_status_analytics_and_system_metrics_share_the_history_points() -> None:
                 }
             ],
             "totals": {"queues": 5, "partitions": 7},
-            "messages": COUNTS_WIRE
-            | {
+            # the service's counters: stored, not yet popped, acknowledged, refused,
+            # dead-lettered
+            "messages": {
+                "total": 25,
+                "pending": 19,
+                "processing": 0,
+                "completed": 0,
+                "failed": 2,
+                "deadLetter": 3,
                 "requests": {"push": 10, "pop": 4, "ack": 0},
                 "batchEfficiency": {"push": 2.5, "pop": 1.5, "ack": 0},
             },
@@ -517,20 +541,22 @@ def test_status_analytics_and_system_metrics_share_the_history_points() -> None:
                     "lastSeen": AT_ISO,
                 }
             ],
+            "statsAge": 0,
         },
     )
-    series = ProcessSeries(WINDOW, "1m", 4242, [POINT, POINT])
+    hour = AT.replace(minute=0, second=0, microsecond=0)
+    series = ProcessSeries(WINDOW, "hour", 4242, [POINT, POINT], stored=[(hour, 14)])
     same(
         render.analytics(series),
         {
+            "dataPoints": [{"timestamp": "2026-04-26T10:00:00.000Z", "messages": 14}],
+            "interval": "hour",
+            "from": WINDOW_WIRE["from"],
+            "to": WINDOW_WIRE["to"],
             "timeRange": WINDOW_WIRE,
-            "interval": "1m",
             "processId": 4242,
             "pointCount": 2,
             "throughput": [POINT_WIRE, POINT_WIRE],
-            "dataPoints": [{"timestamp": POINT_START_ISO, "messages": 7}] * 2,
-            "from": WINDOW_WIRE["from"],
-            "to": WINDOW_WIRE["to"],
         },
     )
     system = render.system_metrics(series)
@@ -770,14 +796,25 @@ def test_groups_are_stable_when_caught_up() -> None:
 
 def test_a_group_state_means_what_the_originals_does() -> None:
     """Lagging: its oldest message to receive is over 5 minutes old (a few messages behind
-    is no lag); Stable: it consumes on the queue; Dead: it never popped there."""
+    is no lag); Stable: it acknowledged on the queue; Dead: it never did (popping alone is
+    not enough)."""
     assert render.group_state(STANDING) == "Stable"
     late = dataclasses.replace(STANDING, max_time_lag_s=300.5)
     assert render.group_state(late) == "Lagging"
-    never = dataclasses.replace(STANDING, last_consumed_at=None, popped=0, max_time_lag_s=12.0)
+    popped_only = dataclasses.replace(STANDING, acknowledged=False, max_time_lag_s=12.0)
+    assert render.group_state(popped_only) == "Dead"
+    never = dataclasses.replace(popped_only, last_consumed_at=None, popped=0)
     assert render.group_state(never) == "Dead"
     assert render.group_standing(never)["members"] == 0
     assert render.group_state(dataclasses.replace(never, max_time_lag_s=301.0)) == "Lagging"
+
+
+def test_a_groups_partitions_with_lag_are_of_those_it_reads_its_lag_of_every_one() -> None:
+    """The original's partitionsWithLag counts the partitions the group reads (popped);
+    totalLag stays ours: every partition it will read."""
+    wide = dataclasses.replace(STANDING, lag=40, lagging=5, popped_lag=7, popped_lagging=2)
+    body = render.group_standing(wide)
+    assert body["partitionsWithLag"] == 2 and body["totalLag"] == 40
 
 
 def test_a_group_detail_replaces_the_partition_count_with_the_page_of_partitions() -> None:

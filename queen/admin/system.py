@@ -248,7 +248,7 @@ _SECONDS = frozenset({"push_transaction_seconds", "pop_lag_seconds"})
 def acks_taken(counters: Mapping[str, float]) -> int:
     """The acknowledgements the service took since it started (completed and dead-lettered
     alike; refused ones not): the original's ``completed`` of the overview and status."""
-    return int(counters.get("acks", 0) - counters.get("acks_refused", 0))
+    return max(0, int(counters.get("acks", 0) - counters.get("acks_refused", 0)))
 
 
 def _whole(counters: Mapping[str, float]) -> dict[str, float]:

@@ -404,7 +404,8 @@ def queue_gauges(g: QueueGauges) -> dict[str, dict[Labels, float]]:
 
 
 QUEUE_GAUGE_HELP = {
-    "queue_depth": "Messages of the queue not yet completed (queue mode).",
+    "queue_depth": "Messages of the queue not yet completed (per partition, by its consumer "
+    "furthest behind).",
     "queue_oldest_pending_age_seconds": "Age of the queue's oldest pending message, in seconds.",
     "queue_dlq_depth": "Messages of the queue in the dead letter queue.",
     "queue_partitions": "Partitions of the queue.",
@@ -520,7 +521,7 @@ def status(s: Status) -> Json:
             "total": int(c["push_items_queued"]),
             "pending": max(0, int(c["push_items_queued"] - c["pop_messages"])),
             "processing": 0,
-            "completed": int(c["acks"] - c["acks_refused"]),
+            "completed": max(0, int(c["acks"] - c["acks_refused"])),
             "failed": int(c["acks_refused"]),
             "deadLetter": int(c["acks_dlq"]),
             "requests": requests,
