@@ -71,11 +71,21 @@ def fetch(base: str, path: str, accept: str) -> tuple[int, Any]:
         return status, text.decode(errors="replace")
 
 
-def settle(base: str) -> None:
-    """Statistics refreshed, and the minute the sequence ended in over and flushed."""
+def settle(base: str, deadline_s: float = 180.0) -> None:
+    """Statistics refreshed, and the minute the sequence ended in over and written: its
+    workers' and its system's per-minute rows (polled, within ``deadline_s``)."""
     for _ in range(2):
         call(base, "POST", "/api/v1/stats/refresh")
     time.sleep(60 - time.time() % 60 + 15)
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        system = call(base, "GET", "/api/v1/analytics/system-metrics")
+        worker = call(base, "GET", "/api/v1/analytics/worker-metrics")
+        if system.get("replicas") and worker.get("timeSeries"):
+            break
+        time.sleep(2)
+    else:
+        raise RuntimeError("the original wrote no per-minute metrics in time")
     call(base, "POST", "/api/v1/stats/refresh")
 
 

@@ -20,7 +20,7 @@ from psycopg.conninfo import make_conninfo
 from queen import open_broker
 from queen.http.app import create_app
 from queen.settings import Settings
-from tests.golden import ROUTES, RULES, compare, resolve, sequence
+from tests.golden import ROUTES, RULES, _matches, _under, compare, resolve, sequence
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "original"
 INDEX = json.loads((GOLDEN / "routes.json").read_text())["routes"]
@@ -115,3 +115,23 @@ async def test_every_route_of_the_app_answers_the_originals_figures(
     dump = Path(os.environ.get("QUEEN_GOLDEN_DUMP") or tmp_path / "ours")
     report = _report(ours, dump)
     assert not report, f"(our answers are in {dump})\n" + "\n".join(report)
+
+
+@pytest.mark.parametrize("route", [r.name for r in ROUTES])
+def test_every_rule_names_a_path_of_the_originals_answer(route: str) -> None:
+    """A figure compared by value, or named as differing here (with why), is one the
+    original's answer has: no rule passes by naming nothing."""
+    rules = RULES.get(route)
+    assert rules is not None, f"{route}: no rules"
+    assert INDEX[route]["status"] == rules.status
+    theirs = _golden(route)
+    if rules.status != 200:
+        return
+    outcome = compare(route, theirs, theirs)
+    assert not outcome.problems
+    for pattern in rules.equal:
+        assert any(_matches(pattern, p) for p in outcome.equal), f"{route}: {pattern} names nothing"
+    for pattern, why in rules.differs.items():
+        assert why, f"{route}: {pattern} says not why it differs"
+        hit = any(_under(pattern, p) or _under(p, pattern) for p in outcome.skipped)
+        assert hit, f"{route}: {pattern} names nothing"
