@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.peer import binary, fresh_database, missing, start_original
+from bench.peer import fresh_database, missing, start_original
 from bench.servers import ROOT, open_database
 from tests.golden import ROUTES, resolve, sequence
 
@@ -139,7 +139,7 @@ def main() -> int:
         finally:
             peer.stop()
     meta = {
-        "original": {"binary": str(binary()), "commit": original_commit(args.source)},
+        "original": {"commit": original_commit(args.source)},
         "database": server.version,
         "capturedAt": now.isoformat(timespec="seconds"),
         "routes": index,

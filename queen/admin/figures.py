@@ -1,4 +1,4 @@
-"""What several admin answers share: queue mode's message figures, ages, and the store every
+"""What several admin answers share: the message figures of a queue, ages, and the store every
 admin read needs."""
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from queen.storage.admin import PgAdminStore
 class MessageCounts:
     """The figures of a partition, a queue or every queue: ``total`` held, and partition by
     partition those of the consumer furthest behind there for each figure
-    (:func:`consumer_counts`: the original's meaning), or queue mode's
-    (:func:`message_counts`): ``pending`` (not yet done, outside a live lease),
-    ``processing`` (inside one), ``completed`` (done), ``failed`` attempts and
-    ``dead_letter`` copies in the DLQ."""
+    (:func:`consumer_counts`, the original's meaning): ``pending`` (not yet done, outside a
+    live lease), ``processing`` (inside one), ``completed`` (done), and the partitions'
+    ``dead_letter`` copies in the DLQ; ``failed``: queue mode's failed attempts."""
 
     total: int
     pending: int
@@ -30,21 +29,6 @@ class MessageCounts:
     def depth(self) -> int:
         """Messages not done yet: pending and processing."""
         return self.pending + self.processing
-
-
-def message_counts(
-    *, held: int, undone: int, processing: int, failed: int, dead_letter: int
-) -> MessageCounts:
-    """Queue mode's figures from what the store reads: ``held`` messages, ``undone`` of them
-    not yet acknowledged, ``processing`` of those inside a live lease."""
-    return MessageCounts(
-        total=held,
-        pending=max(0, undone - processing),
-        processing=processing,
-        completed=max(0, held - undone),
-        failed=failed,
-        dead_letter=dead_letter,
-    )
 
 
 def consumer_counts(

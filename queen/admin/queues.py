@@ -1,4 +1,4 @@
-"""Queues: one page of them with queue mode's totals, one queue's figures (its partitions, a
+"""Queues: one page of them with their totals, one queue's figures (its partitions, a
 page at a time, its options and totals, what it holds, the groups reading it), and the queues
 per namespace and per task.
 

@@ -37,7 +37,8 @@ PARTITION_ORDERS = {
 
 @dataclass(frozen=True, slots=True)
 class QueueRow:
-    """A queue of ``queen.admin_queues`` with queue mode's totals; ``full_count``: every queue
+    """A queue of ``queen.admin_queues`` with its totals (queue mode's, and those of its
+    consumers furthest behind: ``most_*``); ``full_count``: every queue
     matching the filters."""
 
     id: int
@@ -498,7 +499,7 @@ class PgAdminStore:
         limit: int,
         offset: int,
     ) -> list[QueueRow]:
-        """One page of queues (name order) with queue mode's totals and ``full_count``."""
+        """One page of queues (name order) with their totals and ``full_count``."""
         return await self.pool.fetch_all(
             "SELECT * FROM queen.admin_queues(%s, %s, %s, %s, %s, %s)",
             (name, search, namespace, task, limit, offset),
