@@ -214,6 +214,50 @@ def ceiling_rows(doc: Doc) -> list[list[str]]:
     return rows
 
 
+def _us(steps: Sequence[Mapping[str, Any]]) -> float | None:
+    """Broker (server) CPU per message in µs: seconds per 100k messages x 10."""
+    v = avg(steps, "server_cpu_s_per_100k")
+    return None if v is None else v * 10
+
+
+def per_message_rows(doc: Doc) -> list[list[str]]:
+    """Per shape: broker CPU µs per message of the original, ours, our stack alone and bare
+    Hypercorn, ours ÷ bare Hypercorn (the mean, and its range over the rounds, so a move
+    between rounds larger than a gap shows), beside msg/s."""
+    rows = []
+    for name, steps, o, u in _by_shape(doc):
+        floor = steps.get("hypercorn", [])
+        us = [_us(steps.get(side, [])) for side in (*SIDES, *CEILINGS)]
+        rounds = [
+            a["server_cpu_s_per_100k"] / b["server_cpu_s_per_100k"]
+            for a, b in zip(u, floor, strict=False)
+            if a.get("server_cpu_s_per_100k") and b.get("server_cpu_s_per_100k")
+        ]
+        spread = f"{min(rounds):.2f}-{max(rounds):.2f}" if rounds else "-"
+        rows.append(
+            [
+                name,
+                *(_n(v, ",.0f") for v in us),
+                _ratio(us[1], us[3]),
+                spread,
+                _pair(avg(o, "msg_per_s"), avg(u, "msg_per_s"), ",.0f"),
+            ]
+        )
+    return rows
+
+
+PER_MESSAGE_HEADERS = [
+    "shape",
+    "original µs",
+    "ours µs",
+    "our stack alone µs",
+    "bare Hypercorn µs",
+    "ours ÷ bare Hypercorn",
+    "per round",
+    "msg/s original / ours",
+]
+
+
 def hypercorn_bound(steps: Mapping[str, Any], cores: int | None) -> float | None:
     """msg/s the machine's cores hold for a broker that costs nothing beyond bare Hypercorn:
     cores x 100k ÷ (bare Hypercorn's CPU and its load generator's per 100k messages +
@@ -368,6 +412,10 @@ def _legend(doc: Doc) -> list[str]:
 
 def _tables(doc: Doc, *, markdown: bool) -> list[str]:
     out = [
+        "Broker CPU per message (µs; bare Hypercorn: a bare ASGI callable answering the push):",
+        "",
+        table(PER_MESSAGE_HEADERS, per_message_rows(doc), markdown=markdown),
+        "",
         table(THROUGHPUT_HEADERS, throughput_rows(doc, markdown=markdown), markdown=markdown),
         "",
         "CPU seconds per 100k messages (original / ours):",

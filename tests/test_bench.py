@@ -639,3 +639,32 @@ def test_pgmq_report_pairs_each_round_and_judges_the_medians() -> None:
     assert (
         "| E1 | 1 | 7,000 | 2,000 | 3.50 (2.50-4.00) | 4.00 (4.00-4.00) | 3x | yes | yes |" in text
     )
+
+
+def test_peer_report_leads_with_broker_cpu_per_message_beside_bare_hypercorn() -> None:
+    from bench import peer_report
+
+    def step(rate: float, cpu: float) -> dict[str, Any]:
+        return {"msg_per_s": rate, "server_cpu_s_per_100k": cpu}
+
+    doc = {
+        "shapes": {
+            "S1": {
+                "steps": {
+                    "original": [step(5000.0, 15.0), step(5000.0, 17.0)],
+                    "ours": [step(4000.0, 40.0), step(4000.0, 44.0)],
+                    "stack": [step(5500.0, 32.0)],
+                    "hypercorn": [step(5200.0, 32.0), step(5200.0, 30.0)],
+                }
+            }
+        }
+    }
+    (s1,) = peer_report.per_message_rows(doc)
+    # seconds per 100k messages x 10 = µs per message, means over the rounds
+    assert s1[:5] == ["S1", "160", "420", "320", "310"]
+    assert s1[5] == "1.35"  # ours ÷ bare Hypercorn
+    assert s1[6] == "1.25-1.47"  # round by round: 40/32 and 44/30
+    assert s1[7] == "5,000 / 4,000"
+    assert peer_report.terminal(doc).index("Broker CPU per message") < peer_report.terminal(
+        doc
+    ).index("ours ÷ original")
