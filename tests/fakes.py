@@ -8,7 +8,7 @@ had in flight at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from queen.push import PushService
 from queen.records import Delivered, PopRequest, Sizing
 from queen.settings import Settings
 from queen.storage.base import SegmentWrite, WriteResult
-from queen.storage.consume import PopOutcome
+from queen.storage.consume import PENDING_NONE, PopOutcome
 
 
 @dataclass
@@ -187,6 +187,7 @@ class MemoryConsumeStore:
     state: dict[str, object] = field(default_factory=dict)
     pop_calls: int = 0
     max_bytes_asked: list[int] = field(default_factory=list)  # each pop's byte budget
+    hints: list[list[str] | None] = field(default_factory=list)  # each pop's hint, if any
     ripe_in_s: float | None = None  # what a waiting pop that found nothing is told
     listener_connected: bool | None = None  # None: no push listener at all
     on_queues: Callable[[set[str]], None] | None = None
@@ -217,13 +218,21 @@ class MemoryConsumeStore:
         self.on_queues({queue})
 
     async def pop(
-        self, request: PopRequest, sizing: Sizing, lease_id: str | None, max_bytes: int
+        self,
+        request: PopRequest,
+        sizing: Sizing,
+        lease_id: str | None,
+        max_bytes: int,
+        hint: Collection[str] | None = None,
     ) -> PopOutcome:
         await trio.lowlevel.checkpoint()
         self.pop_calls += 1
         self.max_bytes_asked.append(max_bytes)
+        self.hints.append(None if hint is None else sorted(hint))
         assert request.queue is not None
         waiting = self.messages.get(request.queue, [])
+        if hint is not None and "Default" not in hint:  # (every message is in "Default")
+            return PopOutcome([], None, PENDING_NONE if request.wait else None)
         taken: list[Delivered] = []
         size = 0
         for message in waiting[: sizing.batch]:
@@ -249,7 +258,10 @@ class MemoryConsumeStore:
         return None
 
     def push_listener(
-        self, on_queues: Callable[[set[str]], None], on_reconnect: Callable[[], None]
+        self,
+        on_queues: Callable[[set[str]], None],
+        on_reconnect: Callable[[], None],
+        on_partitions: Callable[[set[tuple[str, str]]], None] | None = None,
     ) -> FakeListener | None:
         self.on_queues = on_queues
         if self.listener_connected is None:

@@ -15,8 +15,19 @@ same :class:`PopKey`) share them instead:
 - a like query that delivered something answers for nobody: the next pop to run looks, and
   the rest wait for that one. A pop's first query is never shared.
 
-Queries are numbered, so "started after" holds even when the clock did not move. Everything
-here runs in the Trio thread.
+Queries are numbered, so "started after" holds even when the clock did not move.
+
+A look that must run need not read the whole queue either. The latest look of a queue pop's
+kind that found nothing is its kind's *baseline*: where the wake-ups stood when it was planned
+(:meth:`Wakeups.position`), and until when its answer holds. While the baseline holds and the
+queue as a whole has not fired since, only partitions fired since can hold something new: the
+look reads those only (its *hint*, at most :data:`HINTED_AT_MOST`; more, or forgotten, and it
+reads the whole queue). A hinted look that finds nothing is the next baseline, holding until
+the earlier of its own answer and its base's; one that delivers leaves the baseline as it is,
+so the next look reads the same partitions again (some may have had more than it took). Pops
+of one partition, and pops across queues, always read their whole scope.
+
+Everything here runs in the Trio thread.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import trio
 from queen.consume.wakeups import Wakeups
 
 _EMPTY_KEPT = 1024  # records of empty queries kept before the stale ones are dropped
+HINTED_AT_MOST = 64  # partitions a hinted look reads; more, and it reads the whole queue
 
 
 class PopKey(NamedTuple):
@@ -41,16 +53,33 @@ class PopKey(NamedTuple):
     consumer_group: str
 
 
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """A look of a queue pop's kind that found nothing: the wake-up position and the queue's
+    wide epoch when it was planned, and until when its answer holds if nothing fires."""
+
+    position: int
+    wide: int
+    holds_until: float
+
+
 @dataclass(slots=True)
 class Look:
     """One query of a pop: its number, when it started, the wake-up epoch of the ticket taken
     before it, an event set once it has answered and, once it found nothing, until when that
-    answer holds if nothing fires (Trio time; ``inf``: until a fire)."""
+    answer holds if nothing fires (Trio time; ``inf``: until a fire). ``hint``: the partitions
+    it reads (None: its whole scope), fired since ``base``; ``position`` and ``wide``: where
+    the wake-ups stood when it was planned."""
 
     key: PopKey
     number: int
     started: float
     epoch: int
+    position: int = 0
+    wide: int = 0
+    hint: list[str] | None = None
+    base: Baseline | None = None
+    baselined: bool = False  # a waiting queue pop's look: it may set its kind's baseline
     answered: trio.Event = field(default_factory=trio.Event)
     holds_until: float = 0.0
 
@@ -61,6 +90,7 @@ class SharedLooks:
         self._count = 0
         self._empty: dict[PopKey, Look] = {}  # the latest like query that found nothing
         self._running: dict[PopKey, Look] = {}  # a like query in flight
+        self._baselines: dict[PopKey, Baseline] = {}
 
     async def wait_for_like(self, key: PopKey, looked: int) -> None:
         """While a like pop's query that started after query ``looked`` is in flight, wait
@@ -86,24 +116,38 @@ class SharedLooks:
             return latest
         return None
 
-    def start(self, key: PopKey) -> Look:
-        """A query of ``key`` starts now (its ticket already taken)."""
+    def start(self, key: PopKey, *, waiting: bool = False) -> Look:
+        """A query of ``key`` starts now (its ticket already taken). A ``waiting`` pop's look
+        (one that says what is pending when it finds nothing) takes part in the baselines:
+        what it reads (its hint) is fixed here, where the wake-ups stand now."""
         self._count += 1
-        look = Look(
-            key, self._count, trio.current_time(), self._wakeups.epoch(key.queue, key.partition)
-        )
+        now = trio.current_time()
+        wakeups = self._wakeups
+        look = Look(key, self._count, now, wakeups.epoch(key.queue, key.partition))
+        if waiting and key.queue is not None and key.partition is None:
+            look.baselined = True
+            look.position, look.wide = wakeups.position(), wakeups.wide_epoch(key.queue)
+            base = self._baselines.get(key)
+            if base is not None and base.holds_until > now and base.wide == look.wide:
+                look.hint = wakeups.fired_since(key.queue, base.position, HINTED_AT_MOST)
+                if look.hint is not None:
+                    look.base = base
         self._running.setdefault(key, look)
         return look
 
-    def finish(self, look: Look, *, found_nothing: bool, holds_until: float = 0.0) -> None:
+    def finish(self, look: Look, *, found_nothing: bool, holds_until: float = 0.0) -> float:
         """``look`` has answered (``found_nothing``: it delivered nothing, an answer that holds
-        until ``holds_until`` if nothing fires)."""
+        until ``holds_until`` if nothing fires). Returns until when the answer holds, with
+        what its base says (a hinted look read only part of its scope)."""
         if self._running.get(look.key) is look:
             del self._running[look.key]
+        if look.base is not None:
+            holds_until = min(holds_until, look.base.holds_until)
         look.holds_until = holds_until
         look.answered.set()
         if not found_nothing:
-            return
+            return holds_until
+        self._settle(look)
         latest = self._empty.get(look.key)
         if latest is None or look.number > latest.number:
             self._empty[look.key] = look
@@ -113,4 +157,27 @@ class SharedLooks:
                 k: v
                 for k, v in self._empty.items()
                 if v.holds_until > now and v.epoch == self._wakeups.epoch(k.queue, k.partition)
+            }
+        return holds_until
+
+    def _settle(self, look: Look) -> None:
+        """``look`` found nothing: it is its kind's baseline if it read the whole scope and was
+        planned after the baseline, or extended the baseline that still stands."""
+        key = look.key
+        if not look.baselined:
+            return
+        current = self._baselines.get(key)
+        if look.base is None:
+            if current is not None and current.position > look.position:
+                return
+        elif current is not look.base:
+            return
+        self._baselines[key] = Baseline(look.position, look.wide, look.holds_until)
+        if len(self._baselines) > _EMPTY_KEPT:
+            now = trio.current_time()
+            self._baselines = {
+                k: v
+                for k, v in self._baselines.items()
+                if v.holds_until > now and k.queue is not None
+                and v.wide == self._wakeups.wide_epoch(k.queue)
             }

@@ -146,7 +146,9 @@ class ConsumeService:
         self, *, task_status: trio.TaskStatus[ConsumeService] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Run the push listener until cancelled; ready once it made its first attempt."""
-        self.listener = self.store.push_listener(self.wakeups.fire, self.wakeups.fire_all)
+        self.listener = self.store.push_listener(
+            self.wakeups.fire, self.wakeups.fire_all, self.wakeups.fire_partitions
+        )
         async with trio.open_nursery() as nursery:
             if self.listener is not None:
                 await nursery.start(self.listener.run)
@@ -238,17 +240,22 @@ class ConsumeService:
                 self.metrics.pop_rechecks_shared += 1
                 holds_until = like.holds_until
             else:
-                look = self._looks.start(key)
+                look = self._looks.start(key, waiting=request.wait)
                 looked = look.number
                 lease_id = "" if request.auto_ack else mint_id()
                 try:
-                    outcome, charge = await self._look(request, sizing, lease_id or None)
+                    outcome, charge = await self._look(
+                        request, sizing, lease_id or None, look.hint
+                    )
                 except BaseException:
                     self._looks.finish(look, found_nothing=False)
                     raise
                 delivered, expires_at = outcome.delivered, outcome.lease_expires_at
-                holds_until = self._holds_until(look.started, outcome.ripe_in_s)
-                self._looks.finish(look, found_nothing=not delivered, holds_until=holds_until)
+                holds_until = self._looks.finish(
+                    look,
+                    found_nothing=not delivered,
+                    holds_until=self._holds_until(look.started, outcome.ripe_in_s),
+                )
                 if delivered:
                     try:
                         delivered = await self._opened(request, delivered, lease_id)
@@ -289,9 +296,14 @@ class ConsumeService:
         return result
 
     async def _look(
-        self, request: PopRequest, sizing: Sizing, lease_id: str | None
+        self,
+        request: PopRequest,
+        sizing: Sizing,
+        lease_id: str | None,
+        hint: list[str] | None = None,
     ) -> tuple[PopOutcome, Charge]:
         """One query within the byte budget: what it found, and the charge of its payloads.
+        ``hint``: the partitions it reads (None: the pop's whole scope).
 
         The query may read ``pop_max_bytes``, or what room the budget has if that is less;
         that much is reserved while it runs. With no room it waits up to :data:`ROOM_WAIT_S`
@@ -315,7 +327,7 @@ class ConsumeService:
                     continue  # taken while this pop waited for its turn
                 budget.try_charge(cut)
                 try:
-                    outcome = await self.store.pop(request, sizing, lease_id, cut)
+                    outcome = await self.store.pop(request, sizing, lease_id, cut, hint)
                 finally:
                     budget.release(cut)
                 return outcome, budget.charge(outcome.payload_bytes)
@@ -439,7 +451,8 @@ class ConsumeService:
             refused = Counter(o.queue for o in outcomes if o.queue and not o.success)
             for queue, count in taken.items():
                 self.flow.acked(queue, count, refused[queue])
-        self.wakeups.fire({o.queue for o in outcomes if o.lease_released and o.queue})
+        # a released lease: its partition may be claimed again (what is left of it)
+        self.wakeups.fire_partitions(_released(outcomes))
         return outcomes
 
     async def extend_lease(self, lease_id: str, seconds: int | None = None) -> LeaseExtension:
@@ -482,9 +495,8 @@ class ConsumeService:
         for frame in outcome.pushed:
             results[frame.index] = TxPushResult.of(frame)
         if outcome.ok:
-            self.wakeups.fire(
-                {f.key.queue for f in outcome.pushed}
-                | {a.queue for a in outcome.acks if a.lease_released and a.queue}
+            self.wakeups.fire_partitions(
+                {(f.key.queue, f.key.partition) for f in outcome.pushed} | _released(outcome.acks)
             )
         return TransactionResult(
             transaction_id=mint_id(),
@@ -561,6 +573,15 @@ class ConsumeService:
         if enabled:
             self.wakeups.fire_all()  # waiting pops answer now
         return PopMaintenance(enabled)
+
+
+def _released(outcomes: Sequence[AckResult]) -> set[tuple[str, str]]:
+    """The (queue, partition) whose lease an acknowledgment released."""
+    return {
+        (o.queue, o.partition)
+        for o in outcomes
+        if o.lease_released and o.queue is not None and o.partition is not None
+    }
 
 
 def _lags_s(delivered: list[Delivered]) -> list[float]:

@@ -12,8 +12,14 @@ wrote (:meth:`Wakeups.fire_partitions`), so pops bound to other partitions of th
 on; a fire of the queue as a whole (a NOTIFY from another process, an ack that released a
 lease, a seek) sets them all. Namespace/task pops (no queue name) take the wildcard ticket,
 which every fire sets. :meth:`Wakeups.epoch` counts the fires that concern a ticket: while it
-has not changed, a ticket taken now is as good as one taken earlier. Everything here runs in
-the Trio thread and never blocks.
+has not changed, a ticket taken now is as good as one taken earlier.
+
+Fires of partitions are also remembered, per queue, in the order they came (the latest
+:data:`REMEMBERED` partitions of each queue): :meth:`Wakeups.fired_since` tells which
+partitions of a queue fired after a :meth:`Wakeups.position`, so a pop whose like look found
+nothing at that position needs to look at those partitions only, as long as the queue as a
+whole did not fire since (:meth:`Wakeups.wide_epoch`). Everything here runs in the Trio thread
+and never blocks.
 
 The tickets are Trio events, not ``trio_util.RepeatedEvent``: a repeated event takes its place
 in the sequence of fires when the wait starts, after the query, so a fire in between would be
@@ -30,6 +36,9 @@ from trio_util import AsyncValue
 ANY_QUEUE = "\x00*"
 """The ticket of pops that span queues (namespace/task pops); no queue can have this name."""
 
+REMEMBERED = 4096
+"""Partitions whose fires are remembered per queue; an older fire is known only as "some"."""
+
 
 class Wakeups:
     def __init__(self) -> None:
@@ -38,6 +47,9 @@ class Wakeups:
         self._fired: dict[str, int] = {}  # queue-wide fires per queue name (ANY_QUEUE: any)
         self._fired_some_partition: dict[str, int] = {}  # per queue: fires of one partition
         self._fired_all = 0
+        self._position = 0  # fires of partitions so far, every queue
+        self._pushed: dict[str, dict[str, int]] = {}  # queue -> partition -> its last fire
+        self._forgotten: dict[str, int] = {}  # queue -> the latest fire no longer remembered
         self._waiting = AsyncValue(0)
 
     @property
@@ -71,6 +83,28 @@ class Wakeups:
             self._fired.get(queue, 0) + self._fired_some_partition.get(queue, 0) + self._fired_all
         )
 
+    def position(self) -> int:
+        """How many fires of partitions came so far (for :meth:`fired_since`)."""
+        return self._position
+
+    def wide_epoch(self, queue: str) -> int:
+        """A count that changes with every fire of ``queue`` as a whole (and of everything)."""
+        return self._fired.get(queue, 0) + self._fired_all
+
+    def fired_since(self, queue: str, position: int, limit: int) -> list[str] | None:
+        """The partitions of ``queue`` fired after ``position``, latest first; None when there
+        are more than ``limit`` of them or they are no longer all remembered."""
+        if self._forgotten.get(queue, 0) > position:
+            return None
+        out: list[str] = []
+        for partition, at in reversed(self._pushed.get(queue, {}).items()):
+            if at <= position:
+                break
+            if len(out) == limit:
+                return None
+            out.append(partition)
+        return out
+
     def fire(self, queues: Iterable[str]) -> None:
         """Wake every pop waiting on one of ``queues`` (on any of their partitions), and every
         cross-queue pop."""
@@ -92,6 +126,18 @@ class Wakeups:
         cross-queue pop."""
         if not keys:
             return
+        pushed = self._pushed
+        for queue, partition in keys:
+            self._position += 1
+            remembered = pushed.get(queue)
+            if remembered is None:
+                remembered = pushed[queue] = {}
+            else:
+                remembered.pop(partition, None)  # (re-inserted: the latest come last)
+            remembered[partition] = self._position
+            if len(remembered) > REMEMBERED:
+                oldest = next(iter(remembered))
+                self._forgotten[queue] = remembered.pop(oldest)
         partition_tickets = self._partition_tickets
         if partition_tickets:  # (a commit usually finds no pop bound to a partition waiting)
             for queue, partition in keys:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -51,7 +51,7 @@ _POP_TEXT_SQL = (
     b" ripe_in_s"
     b" FROM queen.pop($1::text, $2::text, $3::text, $4::text, $5::text, $6::integer,"
     b" $7::integer, $8::boolean, $9::text, $10::timestamptz, $11::uuid, $12::boolean,"
-    b" $13::bigint)"
+    b" $13::bigint, $14::text[])"
 )
 _ACK_TEXT_SQL = (
     b"SELECT idx, success, error, queue_name, partition_name, lease_released, dlq"
@@ -139,12 +139,18 @@ class ConsumeStore(Protocol):
     async def delete_queue(self, queue: str) -> bool: ...
 
     async def pop(
-        self, request: PopRequest, sizing: Sizing, lease_id: str | None, max_bytes: int
+        self,
+        request: PopRequest,
+        sizing: Sizing,
+        lease_id: str | None,
+        max_bytes: int,
+        hint: Collection[str] | None = None,
     ) -> PopOutcome:
         """Claim and lease (or, with autoAck, commit) messages, their payloads adding up to
         at most ``max_bytes`` octets, though always at least one message (nothing beyond is
         leased). For a waiting pop (``request.wait``) that found nothing, also when to look
-        again (:class:`PopOutcome`)."""
+        again (:class:`PopOutcome`). ``hint`` (a queue pop's partition names): look at those
+        partitions only, and say when to look again about them only."""
         ...
 
     async def ack(self, items: Sequence[AckItem]) -> list[AckResult]: ...
@@ -180,9 +186,14 @@ class ConsumeStore(Protocol):
     def trace_store(self) -> TraceStore: ...
 
     def push_listener(
-        self, on_queues: Callable[[set[str]], None], on_reconnect: Callable[[], None]
+        self,
+        on_queues: Callable[[set[str]], None],
+        on_reconnect: Callable[[], None],
+        on_partitions: Callable[[set[tuple[str, str]]], None] | None = None,
     ) -> PushListener | None:
-        """What tells this process about pushes made by other processes (None: nothing)."""
+        """What tells this process about pushes made by other processes (None: nothing):
+        ``on_partitions`` with the (queue, partition) written, ``on_queues`` with queues
+        named as a whole."""
         ...
 
 
@@ -211,7 +222,12 @@ class PgConsumeStore:
         return bool(row and row[0])
 
     async def pop(
-        self, request: PopRequest, sizing: Sizing, lease_id: str | None, max_bytes: int
+        self,
+        request: PopRequest,
+        sizing: Sizing,
+        lease_id: str | None,
+        max_bytes: int,
+        hint: Collection[str] | None = None,
     ) -> PopOutcome:
         """Claim and lease (or, with autoAck, commit) messages; see ``queen.pop``."""
         sub = request.subscription
@@ -229,6 +245,7 @@ class PgConsumeStore:
             lease_id,
             request.wait,
             max_bytes,
+            None if hint is None else _pg_array(sorted(hint)).decode(),
         )
 
         # Shielded: a pop that reached the database finishes there (its lease is taken, or
@@ -397,12 +414,16 @@ class PgConsumeStore:
         return PgTraceStore(self.pool)
 
     def push_listener(
-        self, on_queues: Callable[[set[str]], None], on_reconnect: Callable[[], None]
+        self,
+        on_queues: Callable[[set[str]], None],
+        on_reconnect: Callable[[], None],
+        on_partitions: Callable[[set[tuple[str, str]]], None] | None = None,
     ) -> PushListener:
         """A LISTEN connection of its own, opened from the pool's settings."""
         return PushListener(
             self.pool.connect_sync,
             on_queues,
+            on_partitions=on_partitions,
             on_reconnect=on_reconnect,
             open_timeout_s=self.pool.call_timeout_s,
         )

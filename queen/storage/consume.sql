@@ -140,26 +140,37 @@ CREATE OR REPLACE TRIGGER queues_forget AFTER DELETE ON queen.queues
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION queen.forget_queues();
 
 -- Every write that advances a partition (a push, from any broker process or route) tells
--- listeners which queues got messages: one notification per queue per transaction, sent at
--- commit. Waiting pops in other broker processes wake on it.
+-- listeners which partitions of which queues got messages: one notification per queue per
+-- transaction, sent at commit, on channel queen_pushed: a JSON array of the queue's name and
+-- the names of its partitions written (the name alone, "the queue as a whole", when they do
+-- not fit a notification). Waiting pops in other broker processes wake on it, and look at
+-- those partitions. Channel queen_push still carries the queue's name alone, for brokers of
+-- an earlier build on the same database.
 CREATE OR REPLACE FUNCTION queen.notify_push() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
-    PERFORM pg_notify('queen_push', q.name)
-    FROM queen.queues q
-    WHERE q.id IN (SELECT b.queue_id FROM bumped b);
+    PERFORM pg_notify('queen_push', w.name),
+            pg_notify('queen_pushed',
+                      CASE WHEN octet_length(w.parts) <= 7900 THEN w.parts
+                           ELSE jsonb_build_array(w.name)::text END)
+    FROM (SELECT q.name, (jsonb_build_array(q.name) || jsonb_agg(DISTINCT b.name))::text AS parts
+          FROM bumped b JOIN queen.queues q ON q.id = b.queue_id
+          GROUP BY q.name) w;
     RETURN NULL;
 END
 $fn$;
 CREATE OR REPLACE TRIGGER partitions_notify_push AFTER UPDATE ON queen.partitions
     REFERENCING NEW TABLE AS bumped FOR EACH STATEMENT EXECUTE FUNCTION queen.notify_push();
 
--- The same notification for writes that move cursors back or away (seek, a new subscription
--- start, a deleted group): a waiting pop elsewhere that found nothing pending looks again.
+-- The same notification, of the queues as a whole, for writes that move cursors back or away
+-- (seek, a new subscription start, a deleted group): a waiting pop elsewhere that found
+-- nothing pending looks again.
 CREATE OR REPLACE FUNCTION queen.notify_queues(p_queue_ids bigint[]) RETURNS void
 LANGUAGE plpgsql AS $fn$
 BEGIN
-    PERFORM pg_notify('queen_push', q.name) FROM queen.queues q WHERE q.id = ANY (p_queue_ids);
+    PERFORM pg_notify('queen_push', q.name),
+            pg_notify('queen_pushed', jsonb_build_array(q.name)::text)
+    FROM queen.queues q WHERE q.id = ANY (p_queue_ids);
 END
 $fn$;
 
@@ -284,14 +295,23 @@ $fn$;
 -- earliest pending partition may become claimable (its lease expires, its retry delay or
 -- window buffer passes, its next message is old enough; 0: it may be claimable now, held by
 -- a concurrent pop).
--- (The earlier signatures, without p_ripe and without p_max_bytes, are left in place: a
+--
+-- p_hint (names of partitions, with p_partition NULL) narrows the look to those partitions:
+-- the candidates, the cursors made and the ripe row are theirs only. The broker passes the
+-- partitions pushed (or released) since a look of the same kind found nothing, so a look costs
+-- what those partitions hold, not what the scope's other, idle partitions number.
+--
+-- Every walk reaches a partition row through its key (a lateral subquery the planner keeps
+-- apart): a plan joining the group's cursors against a scan of the queue's partitions costs
+-- cursors x partitions, which is what a cached generic plan picked once the table had grown.
+-- (The earlier signatures, without p_hint, p_ripe or p_max_bytes, are left in place: a
 -- broker of a previous build on the same database keeps popping through them during a
 -- rolling upgrade.)
 CREATE OR REPLACE FUNCTION queen.pop(
     p_queue text, p_partition text, p_namespace text, p_task text, p_group text,
     p_batch integer, p_max_partitions integer, p_auto_ack boolean,
     p_sub_start text, p_sub_at timestamptz, p_lease_id uuid, p_ripe boolean,
-    p_max_bytes bigint)
+    p_max_bytes bigint, p_hint text[])
 RETURNS TABLE (partition_id bigint, queue_name text, partition_name text, msg_offset bigint,
                message_id uuid, transaction_id text, payload text, producer_sub text,
                trace_id uuid, retry_count integer, lease_expires_at timestamptz,
@@ -317,6 +337,9 @@ DECLARE
     v_made      integer := 0;
     v_claimed   integer := 0;
     v_cands     refcursor;
+    v_names     text[] := CASE WHEN p_partition IS NOT NULL THEN ARRAY[p_partition]
+                               ELSE p_hint END;
+    v_q         record;
 BEGIN
     IF p_queue IS NOT NULL THEN
         SELECT ARRAY[q.id] INTO v_queues FROM queen.queues q WHERE q.name = p_queue;
@@ -339,9 +362,10 @@ BEGIN
     END IF;
 
     -- Cursors of this group for partitions that hold messages and have none yet: on the
-    -- partition route that one partition; otherwise the partitions created since the group's
-    -- mark (every partition on the group's first look at the queue).
-    IF p_partition IS NOT NULL THEN
+    -- partition route that one partition (with a hint, the hinted ones); otherwise the
+    -- partitions created since the group's mark (every partition on the group's first look
+    -- at the queue).
+    IF v_names IS NOT NULL THEN
         INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_offset)
         SELECT p.id, p_group, p.queue_id,
                CASE WHEN g.subscribed_at IS NULL THEN 0
@@ -354,7 +378,7 @@ BEGIN
         FROM queen.partitions p
         LEFT JOIN queen.consumer_groups g
                ON g.queue_id = p.queue_id AND g.consumer_group = p_group
-        WHERE p.queue_id = ANY (v_queues) AND p.name = p_partition AND p.next_offset > 0
+        WHERE p.queue_id = ANY (v_queues) AND p.name = ANY (v_names) AND p.next_offset > 0
           AND NOT EXISTS (SELECT 1 FROM queen.cursors x
                           WHERE x.partition_id = p.id AND x.consumer_group = p_group)
         ORDER BY p.id
@@ -411,18 +435,18 @@ BEGIN
         PERFORM queen.refresh_statistics('{queen.cursors}');
     END IF;
 
-    -- The candidates, least recently served first. On one queue the walk follows an index
-    -- and stops at the first cursors with messages; across queues, priority comes first.
-    IF cardinality(v_queues) = 1 THEN
+    -- The candidates, least recently served first. Named partitions (the partition route, a
+    -- hint) are found by name; on one queue the walk follows an index of the group's cursors
+    -- and stops at the first ones with messages; across queues, priority comes first.
+    IF v_names IS NOT NULL THEN
         OPEN v_cands FOR
         SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
                q.name AS qname, q.lease_time_s, q.delayed_processing_s
-        FROM queen.cursors cu
-        JOIN queen.partitions p ON p.id = cu.partition_id
+        FROM queen.partitions p
+        JOIN queen.cursors cu ON cu.partition_id = p.id AND cu.consumer_group = p_group
         JOIN queen.queues q ON q.id = p.queue_id
-        WHERE cu.queue_id = v_queues[1]
-          AND cu.consumer_group = p_group
-          AND (p_partition IS NULL OR p.name = p_partition)
+        WHERE p.queue_id = ANY (v_queues)
+          AND p.name = ANY (v_names)
           AND p.next_offset > cu.next_offset
           AND (cu.lease_expires_at IS NULL OR cu.lease_expires_at <= now())
           AND (cu.not_before IS NULL OR cu.not_before <= now())
@@ -435,6 +459,33 @@ BEGIN
                    WHERE s.partition_id = p.id AND s.first_offset <= cu.next_offset
                    ORDER BY s.first_offset DESC LIMIT 1)
                   <= now() - make_interval(secs => q.delayed_processing_s))
+        ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
+        LIMIT p_max_partitions + 4   -- room for partitions found empty (below)
+        FOR UPDATE OF cu SKIP LOCKED;
+    ELSIF cardinality(v_queues) = 1 THEN
+        SELECT q.name, q.lease_time_s, q.delayed_processing_s, q.window_buffer_s INTO v_q
+        FROM queen.queues q WHERE q.id = v_queues[1];
+        OPEN v_cands FOR
+        SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
+               v_q.name AS qname, v_q.lease_time_s, v_q.delayed_processing_s
+        FROM queen.cursors cu
+        CROSS JOIN LATERAL (SELECT p.name, p.next_offset FROM queen.partitions p
+                            WHERE p.id = cu.partition_id OFFSET 0) p
+        WHERE cu.queue_id = v_queues[1]
+          AND cu.consumer_group = p_group
+          AND p.next_offset > cu.next_offset
+          AND (cu.lease_expires_at IS NULL OR cu.lease_expires_at <= now())
+          AND (cu.not_before IS NULL OR cu.not_before <= now())
+          AND (v_q.window_buffer_s = 0
+               OR (SELECT s.created_at FROM queen.segments s
+                   WHERE s.partition_id = cu.partition_id
+                   ORDER BY s.first_offset DESC LIMIT 1)
+                  <= now() - make_interval(secs => v_q.window_buffer_s))
+          AND (v_q.delayed_processing_s = 0
+               OR (SELECT s.created_at FROM queen.segments s
+                   WHERE s.partition_id = cu.partition_id AND s.first_offset <= cu.next_offset
+                   ORDER BY s.first_offset DESC LIMIT 1)
+                  <= now() - make_interval(secs => v_q.delayed_processing_s))
         ORDER BY cu.delivered_at NULLS FIRST, cu.partition_id
         LIMIT p_max_partitions + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
@@ -443,21 +494,22 @@ BEGIN
         SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
                q.name AS qname, q.lease_time_s, q.delayed_processing_s
         FROM queen.cursors cu
-        JOIN queen.partitions p ON p.id = cu.partition_id
-        JOIN queen.queues q ON q.id = p.queue_id
+        CROSS JOIN LATERAL (SELECT p.name, p.next_offset FROM queen.partitions p
+                            WHERE p.id = cu.partition_id OFFSET 0) p
+        JOIN queen.queues q ON q.id = cu.queue_id
         WHERE cu.queue_id = ANY (v_queues)
           AND cu.consumer_group = p_group
-          AND (p_partition IS NULL OR p.name = p_partition)
           AND p.next_offset > cu.next_offset
           AND (cu.lease_expires_at IS NULL OR cu.lease_expires_at <= now())
           AND (cu.not_before IS NULL OR cu.not_before <= now())
           AND (q.window_buffer_s = 0
-               OR (SELECT s.created_at FROM queen.segments s WHERE s.partition_id = p.id
+               OR (SELECT s.created_at FROM queen.segments s
+                   WHERE s.partition_id = cu.partition_id
                    ORDER BY s.first_offset DESC LIMIT 1)
                   <= now() - make_interval(secs => q.window_buffer_s))
           AND (q.delayed_processing_s = 0
                OR (SELECT s.created_at FROM queen.segments s
-                   WHERE s.partition_id = p.id AND s.first_offset <= cu.next_offset
+                   WHERE s.partition_id = cu.partition_id AND s.first_offset <= cu.next_offset
                    ORDER BY s.first_offset DESC LIMIT 1)
                   <= now() - make_interval(secs => q.delayed_processing_s))
         ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
@@ -599,30 +651,57 @@ BEGIN
     CLOSE v_cands;
 
     IF p_ripe AND v_left = p_batch THEN
-        RETURN QUERY
-        SELECT NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
-               NULL::text, NULL::text, NULL::uuid, NULL::integer, NULL::timestamptz,
-               extract(epoch FROM min(greatest(
-                   coalesce(cu.lease_expires_at, now()),
-                   coalesce(cu.not_before, now()),
-                   CASE WHEN q.window_buffer_s = 0 THEN now()
-                        ELSE (SELECT s.created_at FROM queen.segments s
-                              WHERE s.partition_id = p.id
-                              ORDER BY s.first_offset DESC LIMIT 1)
-                             + make_interval(secs => q.window_buffer_s) END,
-                   CASE WHEN q.delayed_processing_s = 0 THEN now()
-                        ELSE (SELECT s.created_at FROM queen.segments s
-                              WHERE s.partition_id = p.id AND s.first_offset <= cu.next_offset
-                              ORDER BY s.first_offset DESC LIMIT 1)
-                             + make_interval(secs => q.delayed_processing_s) END))
-                   - now())::double precision
-        FROM queen.cursors cu
-        JOIN queen.partitions p ON p.id = cu.partition_id
-        JOIN queen.queues q ON q.id = p.queue_id
-        WHERE cu.queue_id = ANY (v_queues)
-          AND cu.consumer_group = p_group
-          AND (p_partition IS NULL OR p.name = p_partition)
-          AND p.next_offset > cu.next_offset;
+        IF v_names IS NOT NULL THEN
+            RETURN QUERY
+            SELECT NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
+                   NULL::text, NULL::text, NULL::uuid, NULL::integer, NULL::timestamptz,
+                   extract(epoch FROM min(greatest(
+                       coalesce(cu.lease_expires_at, now()),
+                       coalesce(cu.not_before, now()),
+                       CASE WHEN q.window_buffer_s = 0 THEN now()
+                            ELSE (SELECT s.created_at FROM queen.segments s
+                                  WHERE s.partition_id = cu.partition_id
+                                  ORDER BY s.first_offset DESC LIMIT 1)
+                                 + make_interval(secs => q.window_buffer_s) END,
+                       CASE WHEN q.delayed_processing_s = 0 THEN now()
+                            ELSE (SELECT s.created_at FROM queen.segments s
+                                  WHERE s.partition_id = cu.partition_id
+                                    AND s.first_offset <= cu.next_offset
+                                  ORDER BY s.first_offset DESC LIMIT 1)
+                                 + make_interval(secs => q.delayed_processing_s) END))
+                       - now())::double precision
+            FROM queen.partitions p
+            JOIN queen.cursors cu ON cu.partition_id = p.id AND cu.consumer_group = p_group
+            JOIN queen.queues q ON q.id = p.queue_id
+            WHERE p.queue_id = ANY (v_queues) AND p.name = ANY (v_names)
+              AND p.next_offset > cu.next_offset;
+        ELSE
+            RETURN QUERY
+            SELECT NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
+                   NULL::text, NULL::text, NULL::uuid, NULL::integer, NULL::timestamptz,
+                   extract(epoch FROM min(greatest(
+                       coalesce(cu.lease_expires_at, now()),
+                       coalesce(cu.not_before, now()),
+                       CASE WHEN q.window_buffer_s = 0 THEN now()
+                            ELSE (SELECT s.created_at FROM queen.segments s
+                                  WHERE s.partition_id = cu.partition_id
+                                  ORDER BY s.first_offset DESC LIMIT 1)
+                                 + make_interval(secs => q.window_buffer_s) END,
+                       CASE WHEN q.delayed_processing_s = 0 THEN now()
+                            ELSE (SELECT s.created_at FROM queen.segments s
+                                  WHERE s.partition_id = cu.partition_id
+                                    AND s.first_offset <= cu.next_offset
+                                  ORDER BY s.first_offset DESC LIMIT 1)
+                                 + make_interval(secs => q.delayed_processing_s) END))
+                       - now())::double precision
+            FROM queen.cursors cu
+            CROSS JOIN LATERAL (SELECT p.next_offset FROM queen.partitions p
+                                WHERE p.id = cu.partition_id OFFSET 0) p
+            JOIN queen.queues q ON q.id = cu.queue_id
+            WHERE cu.queue_id = ANY (v_queues)
+              AND cu.consumer_group = p_group
+              AND p.next_offset > cu.next_offset;
+        END IF;
     END IF;
 END
 $fn$;

@@ -1,11 +1,14 @@
 """The push listener: wakes this process's waiting pops when another process pushes.
 
-Every push transaction notifies channel ``queen_push`` with the names of the queues it wrote
-(a trigger in ``consume.sql``), at commit. This component owns one dedicated PostgreSQL
-connection that LISTENs on that channel. The Trio task waits on the connection's socket
-itself (no worker thread while waiting), reads every notification that arrived, and calls
-``on_queues`` with their queue names; so a push in another broker process reaches a waiting
-pop here within milliseconds.
+Every push transaction notifies channel ``queen_pushed``, once per queue it wrote, with a JSON
+array of the queue's name and the names of the partitions it wrote (a trigger in
+``consume.sql``), at commit; the queue's name alone stands for the queue as a whole (a seek, a
+deleted group, more partitions than a notification holds). This component owns one dedicated
+PostgreSQL connection that LISTENs on that channel. The Trio task waits on the connection's
+socket itself (no worker thread while waiting), reads every notification that arrived, and
+calls ``on_partitions`` with the (queue, partition) written and ``on_queues`` with the queues
+named as a whole (a payload that is not such an array is taken as a queue's name); so a push
+in another broker process reaches a waiting pop here within milliseconds.
 
 Lifetime: started with ``await nursery.start(listener.run)``; ready once the first LISTEN
 succeeded (or failed: the broker does not wait for the database here; waiting pops then rely
@@ -23,6 +26,7 @@ it returns) and retried.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -36,7 +40,24 @@ from queen.supervision import report_failure, report_ok
 
 log = logging.getLogger("queen.consume")  # its messages are about waiting pops
 
-CHANNEL = "queen_push"
+CHANNEL = "queen_pushed"
+
+
+def parse(payload: bytes) -> tuple[str, list[str]]:
+    """One notification as ``(queue, partitions written)``; no partitions: the queue as a
+    whole."""
+    text = payload.decode()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text, []
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, str) for v in value)
+    ):
+        return text, []
+    return value[0], value[1:]
 
 
 class PushListener:
@@ -45,6 +66,7 @@ class PushListener:
         connect: Callable[[], psycopg.Connection[Any]],
         on_queues: Callable[[set[str]], None],
         *,
+        on_partitions: Callable[[set[tuple[str, str]]], None] | None = None,
         on_reconnect: Callable[[], None] = lambda: None,
         retry_s: float = 1.0,
         open_timeout_s: float = 10.0,
@@ -52,6 +74,7 @@ class PushListener:
     ) -> None:
         self._connect = connect
         self._on_queues = on_queues
+        self._on_partitions = on_partitions
         self._on_reconnect = on_reconnect
         self._retry_s = retry_s
         self._open_timeout_s = open_timeout_s
@@ -166,7 +189,14 @@ class PushListener:
             await trio.lowlevel.wait_readable(fd)
             pg.consume_input()  # raises if the connection broke
             names: set[str] = set()
+            written: set[tuple[str, str]] = set()
             while (note := pg.notifies()) is not None:
-                names.add(note.extra.decode())
+                queue, partitions = parse(note.extra)
+                if partitions and self._on_partitions is not None:
+                    written.update((queue, p) for p in partitions)
+                else:
+                    names.add(queue)
+            if written and self._on_partitions is not None:
+                self._on_partitions(written)
             if names:
                 self._on_queues(names)
