@@ -116,6 +116,20 @@ class SharedLooks:
             return latest
         return None
 
+    def unchanged(self, key: PopKey) -> float | None:
+        """Until when the baseline of ``key`` holds, if it does and nothing fired since it
+        (a look now would read nothing); None otherwise."""
+        base = self._baselines.get(key)
+        if (
+            base is None
+            or key.queue is None
+            or base.holds_until <= trio.current_time()
+            or base.wide != self._wakeups.wide_epoch(key.queue)
+            or self._wakeups.fired_since(key.queue, base.position, 0) != []
+        ):
+            return None
+        return base.holds_until
+
     def start(self, key: PopKey, *, waiting: bool = False) -> Look:
         """A query of ``key`` starts now (its ticket already taken). A ``waiting`` pop's look
         (one that says what is pending when it finds nothing) takes part in the baselines:
@@ -178,6 +192,7 @@ class SharedLooks:
             self._baselines = {
                 k: v
                 for k, v in self._baselines.items()
-                if v.holds_until > now and k.queue is not None
+                if v.holds_until > now
+                and k.queue is not None
                 and v.wide == self._wakeups.wide_epoch(k.queue)
             }

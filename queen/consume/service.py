@@ -236,17 +236,23 @@ class ConsumeService:
             with trio.move_on_at(deadline):
                 await self._looks.wait_for_like(key, looked)
             like = self._looks.answered(key, looked)
+            unchanged = (  # (the last look, at the deadline, is made: the pop's answer)
+                self._looks.unchanged(key)
+                if looked and request.wait and trio.current_time() < deadline
+                else None
+            )
             if like is not None:
                 self.metrics.pop_rechecks_shared += 1
                 holds_until = like.holds_until
+            elif unchanged is not None:  # a like look's answer holds: nothing fired since
+                self.metrics.pop_rechecks_shared += 1
+                holds_until = unchanged
             else:
                 look = self._looks.start(key, waiting=request.wait)
                 looked = look.number
                 lease_id = "" if request.auto_ack else mint_id()
                 try:
-                    outcome, charge = await self._look(
-                        request, sizing, lease_id or None, look.hint
-                    )
+                    outcome, charge = await self._look(request, sizing, lease_id or None, look.hint)
                 except BaseException:
                     self._looks.finish(look, found_nothing=False)
                     raise

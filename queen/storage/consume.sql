@@ -339,6 +339,7 @@ DECLARE
     v_cands     refcursor;
     v_names     text[] := CASE WHEN p_partition IS NOT NULL THEN ARRAY[p_partition]
                                ELSE p_hint END;
+    v_pids      bigint[];   -- the named partitions' ids
     v_q         record;
 BEGIN
     IF p_queue IS NOT NULL THEN
@@ -366,6 +367,10 @@ BEGIN
     -- partitions created since the group's mark (every partition on the group's first look
     -- at the queue).
     IF v_names IS NOT NULL THEN
+        -- (every query below is bounded by these ids on both sides of its joins: a plan
+        -- made while the statistics said a group had few cursors cannot read all of them)
+        v_pids := ARRAY(SELECT p.id FROM queen.partitions p
+                        WHERE p.queue_id = ANY (v_queues) AND p.name = ANY (v_names));
         INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_offset)
         SELECT p.id, p_group, p.queue_id,
                CASE WHEN g.subscribed_at IS NULL THEN 0
@@ -378,9 +383,10 @@ BEGIN
         FROM queen.partitions p
         LEFT JOIN queen.consumer_groups g
                ON g.queue_id = p.queue_id AND g.consumer_group = p_group
-        WHERE p.queue_id = ANY (v_queues) AND p.name = ANY (v_names) AND p.next_offset > 0
+        WHERE p.id = ANY (v_pids) AND p.next_offset > 0
           AND NOT EXISTS (SELECT 1 FROM queen.cursors x
-                          WHERE x.partition_id = p.id AND x.consumer_group = p_group)
+                          WHERE x.partition_id = ANY (v_pids) AND x.consumer_group = p_group
+                            AND x.partition_id = p.id)
         ORDER BY p.id
         ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS v_made = ROW_COUNT;
@@ -443,10 +449,10 @@ BEGIN
         SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
                q.name AS qname, q.lease_time_s, q.delayed_processing_s
         FROM queen.partitions p
-        JOIN queen.cursors cu ON cu.partition_id = p.id AND cu.consumer_group = p_group
+        JOIN queen.cursors cu ON cu.partition_id = p.id
         JOIN queen.queues q ON q.id = p.queue_id
-        WHERE p.queue_id = ANY (v_queues)
-          AND p.name = ANY (v_names)
+        WHERE p.id = ANY (v_pids)
+          AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
           AND p.next_offset > cu.next_offset
           AND (cu.lease_expires_at IS NULL OR cu.lease_expires_at <= now())
           AND (cu.not_before IS NULL OR cu.not_before <= now())
@@ -671,9 +677,10 @@ BEGIN
                                  + make_interval(secs => q.delayed_processing_s) END))
                        - now())::double precision
             FROM queen.partitions p
-            JOIN queen.cursors cu ON cu.partition_id = p.id AND cu.consumer_group = p_group
+            JOIN queen.cursors cu ON cu.partition_id = p.id
             JOIN queen.queues q ON q.id = p.queue_id
-            WHERE p.queue_id = ANY (v_queues) AND p.name = ANY (v_names)
+            WHERE p.id = ANY (v_pids)
+              AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
               AND p.next_offset > cu.next_offset;
         ELSE
             RETURN QUERY

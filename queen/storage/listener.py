@@ -51,11 +51,7 @@ def parse(payload: bytes) -> tuple[str, list[str]]:
         value = json.loads(text)
     except ValueError:
         return text, []
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(v, str) for v in value)
-    ):
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
         return text, []
     return value[0], value[1:]
 
