@@ -64,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     peer("--pg-bin", type=Path, help="these PostgreSQL binaries, their default settings")
     peer("--pipeline-duration", type=float, default=60.0, help="the pipeline producer's seconds")
     peer("--pipeline-warmup", type=float, default=15.0, help="analyze.js's WARMUP_SEC")
+    counts = "the pipeline's partition counts (NUM_PARTITIONS), comma-separated: each a shape"
+    peer("--pipeline-partitions", default="100", help=counts + " (PIPE at 100, else PIPE-<n>)")
     return p
 
 

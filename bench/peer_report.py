@@ -59,7 +59,7 @@ def avg(steps: Sequence[Mapping[str, Any]], *keys: str) -> float | None:
 def _latency_keys(name: str) -> tuple[str, ...]:
     if name.startswith("C"):
         return ("pop_ms",)
-    if name == "PIPE":
+    if name.startswith("PIPE"):
         return ("e2e_ms", "analytics")
     return ("latency_ms",)
 
@@ -88,7 +88,7 @@ def notes(name: str, steps: Sequence[Mapping[str, Any]]) -> str:
         out.append(f"answered but not stored {short:,}")
     if any(s.get("finished") is False for s in steps):
         out.append("UNFINISHED")
-    if name == "PIPE":
+    if name.startswith("PIPE"):
         out.append(f"lost {sum(_values(steps, 'lost')):,.0f}")
         out.append(f"duplicates {sum(_values(steps, 'duplicates')):,.0f}")
     return ", ".join(out) or "-"
@@ -287,13 +287,33 @@ CEILING_HEADERS = [
 ]
 
 
+def _pipelines(doc: Doc) -> list[tuple[str, Mapping[str, Any]]]:
+    """The pipeline's shapes (one per partition count), with the label of their rows' side:
+    the side alone for PIPE, the side and the shape for PIPE-<count>."""
+    return [
+        (name, shape)
+        for name, shape in (doc.get("shapes") or {}).items()
+        if name == "PIPE" or name.startswith("PIPE-")
+    ]
+
+
+def _label(name: str, side: str) -> str:
+    return side if name == "PIPE" else f"{side}, {name}"
+
+
 def pipeline_bound_rows(doc: Doc) -> list[list[str]]:
     """What the machine's cores hold in the pipeline if the broker cost nothing: the clients'
-    and PostgreSQL's CPU per message as measured with each server."""
-    shape = (doc.get("shapes") or {}).get("PIPE")
+    and PostgreSQL's CPU per message as measured with each server (per partition count)."""
     cores = (doc.get("machine") or {}).get("cores")
-    if not shape or not cores:
+    if not cores:
         return []
+    rows = []
+    for name, shape in _pipelines(doc):
+        rows += _bound_rows(name, shape, cores)
+    return rows
+
+
+def _bound_rows(name: str, shape: Mapping[str, Any], cores: int) -> list[list[str]]:
     steps = shape.get("steps") or {}
     measured_original = avg(steps.get("original", []), "msg_per_s")
     rows = []
@@ -308,7 +328,7 @@ def pipeline_bound_rows(doc: Doc) -> list[list[str]]:
         total = client + db + (broker or 0.0)
         rows.append(
             [
-                side,
+                _label(name, side),
                 _n(client, ".0f"),
                 _n(db, ".0f"),
                 _n(broker, ".0f"),
@@ -334,9 +354,13 @@ PIPELINE_BOUND_HEADERS = [
 
 
 def pipeline_rows(doc: Doc) -> list[list[str]]:
-    shape = (doc.get("shapes") or {}).get("PIPE")
-    if not shape:
-        return []
+    rows = []
+    for name, shape in _pipelines(doc):
+        rows += _run_rows(name, shape)
+    return rows
+
+
+def _run_rows(name: str, shape: Mapping[str, Any]) -> list[list[str]]:
     rows = []
     for side in SIDES:
         steps = (shape.get("steps") or {}).get(side, [])
@@ -346,7 +370,7 @@ def pipeline_rows(doc: Doc) -> list[list[str]]:
             lost, dup = s.get("lost_at") or {}, s.get("duplicates_at") or {}
             rows.append(
                 [
-                    f"{side} {number}",
+                    f"{_label(name, side)} {number}",
                     _n(s.get("producer_msg_per_s")),
                     _n(s.get("worker_msg_per_s")),
                     _n(s.get("msg_per_s")),

@@ -3,6 +3,7 @@ original, ours, ...), each step a fresh server on a fresh database of one Postgr
 
     ./bench/run.sh --peer                               # every shape, 2 rounds
     ./bench/run.sh --peer --peer-shapes S1,PIPE --rounds 3 --duration 10
+    ./bench/run.sh --peer --peer-shapes PIPE --pipeline-partitions 100,1000
     ./bench/run.sh --peer --pg-bin /usr/lib/postgresql/15/bin --write-results
 
 Only the ratios of one alternating run mean much on a shared machine: its speed drifts by up
@@ -53,7 +54,7 @@ PIPELINE = PipelineShape()
 SHAPES = [*PUSH, *CONSUME, PIPELINE.name]
 
 
-def describe(name: str) -> str:
+def describe(name: str, pipelines: dict[str, PipelineShape] | None = None) -> str:
     if name in PUSH:
         return f"push (wrk): {PUSH[name].describe()}"
     if name in CONSUME:
@@ -65,7 +66,7 @@ def describe(name: str) -> str:
         if groups:
             return text + f", {groups} consumer groups at once ({load.consumers} each)"
         return text + ", queue mode"
-    return PIPELINE.describe()
+    return (pipelines or {}).get(name, PIPELINE).describe()
 
 
 @dataclass(slots=True)
@@ -81,6 +82,8 @@ class PeerOptions:
     pg_bin: Path | None = None
     ours_workers: int = 0  # queen serve's default: one process per core
     ceilings: bool = True  # the push shapes' HTTP stack alone (CEILINGS)
+    # the pipeline's partition counts, each a shape of its own (PipelineShape.at)
+    pipeline_partitions: tuple[int, ...] = (PIPELINE.partitions,)
 
 
 class PeerRun:
@@ -91,6 +94,9 @@ class PeerRun:
         self.wrk = ""
         self.skipped: dict[str, str] = {}
         self.steps: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        self.pipelines = {
+            shape.name: shape for shape in map(PipelineShape.at, options.pipeline_partitions)
+        }
 
     def _usable(self) -> list[str]:
         shapes = list(self.options.shapes)
@@ -107,6 +113,9 @@ class PeerRun:
                 self.skipped[PIPELINE.name] = reason
                 self.log(f"skipping {PIPELINE.name}: {reason}")
                 shapes.remove(PIPELINE.name)
+            else:  # one shape per partition count, where PIPE stood
+                at = shapes.index(PIPELINE.name)
+                shapes[at : at + 1] = list(self.pipelines)
         return shapes
 
     def execute(self) -> dict[str, Any]:
@@ -142,7 +151,10 @@ class PeerRun:
             "original": _original(),
             "skipped": self.skipped,
             "shapes": {
-                name: {"description": describe(name), "steps": self.steps.get(name, {})}
+                name: {
+                    "description": describe(name, self.pipelines),
+                    "steps": self.steps.get(name, {}),
+                }
                 for name in shapes
             },
         }
@@ -173,7 +185,7 @@ class PeerRun:
                 elif name in CONSUME:
                     record = self._consume(name, server, meter, dbname)
                 else:
-                    record = self._pipeline(server, meter, workdir)
+                    record = self._pipeline(self.pipelines[name], server, meter, workdir)
             finally:
                 server.stop()
         return record
@@ -219,11 +231,13 @@ class PeerRun:
         per_100k(record, record["messages"])
         return record
 
-    def _pipeline(self, server: Server, meter: Window, workdir: Path) -> dict[str, Any]:
+    def _pipeline(
+        self, shape: PipelineShape, server: Server, meter: Window, workdir: Path
+    ) -> dict[str, Any]:
         o = self.options
         record = pipeline.run(
             server.base_url,
-            PIPELINE,
+            shape,
             seconds=o.pipeline_s,
             warmup_s=o.pipeline_warmup_s,
             workdir=workdir,
@@ -231,6 +245,7 @@ class PeerRun:
             stop=meter.stop,
         )
         record.update(peer_report.pipeline_figures(record["summary"]))
+        record["partitions"] = shape.partitions
         per_100k(record, record["pushed"])
         return record
 
@@ -343,17 +358,24 @@ def _original() -> dict[str, Any]:
 
 
 def options(args: argparse.Namespace) -> PeerOptions:
+    try:
+        partitions = [int(n) for n in args.pipeline_partitions.split(",") if n.strip()]
+    except ValueError:
+        partitions = []
     if (
         args.rounds <= 0
         or args.duration <= 0
         or args.pipeline_duration <= 0
         or args.ours_workers < 0
+        or not partitions
+        or min(partitions) <= 0
     ):
         raise ValueError(
             "--rounds, --duration and --pipeline-duration must be positive, --ours-workers "
-            "0 or more"
+            "0 or more, --pipeline-partitions positive counts"
         )
     return PeerOptions(
+        pipeline_partitions=tuple(partitions),
         shapes=pick(args.peer_shapes, SHAPES, "peer shapes"),
         rounds=args.rounds,
         duration_s=args.duration,

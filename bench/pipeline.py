@@ -61,6 +61,15 @@ class PipelineShape:
     concurrency: int = 10
     batch: int = 100
 
+    @classmethod
+    def at(cls, partitions: int) -> PipelineShape:
+        """The shape with ``partitions`` partitions: ``PIPE`` at the knobs' own count, else
+        ``PIPE-<partitions>``, a shape of its own in the report."""
+        default = cls()
+        if partitions == default.partitions:
+            return default
+        return cls(name=f"PIPE-{partitions}", partitions=partitions)
+
     def describe(self) -> str:
         return (
             f"the original's pipeline: {self.producers} producer of single-message pushes, "
