@@ -65,6 +65,11 @@ CREATE INDEX IF NOT EXISTS cursors_by_queue_group_served
 -- `covered` was seen by a pop of the group (and got its cursor if it held messages), except
 -- that the mark never passes a partition seen still empty. A group without a row looks at
 -- every partition of the queue once.
+-- `scanned` is the pop's own mark: it passes the partitions seen still empty too, which are
+-- kept in `empties` and looked at again by every look until they hold messages. A queue's
+-- "Default" partition, which clients naming their partitions never write, holds `covered`
+-- back for good; were a pop to look from `covered`, it would read every partition created
+-- since at each look. (NULL `scanned`, a row of an earlier build: from `covered`.)
 -- (Added by a block that looks for the column first: a table that has it is not altered.)
 DO $do$
 BEGIN
@@ -82,6 +87,9 @@ CREATE TABLE IF NOT EXISTS queen.cursor_marks (
     covered        xid8 NOT NULL,
     PRIMARY KEY (queue_id, consumer_group)
 );
+ALTER TABLE queen.cursor_marks
+    ADD COLUMN IF NOT EXISTS scanned xid8,
+    ADD COLUMN IF NOT EXISTS empties bigint[] NOT NULL DEFAULT '{}';
 
 -- Failed deliveries not yet resolved: how often the message at msg_offset failed for a group.
 CREATE TABLE IF NOT EXISTS queen.failures (
@@ -331,6 +339,9 @@ DECLARE
     v_n         integer;
     v_qid       bigint;
     v_mark      xid8;
+    v_scanned   xid8;
+    v_listed    bigint[];
+    v_still     bigint[];
     v_horizon   xid8;
     v_seen      integer;
     v_empty     xid8;
@@ -392,15 +403,26 @@ BEGIN
         GET DIAGNOSTICS v_made = ROW_COUNT;
     ELSE
         FOREACH v_qid IN ARRAY v_queues LOOP
-            SELECT m.covered INTO v_mark FROM queen.cursor_marks m
+            v_mark := NULL;
+            v_scanned := NULL;
+            v_listed := '{}';
+            SELECT m.covered, coalesce(m.scanned, m.covered), m.empties
+            INTO v_mark, v_scanned, v_listed
+            FROM queen.cursor_marks m
             WHERE m.queue_id = v_qid AND m.consumer_group = p_group;
             -- Taken before the look: every transaction below it has ended, so the look
             -- (a later snapshot) sees every partition it created.
             v_horizon := pg_snapshot_xmin(pg_current_snapshot());
             WITH seen AS (
-                SELECT p.id, p.queue_id, p.next_offset, p.created_xid
+                SELECT p.id, p.queue_id, p.next_offset, p.created_xid,
+                       p.created_xid >= coalesce(v_scanned, '0'::xid8) AS fresh
                 FROM queen.partitions p
-                WHERE p.queue_id = v_qid AND p.created_xid >= coalesce(v_mark, '0'::xid8)
+                WHERE p.queue_id = v_qid AND p.created_xid >= coalesce(v_scanned, '0'::xid8)
+                UNION
+                SELECT p.id, p.queue_id, p.next_offset, p.created_xid,
+                       p.created_xid >= coalesce(v_scanned, '0'::xid8)
+                FROM queen.partitions p
+                WHERE p.id = ANY (v_listed) AND p.queue_id = v_qid
             ),
             made AS (
                 INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_offset)
@@ -422,18 +444,28 @@ BEGIN
                 ON CONFLICT DO NOTHING
                 RETURNING 1
             )
-            SELECT (SELECT count(*) FROM made)::integer, count(*)::integer,
-                   min(s.created_xid) FILTER (WHERE s.next_offset = 0)
-            INTO v_n, v_seen, v_empty
+            SELECT (SELECT count(*) FROM made)::integer, count(*) FILTER (WHERE s.fresh)::integer,
+                   min(s.created_xid) FILTER (WHERE s.next_offset = 0),
+                   coalesce(array_agg(s.id ORDER BY s.id) FILTER (WHERE s.next_offset = 0), '{}')
+            INTO v_n, v_seen, v_empty, v_still
             FROM seen s;
             v_made := v_made + v_n;
-            -- The mark moves only past what was looked at, never past a partition still empty.
-            v_horizon := least(v_horizon, v_empty);
-            IF v_seen > 0 AND (v_mark IS NULL OR v_horizon > v_mark) THEN
-                INSERT INTO queen.cursor_marks AS m (queue_id, consumer_group, covered)
-                VALUES (v_qid, p_group, v_horizon)
-                ON CONFLICT (queue_id, consumer_group)
-                DO UPDATE SET covered = greatest(m.covered, excluded.covered);
+            -- `covered` moves only past what was looked at, never past a partition still
+            -- empty; `scanned` past what was looked at, the empty ones listed. Written only
+            -- when a partition was created since, or a listed one is no longer empty: pops
+            -- of one group do not queue on the row at every look.
+            IF v_seen > 0 OR v_still <> v_listed THEN
+                INSERT INTO queen.cursor_marks AS m (queue_id, consumer_group, covered, scanned,
+                                                     empties)
+                VALUES (v_qid, p_group, least(v_horizon, v_empty), v_horizon, v_still)
+                ON CONFLICT (queue_id, consumer_group) DO UPDATE SET
+                    covered = greatest(m.covered, excluded.covered),
+                    scanned = greatest(m.scanned, excluded.scanned),
+                    -- what this look saw still empty, and what others listed meanwhile
+                    empties = ARRAY(SELECT DISTINCT e
+                                    FROM unnest(m.empties || excluded.empties) AS u (e)
+                                    WHERE e = ANY (excluded.empties) OR e <> ALL (v_listed)
+                                    ORDER BY e);
             END IF;
         END LOOP;
     END IF;
