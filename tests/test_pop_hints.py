@@ -12,9 +12,9 @@ import psycopg
 import pytest
 import trio
 import trio.testing
+from trio_util import RepeatedEvent
 
 from queen import open_broker
-from queen.broadcast import Signal
 from queen.broker import Broker
 from queen.consume.looks import HINTED_AT_MOST
 from queen.consume.results import PopResult
@@ -83,7 +83,7 @@ async def service(tmp_path: object) -> AsyncIterator[tuple[ConsumeService, Memor
     settings = Settings(
         database_url="memory://", file_buffer_dir=str(tmp_path), pop_recheck_ms=NO_RECHECK
     )
-    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=Signal())  # type: ignore[arg-type]
+    switches = MaintenanceSwitch(store, refresh_s=1.0, changed=RepeatedEvent())  # type: ignore[arg-type]
     consume = ConsumeService(
         store,  # type: ignore[arg-type]
         settings,
