@@ -312,6 +312,8 @@ $fn$;
 -- Every walk reaches a partition row through its key (a lateral subquery the planner keeps
 -- apart): a plan joining the group's cursors against a scan of the queue's partitions costs
 -- cursors x partitions, which is what a cached generic plan picked once the table had grown.
+-- The queries are written so that their generic plans are the plans wanted, and the function
+-- keeps them (plan_cache_mode): a custom plan made again at every call cost more than the look.
 -- (The earlier signatures, without p_hint, p_ripe or p_max_bytes, are left in place: a
 -- broker of a previous build on the same database keeps popping through them during a
 -- rolling upgrade.)
@@ -324,7 +326,7 @@ RETURNS TABLE (partition_id bigint, queue_name text, partition_name text, msg_of
                message_id uuid, transaction_id text, payload text, producer_sub text,
                trace_id uuid, retry_count integer, lease_expires_at timestamptz,
                ripe_in_s double precision)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 DECLARE
     v_queues    bigint[];
@@ -482,7 +484,9 @@ BEGIN
                q.name AS qname, q.lease_time_s, q.delayed_processing_s
         FROM queen.partitions p
         JOIN queen.cursors cu ON cu.partition_id = p.id
-        JOIN queen.queues q ON q.id = p.queue_id
+        CROSS JOIN LATERAL (SELECT x.name, x.lease_time_s, x.delayed_processing_s,
+                                   x.window_buffer_s, x.priority
+                            FROM queen.queues x WHERE x.id = p.queue_id OFFSET 0) q
         WHERE p.id = ANY (v_pids)
           AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
           AND p.next_offset > cu.next_offset
@@ -710,7 +714,8 @@ BEGIN
                        - now())::double precision
             FROM queen.partitions p
             JOIN queen.cursors cu ON cu.partition_id = p.id
-            JOIN queen.queues q ON q.id = p.queue_id
+            CROSS JOIN LATERAL (SELECT x.window_buffer_s, x.delayed_processing_s
+                                FROM queen.queues x WHERE x.id = p.queue_id OFFSET 0) q
             WHERE p.id = ANY (v_pids)
               AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
               AND p.next_offset > cu.next_offset;
