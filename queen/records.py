@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Literal
 
 from queen.intake import PreparedPush
 from queen.model import PartitionKey
@@ -249,11 +249,6 @@ OPTION_FIELDS: tuple[tuple[str, str, int | None], ...] = (
     ("maxWaitTimeSeconds", "max_wait_time_s", 0),
     ("dedupWindowSeconds", "dedup_window_s", 0),
 )
-
-
-def options_to_wire(options: QueueOptions) -> dict[str, Any]:
-    """The camelCase ``options`` object of the configure answer."""
-    return {key: getattr(options, name) for key, name, _ in OPTION_FIELDS}
 
 
 # --- streaming queries (``/streams/v1/*``) ---------------------------------------------------

@@ -82,6 +82,39 @@ async def test_configure_is_an_upsert_and_missing_keys_return_to_defaults(
     assert row == [(8, 3, 3600, 0, 0, False, "", "")]
 
 
+async def test_every_option_given_to_configure_is_stored(api: Api, queue: str, db: Db) -> None:
+    """Each option reaches its column: none of them left at its default."""
+    given = {
+        "leaseTime": 11,
+        "retryLimit": 12,
+        "retryDelay": 13,
+        "maxSize": 14,
+        "ttl": 15,
+        "deadLetterQueue": True,
+        "dlqAfterMaxRetries": True,
+        "priority": 16,
+        "delayedProcessing": 17,
+        "windowBuffer": 18,
+        "retentionSeconds": 19,
+        "completedRetentionSeconds": 20,
+        "retentionEnabled": True,
+        "maxWaitTimeSeconds": 21,
+        "encryptionEnabled": True,
+        "dedupWindowSeconds": 22,
+    }
+    status, body = await api.post("/api/v1/configure", {"queue": queue, "options": given})
+    assert status == 200 and body["options"] == given
+    row = await db.rows(
+        """SELECT lease_time_s, retry_limit, retry_delay_ms, max_size, ttl_s, dead_letter_queue,
+                  dlq_after_max_retries, priority, delayed_processing_s, window_buffer_s,
+                  retention_s, completed_retention_s, retention_enabled, max_wait_time_s,
+                  encryption_enabled, dedup_window_seconds
+           FROM queen.queues WHERE name = %s""",
+        queue,
+    )
+    assert row == [tuple(given.values())]
+
+
 async def test_dedup_window_zero_turns_dedup_off(api: Api, queue: str) -> None:
     await api.configure(queue, dedupWindowSeconds=0)
     first = await api.push(queue, "p", 1, tx=["same"])

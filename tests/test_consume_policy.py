@@ -24,6 +24,7 @@ from queen.consume.requests import (
     subscription_timestamp,
     transaction_request,
 )
+from queen.http.render import queue_options
 from queen.ids import mint_id, timestamp_of
 from queen.records import (
     QUEUE_MODE,
@@ -31,14 +32,13 @@ from queen.records import (
     QueueOptions,
     Subscription,
     SubscriptionStart,
-    options_to_wire,
 )
 
 # --- options --------------------------------------------------------------------------------
 
 
 def test_options_default_to_the_contract_values() -> None:
-    wire = options_to_wire(parse_options({}))
+    wire = queue_options(parse_options({}))
     assert wire == {
         "priority": 0,
         "leaseTime": 300,

@@ -1,5 +1,6 @@
-"""Queue options (``POST /api/v1/configure``): validation (the defaults and the wire form are
-:class:`queen.records.QueueOptions` and :func:`queen.records.options_to_wire`).
+"""Queue options (``POST /api/v1/configure``): validation (the defaults and the keys are
+:class:`queen.records.QueueOptions` and :data:`queen.records.OPTION_FIELDS`; the answer's
+``options`` is :func:`queen.http.render.queue_options`).
 
 Pure: no I/O. Configure is an upsert that overwrites every option, so a key missing from a call
 goes back to its default. Unknown keys are ignored (clients send extras); ``null`` counts as

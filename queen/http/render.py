@@ -38,7 +38,7 @@ from queen.encryption import EncryptionStatus
 from queen.intake import decode_json
 from queen.operations import Health
 from queen.push import PushAnswer
-from queen.records import Delivered, StateEntry, StoredTrace, options_to_wire
+from queen.records import OPTION_FIELDS, Delivered, QueueOptions, StateEntry, StoredTrace
 from queen.spool import SpoolState
 from queen.streams.results import CycleResult, QueryRegistered
 from queen.streams.service import QueryConflict
@@ -115,6 +115,11 @@ def _message(result: PopResult, d: Delivered) -> dict[str, Any]:
     }
 
 
+def queue_options(options: QueueOptions) -> dict[str, Any]:
+    """The ``options`` object of the configure answer, under the keys configure reads."""
+    return {key: getattr(options, name) for key, name, _ in OPTION_FIELDS}
+
+
 def configured(c: QueueConfigured) -> dict[str, Any]:
     body: dict[str, Any] = {
         "configured": True,
@@ -123,7 +128,7 @@ def configured(c: QueueConfigured) -> dict[str, Any]:
         "queue": c.queue,
         "namespace": c.namespace,
         "task": c.task,
-        "options": options_to_wire(c.options),
+        "options": queue_options(c.options),
     }
     if c.warning is not None:
         body["warning"] = c.warning

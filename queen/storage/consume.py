@@ -32,7 +32,6 @@ from queen.records import (
     QueueOptions,
     Sizing,
     TransactionRequest,
-    options_to_wire,
 )
 from queen.storage import system
 from queen.storage.listener import PushListener
@@ -197,6 +196,29 @@ class ConsumeStore(Protocol):
         ...
 
 
+def _configure_argument(o: QueueOptions) -> dict[str, Any]:
+    """``p_options`` of ``queen.configure_queue``: every option, under the keys consume.sql
+    reads."""
+    return {
+        "leaseTime": o.lease_time_s,
+        "retryLimit": o.retry_limit,
+        "retryDelay": o.retry_delay_ms,
+        "maxSize": o.max_size,
+        "ttl": o.ttl_s,
+        "deadLetterQueue": o.dead_letter_queue,
+        "dlqAfterMaxRetries": o.dlq_after_max_retries,
+        "priority": o.priority,
+        "delayedProcessing": o.delayed_processing_s,
+        "windowBuffer": o.window_buffer_s,
+        "retentionSeconds": o.retention_s,
+        "completedRetentionSeconds": o.completed_retention_s,
+        "retentionEnabled": o.retention_enabled,
+        "maxWaitTimeSeconds": o.max_wait_time_s,
+        "encryptionEnabled": o.encryption_enabled,
+        "dedupWindowSeconds": o.dedup_window_s,
+    }
+
+
 class PgConsumeStore:
     """The consume operations on PostgreSQL, over the broker's connection pool."""
 
@@ -206,10 +228,9 @@ class PgConsumeStore:
     async def configure(
         self, queue: str, namespace: str, task: str, options: QueueOptions
     ) -> tuple[int, int]:
-        wire = json.dumps(options_to_wire(options))
         row = await self.pool.fetch_one(
             "SELECT queue_id, partition_id FROM queen.configure_queue(%s, %s, %s, %s::jsonb)",
-            (queue, namespace, task, wire),
+            (queue, namespace, task, json.dumps(_configure_argument(options))),
             retry_deadlock=True,
         )
         assert row is not None
