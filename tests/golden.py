@@ -1,6 +1,6 @@
-"""The original broker's answers to its dashboard's read routes, for one fixed data set: the
-sequence that makes the data (:func:`sequence`, driven over HTTP against either broker), the
-routes the app reads (:data:`ROUTES`, with the parameters it sends), and the comparison of
+"""The original broker's answers to its dashboard's read routes (and a few more), for one fixed
+data set: the sequence that makes the data (:func:`sequence`, driven over HTTP against either
+broker), the routes asked (:data:`ROUTES`, with the parameters the app sends), and the comparison of
 this broker's answer with the original's (:func:`compare`, with :data:`RULES` per route).
 
 ``python -m tests.golden_capture`` runs the sequence against the original and writes its
@@ -153,14 +153,16 @@ def sequence() -> Generator[Step, Any, dict[str, str]]:
 
 @dataclass(frozen=True)
 class Route:
-    """A read route of the original's dashboard app, with the parameters it sends.
-    ``path`` may hold ``{window}`` (``from`` and ``to`` of the last hour, as the app's
-    default range asks), ``{window15}`` (the last 15 minutes) and ``{orders/p-0}`` (that
-    partition's id)."""
+    """A route of the original, with the parameters its dashboard app sends. ``path`` may
+    hold ``{window}`` (``from`` and ``to`` of the last hour, as the app's default range
+    asks), ``{window15}`` (the last 15 minutes) and ``{orders/p-0}`` (that partition's id).
+    A route with another ``method`` than GET changes the data: it is asked after every
+    read."""
 
     name: str
     path: str
     accept: str = "application/json, text/plain, */*"  # what axios sends
+    method: str = "GET"
 
 
 ROUTES: tuple[Route, ...] = (
@@ -172,12 +174,16 @@ ROUTES: tuple[Route, ...] = (
     Route("resources-partitions", f"/api/v1/resources/partitions?queue={ORDERS}"),
     Route("messages", "/api/v1/messages?limit=100&offset=0"),
     Route("message", "/api/v1/messages/{orders/p-0}/order-0-0"),
+    # dead-lettered by billing: its dead letter's error and retries
+    Route("message-dead-letter", "/api/v1/messages/{orders/p-0}/order-0-3"),
     Route("traces-by-name", f"/api/v1/traces/by-name/{TRACE_NAME}?limit=50&offset=0"),
     Route("traces-names", "/api/v1/traces/names"),
     Route("traces-message", "/api/v1/traces/{orders/p-0}/order-0-0"),
     Route("status", "/api/v1/status?{window}"),
     Route("status-queues", "/api/v1/status/queues?limit=500"),
     Route("status-queue", f"/api/v1/status/queues/{ORDERS}"),
+    # the original's limit does not bound this list (here it does): a page holding them all
+    Route("status-queue-messages", f"/api/v1/status/queues/{ORDERS}/messages?limit=100"),
     Route("status-analytics", "/api/v1/status/analytics?{window}"),
     Route("consumer-groups", "/api/v1/consumer-groups"),
     Route("consumer-group", "/api/v1/consumer-groups/billing"),
@@ -195,6 +201,8 @@ ROUTES: tuple[Route, ...] = (
     Route("analytics-retention", "/api/v1/analytics/retention?{window}"),
     Route("analytics-postgres-stats", "/api/v1/analytics/postgres-stats"),
     Route("migration-status", "/api/v1/migration/status"),
+    # last: a message no one leased (pushed after every pop of p-0) is deleted
+    Route("message-delete", "/api/v1/messages/{orders/p-0}/order-0-11", method="DELETE"),
 )
 
 
@@ -354,6 +362,29 @@ RULES: dict[str, Rules] = {
             "queueConfig.ttl": "the original's default ttl of a configured queue",
         },
     ),
+    "message-dead-letter": Rules(
+        equal=(
+            "transactionId",
+            "queue",
+            "partition",
+            "queuePath",
+            "payload",
+            "status",
+            "errorMessage",
+            "retryCount",
+            "consumerGroups[].name",
+        ),
+        order={"consumerGroups[]": "name"},
+        differs={
+            "consumerGroups[].consumed": "a message stored before a group subscribed to new "
+            "messages is behind its cursor here (consumed: it will never receive it); the "
+            "original says not consumed (billing's and audit's agree)",
+            "mode": "the original's summary of how the message's queue is consumed is not "
+            "answered here",
+            "queueConfig.ttl": "the original's default ttl of a configured queue",
+        },
+    ),
+    "message-delete": Rules(equal=("success", "transactionId")),
     "traces-by-name": Rules(
         equal=(
             "total",
@@ -464,6 +495,11 @@ RULES: dict[str, Rules] = {
             "statistics row (a product of its joins); not kept here",
             "queue.config.ttl": "the original's default ttl of a configured queue",
         },
+    ),
+    "status-queue-messages": Rules(
+        equal=("[].transactionId", "[].queue", "[].partition", "[].queuePath"),
+        order={"[]": "transactionId"},
+        differs={"[].status": _MESSAGE_STATUS},
     ),
     "status-analytics": Rules(
         equal=("interval",),

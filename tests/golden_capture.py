@@ -8,9 +8,13 @@ of :mod:`tests.golden`: ``python -m tests.golden_capture [--out DIR] [--workdir 
 3. :func:`tests.golden.sequence` against it, over HTTP; its statistics refreshed twice (the
    first pass creates a partition's rows, the second counts from the cursors), then a wait
    until the minute the sequence ended in is over and written to its per-minute tables.
-4. Each route of :data:`tests.golden.ROUTES`, as the app calls it; its JSON body goes to
-   ``DIR/<route>.json`` (default ``tests/golden/original``) and its HTTP status to
-   ``DIR/routes.json``, with the path asked and the original's commit.
+4. Each route of :data:`tests.golden.ROUTES`, as the app calls it (the ones that change the
+   data last); its JSON body goes to ``DIR/<route>.json`` (default ``tests/golden/original``)
+   and its HTTP status to ``DIR/routes.json``, with the path asked and the original's commit.
+
+``--routes NAME ...`` captures only those routes and keeps every other file as it is (their
+entries in ``routes.json`` too): a route added to :data:`tests.golden.ROUTES` is captured
+without changing the answers already there.
 
 Exits 2 when the original is not built here.
 """
@@ -58,8 +62,8 @@ def fill(base: str) -> dict[str, str]:
         return dict(done.value)
 
 
-def fetch(base: str, path: str, accept: str) -> tuple[int, Any]:
-    req = urllib.request.Request(base + path, headers={"Accept": accept})
+def fetch(base: str, path: str, accept: str, method: str = "GET") -> tuple[int, Any]:
+    req = urllib.request.Request(base + path, headers={"Accept": accept}, method=method)
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             status, text = resp.status, resp.read()
@@ -109,11 +113,18 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--pg-bin", type=Path, default=None)
     parser.add_argument("--source", type=Path, default=None, help="the original's git repository")
+    parser.add_argument("--routes", nargs="+", default=None, help="capture only these routes")
     args = parser.parse_args()
     why = missing()
     if why:
         print(why, file=sys.stderr)
         return 2
+    names = {route.name for route in ROUTES}
+    unknown = sorted(set(args.routes or ()) - names)
+    if unknown:
+        print(f"no such route: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    wanted = [r for r in ROUTES if args.routes is None or r.name in args.routes]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="queen-golden-"))
     args.out.mkdir(parents=True, exist_ok=True)
     with (
@@ -128,24 +139,47 @@ def main() -> int:
             settle(peer.base_url)
             now = datetime.now(UTC)
             index: dict[str, Any] = {}
-            for route in ROUTES:
+            for route in wanted:
                 path = resolve(route, ids, now)
-                status, body = fetch(peer.base_url, path, route.accept)
+                status, body = fetch(peer.base_url, path, route.accept, route.method)
                 (args.out / f"{route.name}.json").write_text(
                     json.dumps(body, indent=1, sort_keys=False) + "\n"
                 )
                 index[route.name] = {"path": route.path, "status": status}
-                print(f"{status} {route.name:34} {path[:90]}")
+                if route.method != "GET":
+                    index[route.name]["method"] = route.method
+                print(f"{status} {route.method:6} {route.name:34} {path[:80]}")
         finally:
             peer.stop()
+    captured = now.isoformat(timespec="seconds")
     meta = {
         "original": {"commit": original_commit(args.source)},
         "database": server.version,
-        "capturedAt": now.isoformat(timespec="seconds"),
+        "capturedAt": captured,
         "routes": index,
     }
+    if args.routes is not None:
+        meta = _merged(args.out / "routes.json", meta)
     (args.out / "routes.json").write_text(json.dumps(meta, indent=1) + "\n")
     return 0
+
+
+def _merged(at: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """The index at ``at`` with the routes of ``meta`` captured again or added, each of them
+    with its own time, commit and database; the others' entries as they were, in
+    :data:`tests.golden.ROUTES` order."""
+    old: dict[str, Any] = json.loads(at.read_text()) if at.exists() else {"routes": {}}
+    routes = dict(old["routes"])
+    for name, entry in meta["routes"].items():
+        routes[name] = {
+            **entry,
+            "capturedAt": meta["capturedAt"],
+            "original": meta["original"],
+            "database": meta["database"],
+        }
+    order = [r.name for r in ROUTES]
+    ranked = sorted(routes.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 999)
+    return {**{k: v for k, v in old.items() if k != "routes"}, "routes": dict(ranked)}
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """This broker against the original's answers (``tests/golden/original/``, captured by
 ``python -m tests.golden_capture``): the same fixed data set (:func:`tests.golden.sequence`)
-on a fresh database, then every read route of the original's dashboard app, compared as
-:data:`tests.golden.RULES` says (key paths and types everywhere, values where the data makes
-them deterministic, and the figures with no meaning here named)."""
+on a fresh database, then every read route of the original's dashboard app (and, last, a
+deletion), compared as :data:`tests.golden.RULES` says (key paths and types everywhere, values
+where the data makes them deterministic, and the figures with no meaning here named)."""
 
 from __future__ import annotations
 
@@ -79,8 +79,10 @@ def _golden(name: str) -> Any:
 async def _ours(client: Any, ids: dict[str, str]) -> dict[str, tuple[int, Any]]:
     await client.post("/api/v1/stats/refresh")
     out: dict[str, tuple[int, Any]] = {}
-    for route in ROUTES:
-        resp = await client.get(resolve(route, ids), headers={"Accept": route.accept})
+    for route in ROUTES:  # the ones that change the data come last
+        resp = await client.open(
+            resolve(route, ids), method=route.method, headers={"Accept": route.accept}
+        )
         out[route.name] = (resp.status_code, await _answer(resp))
     return out
 

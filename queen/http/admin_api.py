@@ -176,7 +176,7 @@ async def status_queue(queue: str) -> Response:
 async def status_queue_messages(queue: str) -> Response:
     name = params.name_in_path(queue, "queue")
     query = message_query(request.args, queue=name)
-    return json_response(render.message_page(await admin().messages.page(query)))
+    return json_response(render.queue_messages(await admin().messages.page(query)))
 
 
 @blueprint.get("/api/v1/status/analytics")

@@ -918,12 +918,18 @@ def _stored(m: StoredMessage) -> Json:
 
 
 def message_page(page: MessagePage) -> Json:
-    """``GET /api/v1/messages`` and ``/status/queues/{q}/messages``."""
+    """``GET /api/v1/messages``."""
     return {
         "messages": [_stored(m) for m in page.messages],
         "pagination": _page(page.page),
         "timeRange": _window(page.window),
     }
+
+
+def queue_messages(page: MessagePage) -> list[Json]:
+    """``GET /api/v1/status/queues/{q}/messages``: the page's rows alone, as the original
+    answers that route."""
+    return [_stored(m) for m in page.messages]
 
 
 def message_detail(d: MessageDetail) -> Json:
