@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.pg_ceiling import VARIANTS
 from bench.runner import Options, Run, plan
 from bench.scenarios import SCENARIOS, select
 from bench.wrk import WrkError, ensure_wrk
@@ -48,8 +47,6 @@ def _parser() -> argparse.ArgumentParser:
     add("--pg-warmup", type=float, default=2.0, help="warm-up seconds per variant")
     add("--pg-group", type=int, default=10, help="batches per commit (G)")
     add("--pg-connections", type=int, help="writers (default: QUEEN_WRITE_CONCURRENCY)")
-    variants = ",".join(VARIANTS)
-    add("--pg-variants", default=variants, help=f"comma-separated: {variants}")
     add("--wrk-threads", type=int, default=1, help="wrk threads")
     add("--output", type=Path, help="JSON results (default bench/results/<run>.json)")
     results = HERE / "RESULTS.md"
@@ -70,10 +67,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> Options:
-    variants = [v.strip() for v in args.pg_variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        raise ValueError(f"unknown --pg-variants {', '.join(unknown)}")
     for name in ("duration", "pg_duration", "pg_group", "wrk_threads"):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive")
@@ -88,7 +81,6 @@ def _options(args: argparse.Namespace) -> Options:
         pg_warmup_s=max(0.0, args.pg_warmup),
         pg_group=args.pg_group,
         pg_connections=connections,
-        pg_variants=variants,
         wrk_threads=args.wrk_threads,
         database_url=os.environ.get("DATABASE_URL") or None,
     )

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from statistics import mean
 from typing import Any
 
-from bench.report import _n, get, merge_results, table
+from bench.report import _n, columns, get, merge_results, table
 
 Doc = Mapping[str, Any]
 SIDES = ("original", "ours")
@@ -128,6 +128,10 @@ def _pair(a: float | None, b: float | None, spec: str) -> str:
     return f"{_n(a, spec)} / {_n(b, spec)}"
 
 
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "-"
+
+
 def _rounds(steps: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(_n(v) for v in _values(steps, "msg_per_s"))
 
@@ -137,6 +141,12 @@ def _by_shape(doc: Doc) -> list[tuple[str, Mapping[str, Any], list[Any], list[An
     shapes = (doc.get("shapes") or {}).items()
     by_side = [(name, shape.get("steps") or {}) for name, shape in shapes]
     return [(n, s, s.get("original", []), s.get("ours", [])) for n, s in by_side]
+
+
+THROUGHPUT_HEADERS = columns(
+    "shape|original msg/s|ours msg/s|ours ÷ original|original p50 / p99 ms|ours p50 / p99 ms|"
+    "msg/s per round (original; ours)|notes (original; ours)"
+)
 
 
 def throughput_rows(doc: Doc, *, markdown: bool = True) -> list[list[str]]:
@@ -154,16 +164,10 @@ def throughput_rows(doc: Doc, *, markdown: bool = True) -> list[list[str]]:
     return rows
 
 
-THROUGHPUT_HEADERS = [
-    "shape",
-    "original msg/s",
-    "ours msg/s",
-    "ours ÷ original",
-    "original p50 / p99 ms",
-    "ours p50 / p99 ms",
-    "msg/s per round (original; ours)",
-    "notes (original; ours)",
-]
+CPU_HEADERS = columns(
+    "shape|broker|PG backends of its database|PG server (all processes)|clients|"
+    "broker + PG server|broker cores|other load (cores)"
+)
 
 
 def cpu_rows(doc: Doc) -> list[list[str]]:
@@ -182,20 +186,12 @@ def cpu_rows(doc: Doc) -> list[list[str]]:
     return rows
 
 
-CPU_HEADERS = [
-    "shape",
-    "broker",
-    "PG backends of its database",
-    "PG server (all processes)",
-    "clients",
-    "broker + PG server",
-    "broker cores",
-    "other load (cores)",
-]
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}" if a is not None and b else "-"
+CEILING_HEADERS = columns(
+    "shape|original msg/s|ours msg/s|our HTTP stack alone msg/s|bare Hypercorn msg/s|"
+    "ours ÷ our stack|our stack ÷ original|bare Hypercorn ÷ original|"
+    "server cores (our stack / Hypercorn)|"
+    "msg/s the cores hold: bare Hypercorn + wrk + PostgreSQL|that ÷ original"
+)
 
 
 def ceiling_rows(doc: Doc) -> list[list[str]]:
@@ -214,50 +210,6 @@ def ceiling_rows(doc: Doc) -> list[list[str]]:
     return rows
 
 
-def _us(steps: Sequence[Mapping[str, Any]]) -> float | None:
-    """Broker (server) CPU per message in µs: seconds per 100k messages x 10."""
-    v = avg(steps, "server_cpu_s_per_100k")
-    return None if v is None else v * 10
-
-
-def per_message_rows(doc: Doc) -> list[list[str]]:
-    """Per shape: broker CPU µs per message of the original, ours, our stack alone and bare
-    Hypercorn, ours ÷ bare Hypercorn (the mean, and its range over the rounds, so a move
-    between rounds larger than a gap shows), beside msg/s."""
-    rows = []
-    for name, steps, o, u in _by_shape(doc):
-        floor = steps.get("hypercorn", [])
-        us = [_us(steps.get(side, [])) for side in (*SIDES, *CEILINGS)]
-        rounds = [
-            a["server_cpu_s_per_100k"] / b["server_cpu_s_per_100k"]
-            for a, b in zip(u, floor, strict=False)
-            if a.get("server_cpu_s_per_100k") and b.get("server_cpu_s_per_100k")
-        ]
-        spread = f"{min(rounds):.2f}-{max(rounds):.2f}" if rounds else "-"
-        rows.append(
-            [
-                name,
-                *(_n(v, ",.0f") for v in us),
-                _ratio(us[1], us[3]),
-                spread,
-                _pair(avg(o, "msg_per_s"), avg(u, "msg_per_s"), ",.0f"),
-            ]
-        )
-    return rows
-
-
-PER_MESSAGE_HEADERS = [
-    "shape",
-    "original µs",
-    "ours µs",
-    "our stack alone µs",
-    "bare Hypercorn µs",
-    "ours ÷ bare Hypercorn",
-    "per round",
-    "msg/s original / ours",
-]
-
-
 def hypercorn_bound(steps: Mapping[str, Any], cores: int | None) -> float | None:
     """msg/s the machine's cores hold for a broker that costs nothing beyond bare Hypercorn:
     cores x 100k ÷ (bare Hypercorn's CPU and its load generator's per 100k messages +
@@ -266,145 +218,107 @@ def hypercorn_bound(steps: Mapping[str, Any], cores: int | None) -> float | None
     http = avg(floor, "server_cpu_s_per_100k")
     client = avg(floor, "client_cpu_s_per_100k")
     pg = [avg(steps.get(side, []), "db_cpu_s_per_100k") for side in SIDES]
-    known = [v for v in pg if v is not None]
-    if not cores or http is None or client is None or not known:
+    pg = [v for v in pg if v is not None]
+    if not cores or http is None or client is None or not pg:
         return None
-    return cores * 100_000 / (http + client + min(known))
+    return cores * 100_000 / (http + client + min(pg))
 
 
-CEILING_HEADERS = [
-    "shape",
-    "original msg/s",
-    "ours msg/s",
-    "our HTTP stack alone msg/s",
-    "bare Hypercorn msg/s",
-    "ours ÷ our stack",
-    "our stack ÷ original",
-    "bare Hypercorn ÷ original",
-    "server cores (our stack / Hypercorn)",
-    "msg/s the cores hold: bare Hypercorn + wrk + PostgreSQL",
-    "that ÷ original",
-]
+PER_MESSAGE_HEADERS = columns(
+    "shape|original µs|ours µs|our stack alone µs|bare Hypercorn µs|ours ÷ bare Hypercorn|"
+    "per round|msg/s original / ours"
+)
 
 
-def _pipelines(doc: Doc) -> list[tuple[str, Mapping[str, Any]]]:
-    """The pipeline's shapes (one per partition count), with the label of their rows' side:
-    the side alone for PIPE, the side and the shape for PIPE-<count>."""
-    return [
-        (name, shape)
-        for name, shape in (doc.get("shapes") or {}).items()
-        if name == "PIPE" or name.startswith("PIPE-")
-    ]
+def per_message_rows(doc: Doc) -> list[list[str]]:
+    """Per shape: broker CPU µs per message (seconds per 100k messages x 10) of the original,
+    ours, our stack alone and bare Hypercorn, ours ÷ bare Hypercorn (the mean, and its range
+    over the rounds, so a move between rounds larger than a gap shows), beside msg/s."""
+    rows = []
+    for name, steps, o, u in _by_shape(doc):
+        per_100k = [
+            avg(steps.get(side, []), "server_cpu_s_per_100k") for side in (*SIDES, *CEILINGS)
+        ]
+        us = [None if v is None else v * 10 for v in per_100k]
+        rounds = [
+            a["server_cpu_s_per_100k"] / b["server_cpu_s_per_100k"]
+            for a, b in zip(u, steps.get("hypercorn", []), strict=False)
+            if a.get("server_cpu_s_per_100k") and b.get("server_cpu_s_per_100k")
+        ]
+        spread = f"{min(rounds):.2f}-{max(rounds):.2f}" if rounds else "-"
+        msg = _pair(avg(o, "msg_per_s"), avg(u, "msg_per_s"), ",.0f")
+        rows.append([name, *map(_n, us), _ratio(us[1], us[3]), spread, msg])
+    return rows
 
 
-def _label(name: str, side: str) -> str:
-    return side if name == "PIPE" else f"{side}, {name}"
+def _pipelines(doc: Doc) -> list[tuple[str, str, list[Any], list[Any]]]:
+    """Per pipeline shape (one per partition count) and side: the label of its rows (the side
+    alone for PIPE, the side and the shape for PIPE-<count>), its steps and the original's."""
+    out = []
+    for name, shape in (doc.get("shapes") or {}).items():
+        if name == "PIPE" or name.startswith("PIPE-"):
+            steps = shape.get("steps") or {}
+            for side in SIDES:
+                label = side if name == "PIPE" else f"{side}, {name}"
+                out.append((label, side, steps.get(side, []), steps.get("original", [])))
+    return out
+
+
+PIPELINE_BOUND_HEADERS = columns(
+    "with|clients CPU s/100k|PG server CPU s/100k|broker CPU s/100k|"
+    "msg/s the cores hold at these costs|measured msg/s|"
+    "msg/s the cores hold with a broker costing nothing|that ÷ original's measured"
+)
 
 
 def pipeline_bound_rows(doc: Doc) -> list[list[str]]:
     """What the machine's cores hold in the pipeline if the broker cost nothing: the clients'
     and PostgreSQL's CPU per message as measured with each server (per partition count)."""
     cores = (doc.get("machine") or {}).get("cores")
-    if not cores:
-        return []
     rows = []
-    for name, shape in _pipelines(doc):
-        rows += _bound_rows(name, shape, cores)
-    return rows
-
-
-def _bound_rows(name: str, shape: Mapping[str, Any], cores: int) -> list[list[str]]:
-    steps = shape.get("steps") or {}
-    measured_original = avg(steps.get("original", []), "msg_per_s")
-    rows = []
-    for side in SIDES:
-        side_steps = steps.get(side, [])
-        client = avg(side_steps, "client_cpu_s_per_100k")
-        db = avg(side_steps, "db_cpu_s_per_100k")
-        broker = avg(side_steps, "server_cpu_s_per_100k")
+    for label, _, steps, original in _pipelines(doc) if cores else []:
+        client = avg(steps, "client_cpu_s_per_100k")
+        db = avg(steps, "db_cpu_s_per_100k")
+        broker = avg(steps, "server_cpu_s_per_100k")
         if client is None or db is None:
             continue
         bound = cores * 100_000 / (client + db) if client + db > 0 else None
         total = client + db + (broker or 0.0)
+        held = _n(cores * 100_000 / total if total else None)
+        costs = [_n(client, ".0f"), _n(db, ".0f"), _n(broker, ".0f")]
+        measured = _n(avg(steps, "msg_per_s"))
         rows.append(
-            [
-                _label(name, side),
-                _n(client, ".0f"),
-                _n(db, ".0f"),
-                _n(broker, ".0f"),
-                _n(cores * 100_000 / total if total else None),
-                _n(avg(side_steps, "msg_per_s")),
-                _n(bound),
-                _ratio(bound, measured_original),
-            ]
+            [label, *costs, held, measured, _n(bound), _ratio(bound, avg(original, "msg_per_s"))]
         )
     return rows
 
 
-PIPELINE_BOUND_HEADERS = [
-    "with",
-    "clients CPU s/100k",
-    "PG server CPU s/100k",
-    "broker CPU s/100k",
-    "msg/s the cores hold at these costs",
-    "measured msg/s",
-    "msg/s the cores hold with a broker costing nothing",
-    "that ÷ original's measured",
-]
+PIPELINE_HEADERS = columns(
+    "run|producer msg/s|worker msg/s|end to end msg/s|produced (steady)|"
+    "lost worker/analytics/log|duplicates worker/analytics/log|e2e analytics p50/p99/max ms|"
+    "e2e log p50/p99/max ms|missing, whole run|drain s"
+)
+_STAGES = ("worker", "analytics", "log")
 
 
 def pipeline_rows(doc: Doc) -> list[list[str]]:
     rows = []
-    for name, shape in _pipelines(doc):
-        rows += _run_rows(name, shape)
-    return rows
-
-
-def _run_rows(name: str, shape: Mapping[str, Any]) -> list[list[str]]:
-    rows = []
-    for side in SIDES:
-        steps = (shape.get("steps") or {}).get(side, [])
+    for label, _, steps, _ in _pipelines(doc):
         for number, s in enumerate(steps, 1):
-            e2e = s.get("e2e_ms") or {}
-            a, lg = e2e.get("analytics") or {}, e2e.get("log") or {}
-            lost, dup = s.get("lost_at") or {}, s.get("duplicates_at") or {}
+            rates = ("producer_msg_per_s", "worker_msg_per_s", "msg_per_s", "produced_steady")
+            counts = [s.get("lost_at") or {}, s.get("duplicates_at") or {}]
+            e2e = [get(s, "e2e_ms", stage) or {} for stage in ("analytics", "log")]
             rows.append(
                 [
-                    f"{_label(name, side)} {number}",
-                    _n(s.get("producer_msg_per_s")),
-                    _n(s.get("worker_msg_per_s")),
-                    _n(s.get("msg_per_s")),
-                    _n(s.get("produced_steady")),
-                    "/".join(_n(lost.get(k)) for k in ("worker", "analytics", "log")),
-                    "/".join(_n(dup.get(k)) for k in ("worker", "analytics", "log")),
-                    f"{_n(a.get('p50'))} / {_n(a.get('p99'))} / {_n(a.get('max'))}",
-                    f"{_n(lg.get('p50'))} / {_n(lg.get('p99'))} / {_n(lg.get('max'))}",
+                    f"{label} {number}",
+                    *(_n(s.get(k)) for k in rates),
+                    *("/".join(_n(c.get(k)) for k in _STAGES) for c in counts),
+                    *(" / ".join(_n(e.get(k)) for k in ("p50", "p99", "max")) for e in e2e),
                     _n(s.get("missing_all")),
                     _n(s.get("drain_s"), ".0f"),
                 ]
             )
     return rows
-
-
-PIPELINE_HEADERS = [
-    "run",
-    "producer msg/s",
-    "worker msg/s",
-    "end to end msg/s",
-    "produced (steady)",
-    "lost worker/analytics/log",
-    "duplicates worker/analytics/log",
-    "e2e analytics p50/p99/max ms",
-    "e2e log p50/p99/max ms",
-    "missing, whole run",
-    "drain s",
-]
-
-
-def _processes(n: int) -> str:
-    if n == 0:
-        return "its default: one process per core"
-    return "1 process" if n == 1 else f"{n} processes, `--workers {n}`"
 
 
 def _conditions(doc: Doc) -> list[str]:
@@ -414,6 +328,9 @@ def _conditions(doc: Doc) -> list[str]:
     peer_settings = " ".join(f"{k}={v}" for k, v in (orig.get("settings") or {}).items())
     env = ", ".join(f"{k}={v}" for k, v in (doc.get("broker_env") or {}).items()) or "none"
     skipped = "; ".join(f"{k}: {v}" for k, v in (doc.get("skipped") or {}).items())
+    n = o.get("ours_workers", 1)
+    processes = f"{n} processes, `--workers {n}`" if n > 1 else "1 process"
+    processes = "its default: one process per core" if n == 0 else processes
     return [
         f"- Machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB; "
         f"{m.get('os')}; shared with other work (load average before / after "
@@ -421,8 +338,7 @@ def _conditions(doc: Doc) -> list[str]:
         f"- Database: {db.get('description')}, {db.get('version')} ({settings})",
         f"- Original: `{orig.get('binary')}` (built {orig.get('built')}, from the mirror at "
         f"{orig.get('mirror_head')}), `{peer_settings}`",
-        f"- Ours: `queen serve` ({_processes(o.get('ours_workers', 1))}), settings from the "
-        f"environment: {env}",
+        f"- Ours: `queen serve` ({processes}), settings from the environment: {env}",
         f"- Windows: {o.get('rounds')} round(s) per server; push: warm-up {o.get('warmup_s')} s "
         f"+ {o.get('duration_s')} s; pipeline: producer {o.get('pipeline_s')} s, "
         f"`WARMUP_SEC={o.get('pipeline_warmup_s'):g}` for analyze.js; {doc.get('wrk')}",
@@ -430,67 +346,50 @@ def _conditions(doc: Doc) -> list[str]:
     ]
 
 
-def _legend(doc: Doc) -> list[str]:
-    return [f"- {n}: {s.get('description')}" for n, s in (doc.get("shapes") or {}).items()]
+_CEILING_INTRO = """\
+The push shapes against the HTTP stack alone (same wrk load, ours' process count, no
+broker, no database): our Quart-Trio app and serving layer answering the push
+(`bench/http_ceiling.py`), and a bare ASGI callable on Hypercorn with its defaults
+(`bench/hypercorn_floor.py`). What bare Hypercorn reaches bounds any server built on
+it on this machine; the last columns add what PostgreSQL spends per message (the
+cheaper server's figure) to bare Hypercorn's and wrk's CPU: the msg/s the cores hold
+for a broker that costs nothing beyond Hypercorn:"""
+_BOUND_INTRO = """\
+What the machine's cores sustain in the pipeline (cores x 100k ÷ CPU seconds per
+100k messages of everything on them, over the stages and the drain), at the costs
+measured with each server, and with a broker that cost nothing (the clients' and
+PostgreSQL's costs as measured). A measured rate above what the cores sustain means
+the consumers fell behind while the producer ran and caught up in the drain:"""
 
 
 def _tables(doc: Doc, *, markdown: bool) -> list[str]:
-    out = [
-        "Broker CPU per message (µs; bare Hypercorn: a bare ASGI callable answering the push):",
-        "",
-        table(PER_MESSAGE_HEADERS, per_message_rows(doc), markdown=markdown),
-        "",
-        table(THROUGHPUT_HEADERS, throughput_rows(doc, markdown=markdown), markdown=markdown),
-        "",
-        "CPU seconds per 100k messages (original / ours):",
-        "",
-        table(CPU_HEADERS, cpu_rows(doc), markdown=markdown),
+    """Each table after its introduction; the last three only where they have rows."""
+    tables = [
+        (
+            "Broker CPU per message (µs; bare Hypercorn: a bare ASGI callable answering the push):",
+            PER_MESSAGE_HEADERS,
+            per_message_rows(doc),
+        ),
+        ("", THROUGHPUT_HEADERS, throughput_rows(doc, markdown=markdown)),
+        ("CPU seconds per 100k messages (original / ours):", CPU_HEADERS, cpu_rows(doc)),
+        (_CEILING_INTRO, CEILING_HEADERS, ceiling_rows(doc)),
+        ("The pipeline, run by run (analyze.js):", PIPELINE_HEADERS, pipeline_rows(doc)),
+        (_BOUND_INTRO, PIPELINE_BOUND_HEADERS, pipeline_bound_rows(doc)),
     ]
-    rows = ceiling_rows(doc)
-    if rows:
-        out += [
-            "",
-            "The push shapes against the HTTP stack alone (same wrk load, ours' process count, no",
-            "broker, no database): our Quart-Trio app and serving layer answering the push",
-            "(`bench/http_ceiling.py`), and a bare ASGI callable on Hypercorn with its defaults",
-            "(`bench/hypercorn_floor.py`). What bare Hypercorn reaches bounds any server built on",
-            "it on this machine; the last columns add what PostgreSQL spends per message (the",
-            "cheaper server's figure) to bare Hypercorn's and wrk's CPU: the msg/s the cores hold",
-            "for a broker that costs nothing beyond Hypercorn:",
-            "",
-            table(CEILING_HEADERS, rows, markdown=markdown),
-        ]
-    rows = pipeline_rows(doc)
-    if rows:
-        out += ["", "The pipeline, run by run (analyze.js):", ""]
-        out += [table(PIPELINE_HEADERS, rows, markdown=markdown)]
-    rows = pipeline_bound_rows(doc)
-    if rows:
-        out += [
-            "",
-            "What the machine's cores sustain in the pipeline (cores x 100k ÷ CPU seconds per",
-            "100k messages of everything on them, over the stages and the drain), at the costs",
-            "measured with each server, and with a broker that cost nothing (the clients' and",
-            "PostgreSQL's costs as measured). A measured rate above what the cores sustain means",
-            "the consumers fell behind while the producer ran and caught up in the drain:",
-            "",
-            table(PIPELINE_BOUND_HEADERS, rows, markdown=markdown),
-        ]
-    return out
+    out: list[str] = []
+    for number, (intro, headers, rows) in enumerate(tables):
+        if rows or number < 3:
+            out += ["", *([intro, ""] if intro else []), table(headers, rows, markdown=markdown)]
+    return out[1:]
 
 
 def terminal(doc: Doc) -> str:
     return "\n".join(["Beside the original", *_tables(doc, markdown=False)])
 
 
-def _key(doc: Doc) -> str:
-    version = str((doc.get("database") or {}).get("version") or "")
-    found = re.search(r"PostgreSQL (\d+)", version)
-    return f"PostgreSQL {found.group(1)}" if found else "PostgreSQL"
-
-
 def markdown(doc: Doc) -> str:
     version = (doc.get("database") or {}).get("version") or "PostgreSQL"
+    legend = [f"- {n}: {s.get('description')}" for n, s in (doc.get("shapes") or {}).items()]
     return "\n".join(
         [
             f"## Beside the original: {version}",
@@ -502,7 +401,7 @@ def markdown(doc: Doc) -> str:
             "",
             *_conditions(doc),
             "",
-            *_legend(doc),
+            *legend,
             "",
             *_tables(doc, markdown=True),
             "",
@@ -514,7 +413,9 @@ def markdown(doc: Doc) -> str:
 
 
 def markers(doc: Doc) -> tuple[str, str]:
-    head = f"<!-- generated by ./bench/run.sh --peer --write-results ({_key(doc)})"
+    found = re.search(r"PostgreSQL (\d+)", str((doc.get("database") or {}).get("version") or ""))
+    key = f"PostgreSQL {found.group(1)}" if found else "PostgreSQL"
+    head = f"<!-- generated by ./bench/run.sh --peer --write-results ({key})"
     return f"{head}: begin -->", f"{head}: end -->"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from bench.pg_ceiling import VARIANTS
 from bench.scenarios import TARGETS, evaluate
 
 Doc = Mapping[str, Any]
@@ -42,11 +41,9 @@ METHOD = """\
 - **PostgreSQL ceiling**: a plain psycopg loop (no HTTP, no actors, no Trio), one thread and
   connection per concurrent transaction of the broker, each on its own queue. Batches shaped
   like the scenario's requests (one segment row per partition with the parallel arrays, one
-  sidecar row per frame). Variants: `fn` the broker's own `queen.push_segments` call, one
-  commit per batch; `fn-group` G calls per transaction; `fn-merged` G batches packed into one
-  call (one segment per partition, what coalescing and batching produce); `insert` plain
-  INSERTs of the same rows and an UPDATE of `next_offset` without lock or dedup probe, one
-  commit per batch; `insert-group` the same for G batches per commit.
+  sidecar row per frame). `fn-merged`: G batches packed into one call of the broker's own
+  `queen.push_segments` (one segment per partition, what coalescing and batching produce),
+  one commit per call.
 - **Embedding API (E)**: a process of its own per scenario runs a fresh broker
   (`queen.open_broker`) on the run's database and Trio tasks that call `broker.push()` in a
   closed loop with items shaped like wrk's (unique transactionIds, dedup on). msg/s = items
@@ -123,6 +120,11 @@ def table(
         return "  ".join(out).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def columns(headers: str) -> list[str]:
+    """A table's headers, written as one string with ``|`` between them."""
+    return headers.split("|")
 
 
 def get(record: Any, *keys: str) -> Any:
@@ -255,8 +257,8 @@ def records(doc: Doc) -> dict[str, Any]:
 
 
 def fraction_rows(doc: Doc) -> tuple[list[str], list[list[str]]]:
-    measured = {v for variants in doc.get("pg_ceilings", {}).values() for v in variants}
-    shown = [v for v in VARIANTS if v in measured]
+    ceilings = doc.get("pg_ceilings", {}).values()
+    shown = list(dict.fromkeys(v for variants in ceilings for v in variants))  # as measured
     headers = ["scenario", "HTTP ceiling", "vs HTTP", *(f"vs {v}" for v in shown)]
     rows = [
         [name, str(r.get("http_ceiling", "")), _n(r.get("vs_http"), ".2f")]
@@ -264,10 +266,6 @@ def fraction_rows(doc: Doc) -> tuple[list[str], list[list[str]]]:
         for name, r in doc.get("scenarios", {}).items()
     ]
     return headers, rows
-
-
-def _spec(value: float | None) -> str:
-    return ",.0f" if value is not None and value >= 1000 else ".2f"
 
 
 def _ceiling_figure(doc: Doc, scenario: str, target: str) -> float | None:
@@ -288,12 +286,14 @@ TARGET_HEADERS = ["scenario", "target", "measured", "result", "HTTP ceiling's ow
 
 
 def target_rows(doc: Doc) -> list[list[str]]:
+    def shown(value: float | None) -> str:
+        return _n(value, ",.0f" if value is not None and value >= 1000 else ".2f")
+
     rows = []
     for o in evaluate(records(doc)):
-        ceiling = _ceiling_figure(doc, o.scenario, o.target)
         result = o.status.upper() if o.status == "miss" else o.status
-        rows.append([o.scenario, o.target, _n(o.measured, _spec(o.measured)), result])
-        rows[-1].append(_n(ceiling, _spec(ceiling)))
+        ceiling = _ceiling_figure(doc, o.scenario, o.target)
+        rows.append([o.scenario, o.target, shown(o.measured), result, shown(ceiling)])
     return rows
 
 
@@ -301,17 +301,10 @@ def _per_msg(seconds: Any, messages: float) -> float | None:
     return float(seconds) / messages if isinstance(seconds, int | float) and messages else None
 
 
-BUDGET_HEADERS = [
-    "scenario",
-    "target",
-    "needs msg/s",
-    "cores per broker process",
-    "cores in all (broker + DB + wrk)",
-    "at this run's CPU per message",
-]
-
-
-_COSTS = ("server_cpu_s", "db_cpu_s", "wrk_cpu_s")
+BUDGET_HEADERS = columns(
+    "scenario|target|needs msg/s|cores per broker process|cores in all (broker + DB + wrk)|"
+    "at this run's CPU per message"
+)
 
 
 def budget_rows(doc: Doc) -> list[list[str]]:
@@ -335,7 +328,8 @@ def budget_rows(doc: Doc) -> list[list[str]]:
         if not needed or not isinstance(rate, int | float) or not isinstance(seconds, int | float):
             continue
         messages = rate * seconds
-        broker, db, load = (_per_msg(record.get(k), messages) for k in _COSTS)
+        costs = ("server_cpu_s", "db_cpu_s", "wrk_cpu_s")
+        broker, db, load = (_per_msg(record.get(k), messages) for k in costs)
         if broker is None or db is None or load is None:
             continue
         per_process = needed * broker / max(1, int(record.get("workers") or 1))

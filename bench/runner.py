@@ -13,13 +13,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench import counters, inproc, machine, servers
-from bench.pg_ceiling import VARIANTS, run_pg_ceiling
+from bench.pg_ceiling import ABOUT, VARIANT, run_pg_ceiling
 from bench.procfs import Meter, per_100k
 from bench.scenarios import (
     ALL,
@@ -85,29 +85,26 @@ class Options:
     pg_warmup_s: float = 2.0
     pg_group: int = 10
     pg_connections: int = 2
-    pg_variants: list[str] = field(default_factory=lambda: list(VARIANTS))
     wrk_threads: int = 1
     database_url: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     kind: str  # "http", "broker", "embedded", "consume" or "pg"
     name: str  # ceiling, scenario or PostgreSQL shape name
-    variant: str = ""
 
     def describe(self, o: Options) -> str:
-        kinds = {"http": "HTTP ceiling", "pg": "PostgreSQL ceiling", "embedded": "embedding API"}
-        label = f"{self.name} {kinds.get(self.kind, self.kind)} {self.variant}".rstrip()
+        kinds = {"http": "HTTP ceiling", "embedded": "embedding API"}
+        kinds["pg"] = f"PostgreSQL ceiling {VARIANT}"
+        label = f"{self.name} {kinds.get(self.kind, self.kind)}"
         if self.kind == "pg":
-            what = f"{PG_SHAPES[self.name].describe()}: {VARIANTS[self.variant]}"
-            what = what.replace(" G ", f" {o.pg_group} ")
+            about = ABOUT.replace("G ", f"{o.pg_group} ")
+            what = f"{PG_SHAPES[self.name].describe()}: {about}"
             return f"{label}: {what} ({o.pg_warmup_s:g} s warm-up + {o.pg_duration_s:g} s)"
         what = (HTTP_CEILINGS[self.name] if self.kind == "http" else ALL[self.name]).describe()
-        timing = (
-            "" if self.kind == "consume" else f" ({o.warmup_s:g} s warm-up + {o.duration_s:g} s)"
-        )
-        return f"{label}: {what}{timing}"
+        timing = f" ({o.warmup_s:g} s warm-up + {o.duration_s:g} s)"
+        return f"{label}: {what}{timing if self.kind != 'consume' else ''}"
 
 
 def plan(options: Options) -> list[Step]:
@@ -127,7 +124,7 @@ def plan(options: Options) -> list[Step]:
             steps.append(Step("broker", s.name))
         if options.pg_ceilings and s.pg not in seen:
             seen.add(s.pg)
-            steps.extend(Step("pg", s.pg, v) for v in options.pg_variants)
+            steps.append(Step("pg", s.pg))
     return steps
 
 
@@ -204,13 +201,12 @@ class Run:
             result = run_pg_ceiling(
                 db,
                 PG_SHAPES[name],
-                step.variant,
                 seconds=o.pg_duration_s,
                 warmup_s=o.pg_warmup_s,
                 group=o.pg_group,
                 connections=o.pg_connections,
                 queue_prefix=self.queue_prefix,
-                tag=f"{self.run_id}-{name}-{step.variant}",
+                tag=f"{self.run_id}-{name}-{VARIANT}",
             )
             record = {
                 **result,
@@ -218,7 +214,7 @@ class Run:
                 "db_cpu_s_per_100k": per_100k(result["db_cpu_s"], result["frames"]),
                 "client_cpu_s_per_100k": per_100k(result["client_cpu_s"], result["frames"]),
             }
-            self.groups["pg_ceilings"].setdefault(name, {})[step.variant] = record
+            self.groups["pg_ceilings"][name] = {VARIANT: record}
             return record
         if step.kind == "http":
             c = HTTP_CEILINGS[name]

@@ -214,17 +214,13 @@ def test_scenarios_are_selected_by_name() -> None:
 
 
 def test_plan_runs_each_ceiling_once_beside_its_first_scenario() -> None:
-    steps = plan(Options(select("S1,S2,S3,S4,S5,S6"), pg_variants=["fn", "fn-merged"]))
-    labels = [(s.kind, s.name, s.variant) for s in steps]
-    assert labels[:4] == [
-        ("http", "H1", ""),
-        ("broker", "S1", ""),
-        ("pg", "P1", "fn"),
-        ("pg", "P1", "fn-merged"),
-    ]
-    assert [n for k, n, _ in labels if k == "http"] == ["H1", "H2", "H3", "H3x2"]
-    assert [n for k, n, _ in labels if k == "broker"] == ["S1", "S2", "S3", "S4", "S5", "S6"]
-    assert labels.index(("http", "H3x2", "")) == labels.index(("broker", "S6", "")) - 1
+    steps = plan(Options(select("S1,S2,S3,S4,S5,S6")))
+    labels = [(s.kind, s.name) for s in steps]
+    assert labels[:3] == [("http", "H1"), ("broker", "S1"), ("pg", "P1")]
+    assert [n for k, n in labels if k == "http"] == ["H1", "H2", "H3", "H3x2"]
+    assert [n for k, n in labels if k == "broker"] == ["S1", "S2", "S3", "S4", "S5", "S6"]
+    assert [n for k, n in labels if k == "pg"] == ["P1", "P2", "P3"]
+    assert labels.index(("http", "H3x2")) == labels.index(("broker", "S6")) - 1
     bare = plan(Options(select("S4"), http_ceilings=False, pg_ceilings=False))
     assert [(s.kind, s.name) for s in bare] == [("broker", "S4")]
 
@@ -287,12 +283,9 @@ def test_report_renders_a_partial_run() -> None:
     assert "distorted" in report.terminal(doc)
 
 
-@pytest.mark.parametrize("variant", ["fn", "fn-group", "fn-merged", "insert", "insert-group"])
-async def test_postgres_ceiling_variants_write_for_real(
-    broker: Any, pg_url: str, variant: str
-) -> None:
-    """A very short run of each PostgreSQL ceiling variant against the test database: the
-    harness must keep calling the broker's store the way the store expects."""
+async def test_postgres_ceiling_writes_for_real(broker: Any, pg_url: str) -> None:
+    """A very short run of the PostgreSQL ceiling against the test database: the harness must
+    keep calling the broker's store the way the store expects."""
     import trio
 
     from bench.pg_ceiling import run_pg_ceiling
@@ -304,31 +297,30 @@ async def test_postgres_ceiling_variants_write_for_real(
         lambda: run_pg_ceiling(
             db,
             PgShape("T", 10, 3),
-            variant,
             seconds=0.2,
             warmup_s=0.05,
             group=2,
             connections=1,
             queue_prefix="bench-smoke-",
-            tag=f"smoke-{variant}",
+            tag="smoke",
         )
     )
     assert result["frames"] > 0 and result["commits"] > 0
+    assert result["variant"] == "fn-merged"
 
 
 def test_embedding_and_consume_scenarios_are_planned_without_http_ceilings() -> None:
     chosen = select("c2,E1,s1,e3")
     assert [s.name for s in chosen] == ["S1", "E1", "E3", "C2"]
-    steps = plan(Options(chosen, pg_variants=["fn-merged"]))
-    labels = [(s.kind, s.name, s.variant) for s in steps]
+    labels = [(s.kind, s.name) for s in plan(Options(chosen))]
     assert labels == [
-        ("http", "H1", ""),
-        ("broker", "S1", ""),
-        ("pg", "P1", "fn-merged"),
-        ("embedded", "E1", ""),  # P1 already measured beside S1
-        ("embedded", "E3", ""),
-        ("pg", "P3", "fn-merged"),
-        ("consume", "C2", ""),
+        ("http", "H1"),
+        ("broker", "S1"),
+        ("pg", "P1"),
+        ("embedded", "E1"),  # P1 already measured beside S1
+        ("embedded", "E3"),
+        ("pg", "P3"),
+        ("consume", "C2"),
     ]
     everything = [s.name for s in select("all")]
     assert everything[-6:] == ["E1", "E2", "E3", "C1", "C2", "C3"]
