@@ -70,15 +70,6 @@ def item(queue: str, partitions: int, n: int, tag: str) -> dict[str, Any]:
     }
 
 
-def _cpu(window: dict[str, Any], messages: float) -> dict[str, Any]:
-    """The window's figures, with the CPU per 100k ``messages``."""
-    return {
-        **window,
-        "server_cpu_s_per_100k": per_100k(window["server_cpu_s"], messages),
-        "db_cpu_s_per_100k": per_100k(window["db_cpu_s"], messages),
-    }
-
-
 async def embedded(
     broker: Broker, name: str, load: Load, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -124,7 +115,7 @@ async def embedded(
         "errors": {"failed_items": failed},
         "requests_per_tx": delta.get("push_requests_committed", 0) / tx if tx else None,
         "partitions_per_tx": delta.get("push_segments", 0) / tx if tx else None,
-        **_cpu(window, done),
+        **per_100k(window, done),
     }
 
 
@@ -249,7 +240,7 @@ async def consume(broker: Broker, load: ConsumeLoad, args: argparse.Namespace) -
         "msg_per_s": state.consumed / window["wall_s"],
         "pop_ms": percentiles(state.pop_ms),
         "ack_ms": percentiles(state.ack_ms),
-        **_cpu(window, state.consumed),
+        **per_100k(window, state.consumed),
     }
 
 

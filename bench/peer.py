@@ -165,7 +165,5 @@ class Window:
         return figures
 
 
-def per_100k(record: dict[str, Any], messages: float) -> None:
-    """Add the CPU figures of ``record`` per 100k ``messages``."""
-    for key in ("server_cpu_s", "db_cpu_s", "db_backends_cpu_s", "client_cpu_s"):
-        record[f"{key}_per_100k"] = procfs.per_100k(record.get(key), messages)
+# a peer step's CPU figures, each also per 100k messages
+CPU_KEYS = ("server_cpu_s", "db_cpu_s", "db_backends_cpu_s", "client_cpu_s")

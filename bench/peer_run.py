@@ -28,9 +28,10 @@ import trio
 
 from bench import inproc, machine, peer, peer_report, pipeline
 from bench.inproc import percentiles
-from bench.peer import Window, per_100k
+from bench.peer import CPU_KEYS, Window
 from bench.peer_report import CEILINGS, SIDES
 from bench.pipeline import PipelineShape
+from bench.procfs import per_100k
 from bench.runner import head, new_run_id, scratch
 from bench.scenarios import CONSUME as CONSUME_LOADS
 from bench.scenarios import SCENARIOS, ConsumeLoad, pick
@@ -44,11 +45,7 @@ from queen.settings import Settings
 # (bench.hypercorn_floor).
 PUSH = {name: SCENARIOS[name].load for name in ("S1", "S2", "S3")}
 # The C loads, each drained over HTTP by ``groups`` consumer groups at once (0: queue mode).
-CONSUME: dict[str, tuple[ConsumeLoad, int]] = {
-    "C1": (CONSUME_LOADS["C1"], 0),
-    "C2": (CONSUME_LOADS["C2"], 0),
-    "C3": (CONSUME_LOADS["C3"], 3),
-}
+CONSUME = {name: (load, 3 if name == "C3" else 0) for name, load in CONSUME_LOADS.items()}
 WAIT_MS = 30_000  # the consumers' long polls
 PIPELINE = PipelineShape()
 SHAPES = [*PUSH, *CONSUME, PIPELINE.name]
@@ -59,13 +56,11 @@ def describe(name: str, pipelines: dict[str, PipelineShape] | None = None) -> st
         return f"push (wrk): {PUSH[name].describe()}"
     if name in CONSUME:
         load, groups = CONSUME[name]
-        text = (
+        mode = f"{groups} consumer groups at once ({load.consumers} each)" if groups else ""
+        return (
             f"consume over HTTP: {load.messages:,} messages in {load.partitions:,} partitions, "
-            f"{load.consumers} consumers, batch={load.batch}"
+            f"{load.consumers} consumers, batch={load.batch}, {mode or 'queue mode'}"
         )
-        if groups:
-            return text + f", {groups} consumer groups at once ({load.consumers} each)"
-        return text + ", queue mode"
     return (pipelines or {}).get(name, PIPELINE).describe()
 
 
@@ -218,18 +213,15 @@ class PeerRun:
             "messages": messages,
             **window,
         }
-        per_100k(record, messages)
-        return record
+        return per_100k(record, messages, CPU_KEYS)
 
     def _consume(self, name: str, server: Server, meter: Window, tag: str) -> dict[str, Any]:
         load, groups = CONSUME[name]
         queue = f"peer-{name.lower()}"
         trio.run(fill, server.base_url, queue, load, f"{self.run_id}-{tag}")
         meter.start()
-        record = trio.run(drain, server.base_url, queue, load, groups)
-        record.update(meter.stop())
-        per_100k(record, record["messages"])
-        return record
+        record = {**trio.run(drain, server.base_url, queue, load, groups), **meter.stop()}
+        return per_100k(record, record["messages"], CPU_KEYS)
 
     def _pipeline(
         self, shape: PipelineShape, server: Server, meter: Window, workdir: Path
@@ -244,10 +236,8 @@ class PeerRun:
             start=meter.start,
             stop=meter.stop,
         )
-        record.update(peer_report.pipeline_figures(record["summary"]))
-        record["partitions"] = shape.partitions
-        per_100k(record, record["pushed"])
-        return record
+        record.update(peer_report.pipeline_figures(record["summary"]), partitions=shape.partitions)
+        return per_100k(record, record["pushed"], CPU_KEYS)
 
 
 def _client(base_url: str, connections: int) -> httpx.AsyncClient:
@@ -343,12 +333,8 @@ def ours_processes(workers: int) -> int:
 
 def _original() -> dict[str, Any]:
     path = peer.binary()
-    head = subprocess.run(
-        ["git", "-C", str(pipeline.repo()), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    argv = ["git", "-C", str(pipeline.repo()), "rev-parse", "--short", "HEAD"]
+    head = subprocess.run(argv, capture_output=True, text=True, check=False)
     return {
         "binary": str(path),
         "built": datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds"),
@@ -362,14 +348,8 @@ def options(args: argparse.Namespace) -> PeerOptions:
         partitions = [int(n) for n in args.pipeline_partitions.split(",") if n.strip()]
     except ValueError:
         partitions = []
-    if (
-        args.rounds <= 0
-        or args.duration <= 0
-        or args.pipeline_duration <= 0
-        or args.ours_workers < 0
-        or not partitions
-        or min(partitions) <= 0
-    ):
+    positive = (args.rounds, args.duration, args.pipeline_duration, *partitions)
+    if not partitions or min(positive) <= 0 or args.ours_workers < 0:
         raise ValueError(
             "--rounds, --duration and --pipeline-duration must be positive, --ours-workers "
             "0 or more, --pipeline-partitions positive counts"

@@ -83,9 +83,7 @@ async def _drive(args: argparse.Namespace, load: Load) -> dict[str, Any]:
         "requests": len(latencies),
         "msg_per_s": done / window["wall_s"],
         "latency_ms": percentiles(latencies),
-        **window,
-        "server_cpu_s_per_100k": per_100k(window["server_cpu_s"], done),
-        "db_cpu_s_per_100k": per_100k(window["db_cpu_s"], done),
+        **per_100k(window, done),
     }
 
 

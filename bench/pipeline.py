@@ -197,48 +197,26 @@ def _once(script: str, env: dict[str, str], where: Path, log_path: Path) -> str:
 def _stages(shape: PipelineShape, base: dict[str, str], seconds: float) -> list[dict[str, str]]:
     """The environments of its ecosystem's processes, the consumers outliving the producer."""
     stay = str(round(seconds + DRAIN_LIMIT_S + 60))
-    consumer = {
-        **base,
-        "DURATION_SEC": stay,
-        "CONCURRENCY": str(shape.concurrency),
-        "BATCH_SIZE": str(shape.batch),
-        "MAX_PARTITIONS_PER_POP": "1",
-    }
-    envs = [
-        {
-            **base,
-            "INSTANCE": str(i + 1),
-            "QUEUE_NAME": "pipe-q1",
-            "TARGET_RATE": str(shape.target_rate),
-            "IN_FLIGHT": str(shape.in_flight),
-            "DURATION_SEC": str(round(seconds)),
-            "SCRIPT": "producer.js",
-        }
-        for i in range(shape.producers)
+    consumer = {"DURATION_SEC": stay, "CONCURRENCY": str(shape.concurrency)}
+    consumer.update(BATCH_SIZE=str(shape.batch), MAX_PARTITIONS_PER_POP="1")
+    producer = {"QUEUE_NAME": "pipe-q1", "DURATION_SEC": str(round(seconds))}
+    producer.update(TARGET_RATE=str(shape.target_rate), IN_FLIGHT=str(shape.in_flight))
+    worker = {**consumer, "SOURCE_QUEUE": "pipe-q1", "TARGET_QUEUE": "pipe-q2"}
+    roles = [  # script, processes, environment
+        ("producer.js", shape.producers, producer),
+        ("worker.js", shape.workers, {**worker, "GROUP": "workers"}),
+        (
+            "consumer.js",
+            shape.analytics,
+            {**consumer, "QUEUE_NAME": "pipe-q2", "GROUP": "analytics"},
+        ),
+        ("consumer.js", shape.log, {**consumer, "QUEUE_NAME": "pipe-q2", "GROUP": "log"}),
     ]
-    envs += [
-        {
-            **consumer,
-            "INSTANCE": str(i + 1),
-            "SOURCE_QUEUE": "pipe-q1",
-            "TARGET_QUEUE": "pipe-q2",
-            "GROUP": "workers",
-            "SCRIPT": "worker.js",
-        }
-        for i in range(shape.workers)
+    return [
+        {**base, **env, "INSTANCE": str(i + 1), "SCRIPT": script}
+        for script, count, env in roles
+        for i in range(count)
     ]
-    for group, count in (("analytics", shape.analytics), ("log", shape.log)):
-        envs += [
-            {
-                **consumer,
-                "INSTANCE": str(i + 1),
-                "QUEUE_NAME": "pipe-q2",
-                "GROUP": group,
-                "SCRIPT": "consumer.js",
-            }
-            for i in range(count)
-        ]
-    return envs
 
 
 def run(

@@ -111,8 +111,16 @@ def own_cpu_s(*, children: bool = False) -> float:
     return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, who))
 
 
-def per_100k(seconds: float | None, messages: float) -> float | None:
-    return None if seconds is None or messages <= 0 else seconds / messages * 100_000
+def per_100k(
+    record: dict[str, Any], messages: float, keys: Sequence[str] = ("server_cpu_s", "db_cpu_s")
+) -> dict[str, Any]:
+    """``record``, with the CPU seconds it holds at each of ``keys`` per 100k ``messages``
+    (``<key>_per_100k``; None where not measured)."""
+    for key in keys:
+        seconds = record.get(key)
+        per = None if seconds is None or messages <= 0 else seconds / messages * 100_000
+        record[f"{key}_per_100k"] = per
+    return record
 
 
 class Meter:

@@ -208,12 +208,8 @@ class Run:
                 queue_prefix=self.queue_prefix,
                 tag=f"{self.run_id}-{name}-{VARIANT}",
             )
-            record = {
-                **result,
-                "description": PG_SHAPES[name].describe(),
-                "db_cpu_s_per_100k": per_100k(result["db_cpu_s"], result["frames"]),
-                "client_cpu_s_per_100k": per_100k(result["client_cpu_s"], result["frames"]),
-            }
+            record = {**result, "description": PG_SHAPES[name].describe()}
+            per_100k(record, result["frames"], ("db_cpu_s", "client_cpu_s"))
             self.groups["pg_ceilings"][name] = {VARIANT: record}
             return record
         if step.kind == "http":
@@ -239,12 +235,6 @@ class Run:
         self.groups[GROUPS.get(step.kind, step.kind)][name] = record
         return record
 
-    def _wrk(
-        self, server: Server, load: Load, seconds: float, queue: str, tag: str, start: int = 0
-    ) -> WrkReport:
-        o = self.options
-        return run_wrk(self.wrk, server.base_url, load, seconds, queue, tag, o.wrk_threads, start)
-
     def _window(
         self, server: Server, db: Database, load: Load, name: str, processes: int
     ) -> dict[str, Any]:
@@ -253,15 +243,20 @@ class Run:
         broker's: its counters too). The server is stopped afterwards."""
         o = self.options
         queue, tag = self.queue_prefix + name.lower(), f"{self.run_id}-{name}"
+
+        def wrk(seconds: float, suffix: str, start: int = 0) -> WrkReport:
+            url, threads = server.base_url, o.wrk_threads
+            return run_wrk(self.wrk, url, load, seconds, queue, tag + suffix, threads, start)
+
         try:
             server.wait_ready()
             if o.warmup_s > 0:
-                warm = self._wrk(server, load, o.warmup_s, queue, tag + "-w")
+                warm = wrk(o.warmup_s, "-w")
                 if processes:
-                    self._cover_partitions(server, load, queue, tag, warm, processes)
+                    self._cover_partitions(server, load, wrk, warm, processes)
             before = counters.fetch_metrics(server.base_url, processes) if processes else {}
             meter, rss = Meter(db.postmaster_pid, server.pids), _Peak(server.rss_bytes)
-            report = self._wrk(server, load, o.duration_s, queue, tag + "-m")
+            report = wrk(o.duration_s, "-m")
             w, rss_max = meter.stop(), rss.stop()
             after = counters.fetch_metrics(server.base_url, processes) if processes else {}
         finally:
@@ -271,8 +266,6 @@ class Run:
             **report.figures(load.items),
             "errors": {"non_2xx": report.non_2xx, **report.socket_errors},
             **w,
-            "server_cpu_s_per_100k": per_100k(w["server_cpu_s"], messages),
-            "db_cpu_s_per_100k": per_100k(w["db_cpu_s"], messages),
             "wrk_cpu_s": report.cpu_s,
             "rss_mb": rss_max / MB,
         }
@@ -280,13 +273,17 @@ class Run:
             figures = counters.push_figures(before, after)
             record.update(counters=figures, requests_per_tx=figures["requests_per_tx"])
             record["partitions_per_tx"] = figures["partitions_per_tx"]
-            if (items := figures["push_items"]) > 0:  # CPU per message the broker took in
-                record["server_cpu_s_per_100k"] = per_100k(w["server_cpu_s"], items)
-                record["db_cpu_s_per_100k"] = per_100k(w["db_cpu_s"], items)
-        return record
+            if figures["push_items"] > 0:  # CPU per message the broker took in
+                messages = figures["push_items"]
+        return per_100k(record, messages)
 
     def _cover_partitions(
-        self, server: Server, load: Load, queue: str, tag: str, warm: WrkReport, processes: int
+        self,
+        server: Server,
+        load: Load,
+        wrk: Callable[[float, str, int], WrkReport],
+        warm: WrkReport,
+        processes: int,
     ) -> None:
         """Warm up on until (nearly) every partition has an actor, so the window measures
         the steady state rather than the creation of partitions (S4 has 10,000)."""
@@ -304,7 +301,7 @@ class Run:
                 f"      warm-up: {active or 0:,.0f} of {load.partitions:,} partitions have an "
                 f"actor; {seconds:.0f} s more"
             )
-            warm = self._wrk(server, load, seconds, queue, f"{tag}-w{chunk}", sent)
+            warm = wrk(seconds, f"-w{chunk}", sent)
             sent, chunk = sent + warm.requests, chunk + 1
 
     def _compare(self) -> None:

@@ -142,9 +142,10 @@ class Server:
         while time.monotonic() < deadline:
             for proc in self.processes:
                 if proc.poll() is not None:
+                    tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-20:])
                     raise RuntimeError(
                         f"{self.name} exited with code {proc.returncode} while starting; "
-                        f"see {self.log_path}:\n{_tail(self.log_path)}"
+                        f"see {self.log_path}:\n{tail}"
                     )
             if procfs.listening_sockets(self.port) >= self.listeners:
                 try:
@@ -172,13 +173,6 @@ def stop_all(procs: list[subprocess.Popen[bytes]], timeout_s: float = 60.0) -> N
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def spawn(
@@ -210,15 +204,18 @@ def output_of(
     return done.stdout.decode(errors="replace")
 
 
+def _listening_env(port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "QUEEN_WORKER_ID"}
+    return {**env, "QUEEN_HOST": "127.0.0.1", "QUEEN_PORT": str(port)}
+
+
 def start_broker(db: Database, *, workers: int, workdir: Path, name: str) -> Server:
     """``queen serve`` on a free port of 127.0.0.1 with ``workers`` processes; the caller's
     environment passes through, so any QUEEN_* setting applies."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "QUEEN_WORKER_ID"}
-    env.update(DATABASE_URL=db.conninfo, QUEEN_HOST="127.0.0.1", QUEEN_PORT=str(port))
-    env.update(QUEEN_WORKERS=str(workers), FILE_BUFFER_DIR=str(workdir / f"spool-{name}"))
+    port, log_path = free_port(), workdir / f"{name}.log"
+    env = {**_listening_env(port), "DATABASE_URL": db.conninfo, "QUEEN_WORKERS": str(workers)}
+    env["FILE_BUFFER_DIR"] = str(workdir / f"spool-{name}")
     env.setdefault("QUEEN_LOG_LEVEL", "warning")
-    log_path = workdir / f"{name}.log"
     proc = spawn([sys.executable, "-m", "queen.cli", "serve"], env, log_path)
     # the workers of one broker accept on the one socket their parent bound
     return Server(f"broker ({name})", [proc], port, 1, log_path)
@@ -227,11 +224,9 @@ def start_broker(db: Database, *, workers: int, workdir: Path, name: str) -> Ser
 def start_http_stack(module: str, *, workers: int, workdir: Path, name: str) -> Server:
     """``workers`` processes of ``module`` (:mod:`bench.http_ceiling`, our HTTP stack without
     a broker, or :mod:`bench.hypercorn_floor`, bare Hypercorn) sharing one free port."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "QUEEN_WORKER_ID"}
-    env.update(QUEEN_HOST="127.0.0.1", QUEEN_PORT=str(port))
-    log_path = workdir / f"{name}.log"
-    procs = [spawn([sys.executable, "-m", module], env, log_path) for _ in range(workers)]
+    port, log_path = free_port(), workdir / f"{name}.log"
+    argv, env = [sys.executable, "-m", module], _listening_env(port)
+    procs = [spawn(argv, env, log_path) for _ in range(workers)]
     return Server(f"{module} ({name})", procs, port, workers, log_path)
 
 
