@@ -1,5 +1,4 @@
-"""The benchmark: ``./bench/run.sh`` (or ``python -m bench`` from the project root); what it
-measures and how: docs/benchmark.md.
+"""The benchmark (``./bench/run.sh``, or ``python -m bench``): docs/benchmark.md.
 
 - The harness: :mod:`bench.cli` (the command), :mod:`bench.scenarios` (what runs, the targets),
   :mod:`bench.runner` (a run, step by step), :mod:`bench.wrk` and ``push.lua`` (the HTTP load),

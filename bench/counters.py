@@ -1,9 +1,6 @@
-"""The broker's /metrics counters: read them and take window deltas.
-
-Counters are the whole service's: with several workers behind one port, whichever answers sums
-every worker's (``queen_process_id`` has one sample per worker, labelled ``pid`` and
-``worker``), so one reading suffices once every worker has published its figures.
-"""
+"""The broker's /metrics counters: read them and take window deltas. Whichever worker answers
+sums every worker's (``queen_process_id`` has a sample per worker), so one reading suffices
+once every worker has published its figures."""
 
 from __future__ import annotations
 

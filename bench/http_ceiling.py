@@ -1,14 +1,10 @@
-"""The HTTP ceiling: what the serving stack alone costs for a push.
+"""The HTTP ceiling: what the serving stack alone costs for a push (``python -m
+bench.http_ceiling``, at QUEEN_HOST / QUEEN_PORT; several may share the port).
 
-The same Quart-Trio application class, serving loop, configuration and listening socket as
-``queen serve`` (taken from :mod:`queen.server` and :mod:`queen.serving`, so they cannot drift
-apart), with a ``POST /api/v1/push`` that reads the body, decodes it with orjson, mints one
-message id per item and answers 201 with the broker's answer shape. It never touches the
-database and does not validate, re-encode or group items: that is the broker's intake work,
-and part of what the broker is measured on.
-
-    python -m bench.http_ceiling          # QUEEN_HOST / QUEEN_PORT; several may share the port
-"""
+The application class, serving loop, configuration and socket of ``queen serve`` (taken from
+:mod:`queen.server` and :mod:`queen.serving`), with a push route that decodes the body and
+answers the broker's answer shape: no database, no validation, re-encoding or grouping (the
+broker's intake work, part of what the broker is measured on)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""The floor of the HTTP server the broker runs on: a bare ASGI callable served by Hypercorn's
-Trio worker with Hypercorn's default configuration. No Quart, no serving layer of ours, no
-broker: it reads the body, decodes it with orjson, mints one message id per item and answers
-201 with the broker's answer shape. What it reaches under a load is the most any application
-served by Hypercorn answers on this machine with these processes.
-
-    python -m bench.hypercorn_floor       # QUEEN_HOST / QUEEN_PORT say where to listen
-
-Several processes can share the port (``SO_REUSEPORT``), like ``queen serve --workers``.
-"""
+"""The floor of the HTTP server the broker runs on (``python -m bench.hypercorn_floor``, at
+QUEEN_HOST / QUEEN_PORT; several may share the port): a bare ASGI callable on Hypercorn's Trio
+worker with Hypercorn's defaults, answering a push as :mod:`bench.http_ceiling` does, without
+Quart or our serving layer. What it reaches is the most any application served by Hypercorn
+answers on this machine with these processes."""
 
 from __future__ import annotations
 

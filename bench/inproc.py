@@ -1,12 +1,8 @@
-"""The in-process steps: the embedding API (E1-E3), the consume side (C1-C3), and the Python
-calls per pushed item (``python -m bench.inproc calls``); docs/benchmark.md says what each does.
-
-An E or C step runs in a process of its own (``python -m bench.inproc NAME --database-url URL``,
-started by :mod:`bench.runner`): a fresh broker from :func:`queen.open_broker` on the run's
-database, driven by Trio tasks in the same process, no HTTP. The process prints one JSON record
-on its last line of output. "Broker CPU" is this whole process (broker plus the tasks that
-drive it: building the items is the embedding program's own work).
-"""
+"""The in-process steps (docs/benchmark.md): the embedding API (E1-E3) and the consume side
+(C1-C3), each in a process of its own (``python -m bench.inproc NAME --database-url URL``) on a
+fresh broker from :func:`queen.open_broker` driven by Trio tasks, no HTTP, printing one JSON
+record last ("broker CPU" is the whole process: building the items is the embedding program's
+own work); and the Python calls per pushed item (``python -m bench.inproc calls``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""The original C++ Queen server as a peer of the benchmark: where its build is, how it starts
-on a database of the run's PostgreSQL, the fresh database every peer step gets, and the
-figures of a step's measured window.
-
-The original is built from source by ``../shared/peer/build-original.sh`` (its header says how);
-``QUEEN_PEER_SERVER`` names the binary, by default ``../peer-build/server/bin/queen-server``
-beside the repository. It runs from its ``server`` folder (it installs its schema from
-``../lib/schema`` itself) and reaches PostgreSQL over TCP with a user and a password.
-"""
+"""The original C++ Queen server as a peer of the benchmark: where its build is (built by
+``../shared/peer/build-original.sh``; ``QUEEN_PEER_SERVER``, by default
+``../peer-build/server/bin/queen-server``), how it starts on a database of the run's PostgreSQL
+(from its ``server`` folder, over TCP), the fresh database of every peer step, and the figures
+of a step's measured window."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""The peer run: every peer shape on the original and on ours, alternating (original, ours,
-original, ours, ...), each step a fresh server on a fresh database of one PostgreSQL server.
-
-    ./bench/run.sh --peer                               # every shape, 2 rounds
-    ./bench/run.sh --peer --peer-shapes S1,PIPE --rounds 3 --duration 10
-    ./bench/run.sh --peer --peer-shapes PIPE --pipeline-partitions 100,1000
-    ./bench/run.sh --peer --pg-bin /usr/lib/postgresql/15/bin --write-results
-
-Only the ratios of one alternating run mean much on a shared machine: its speed drifts by up
-to a half within minutes, and alternation spreads the drift over both servers.
-"""
+"""The peer run (``./bench/run.sh --peer``): every peer shape on the original and on ours,
+alternating (original, ours, original, ours, ...), each step a fresh server on a fresh database
+of one PostgreSQL server. Only the ratios of one alternating run mean much on a shared machine:
+its speed drifts by up to a half within minutes, and alternation spreads the drift over both."""
 
 from __future__ import annotations
 

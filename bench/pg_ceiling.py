@@ -3,11 +3,10 @@
 No HTTP, no actors, no batcher, no Trio. ``connections`` threads (by default as many as the
 broker keeps push transactions in flight) each own one connection and one queue of
 ``shape.partitions`` partitions, so they never wait for each other's row locks, and write
-batches shaped like the broker's requests: ``shape.items`` frames, item ``n`` in partition
-``n % partitions``, ~100-byte JSON payloads, unique transactionIds, UUIDv7 ids from
-:func:`queen.ids.mint_ids`. ``group`` batches are packed into one call of the broker's own
-statement, encoded by its own encoder (one segment row per partition with the parallel
-arrays, one dedup sidecar row per frame), one commit per call: what coalescing and batching
+batches shaped like the broker's requests (``shape.items`` frames made by
+:func:`bench.inproc.item`, UUIDv7 ids from :func:`queen.ids.mint_ids`). ``group`` batches go
+in one call of the broker's own statement, encoded by its own encoder (one segment row per
+partition, one dedup sidecar row per frame), one commit per call: what coalescing and batching
 produce. The variant's name, ``fn-merged``, is what the report and the targets call it.
 """
 
@@ -18,6 +17,9 @@ import threading
 import time
 from typing import Any
 
+import orjson
+
+from bench.inproc import item
 from bench.procfs import Meter
 from bench.scenarios import PgShape
 from bench.servers import Database
@@ -55,12 +57,10 @@ class _Writer:
             w = writes.get(pid)
             if w is None:
                 w = writes[pid] = SegmentWrite(pid, [], [], [])
+            pushed = item("", self.shape.partitions, n, self.tag)
             w.message_ids.append(message_id)
-            w.transaction_ids.append(f"{self.tag}-{n}")
-            w.payloads.append(
-                b'{"orderId":%d,"total":4200,"customer":"cust-%03d",'
-                b'"note":"benchmark payload, about one hundred bytes"}' % (n, n % 997)
-            )
+            w.transaction_ids.append(pushed["transactionId"])
+            w.payloads.append(orjson.dumps(pushed["payload"]))
         for w in writes.values():
             w.leaders = list(range(len(w)))  # every frame a first occurrence
         return list(writes.values())

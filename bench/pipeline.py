@@ -1,21 +1,14 @@
 """The original's own 4-stage pipeline benchmark, its scripts and its official JS client
 unchanged, against either server by URL.
 
-Its scripts (``benchmark-queen/2026-04-26/pipeline/queen/`` of the original's repository) are
-exported into ``<home>/queen``; the JS client (``clients/client-js`` of the same repository:
-the registry has no ``queen-mq`` package) is packed and installed with the scripts' other
-dependencies into ``<home>/node_modules``, where Node finds them from the scripts' folder.
-``<home>`` is ``QUEEN_PEER_PIPELINE``, by default ``../peer-build/pipeline`` beside the
-repository; the repository is the bare mirror ``QUEEN_PEER_REPO``.
-
-A run does what its ``runner.sh`` does around its own servers: ``configure.js`` (the two
-queues), ``warmup-partitions.js`` (one message to every partition of both), then the stages as
-its ``ecosystem.config.cjs`` starts them, with its environment knobs scaled to 2 cores
-(:class:`PipelineShape`). The producer stops after the window; the consumers run on until every
-message the producer had acknowledged reached both tail groups (or nothing arrived for longer
-than a lease), then are stopped, and ``analyze.js`` reports throughput, completeness,
-duplicates and latency from the per-process JSONL files.
-"""
+Its scripts (:data:`SCRIPTS` of the original's repository, the bare mirror ``QUEEN_PEER_REPO``)
+are exported into ``<home>/queen`` and its JS client (:data:`CLIENT`; the registry has no
+``queen-mq``) is packed and installed with their other dependencies into ``<home>``
+(``QUEEN_PEER_PIPELINE``, by default ``../peer-build/pipeline``). A run does what its
+``runner.sh`` does around its own servers (``configure.js``, ``warmup-partitions.js``, the
+stages of its ``ecosystem.config.cjs`` with the knobs of :class:`PipelineShape`); the
+consumers run on until every message the producer had acknowledged reached both tail groups
+(or nothing arrived for longer than a lease), and ``analyze.js`` reports from the JSONL files."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The processes a benchmark run starts: the database, the broker, the HTTP stacks alone.
-
-The harness starts the embedded PostgreSQL itself (or uses ``DATABASE_URL``) and gives every
-broker the URL, so each step gets a fresh broker process (clean memory figures, clean actor
-registry) on one database that lives for the whole run.
-"""
+"""The processes a benchmark run starts: the database (the embedded PostgreSQL, or
+``DATABASE_URL``, for the whole run), the broker (fresh for every step), the HTTP stacks alone."""
 
 from __future__ import annotations
 
