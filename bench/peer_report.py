@@ -218,10 +218,10 @@ def hypercorn_bound(steps: Mapping[str, Any], cores: int | None) -> float | None
     http = avg(floor, "server_cpu_s_per_100k")
     client = avg(floor, "client_cpu_s_per_100k")
     pg = [avg(steps.get(side, []), "db_cpu_s_per_100k") for side in SIDES]
-    pg = [v for v in pg if v is not None]
-    if not cores or http is None or client is None or not pg:
+    known = [v for v in pg if v is not None]
+    if not cores or http is None or client is None or not known:
         return None
-    return cores * 100_000 / (http + client + min(pg))
+    return cores * 100_000 / (http + client + min(known))
 
 
 PER_MESSAGE_HEADERS = columns(
@@ -275,8 +275,10 @@ def pipeline_bound_rows(doc: Doc) -> list[list[str]]:
     """What the machine's cores hold in the pipeline if the broker cost nothing: the clients'
     and PostgreSQL's CPU per message as measured with each server (per partition count)."""
     cores = (doc.get("machine") or {}).get("cores")
+    if not cores:
+        return []
     rows = []
-    for label, _, steps, original in _pipelines(doc) if cores else []:
+    for label, _, steps, original in _pipelines(doc):
         client = avg(steps, "client_cpu_s_per_100k")
         db = avg(steps, "db_cpu_s_per_100k")
         broker = avg(steps, "server_cpu_s_per_100k")
