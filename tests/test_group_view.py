@@ -15,32 +15,64 @@ from tests.consuming import Api
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
-def reason(
+async def kind(
+    db: Db,
     lag: int,
-    lease: datetime | None = None,
-    expired: datetime | None = None,
-    last_pop: datetime | None = None,
-    waiting_s: float = 0.0,
+    lease: float | None = None,
+    expired: float | None = None,
+    last_pop: float | None = None,
+    waiting_s: float | None = None,
 ) -> str | None:
-    return stuck_reason(
-        lag, lease=lease, lease_expired=expired, last_pop=last_pop, waiting_s=waiting_s, now=NOW
+    """``queen.admin_stuck`` on a partition; times in seconds from now (negative: past)."""
+    found = await db.value(
+        """SELECT queen.admin_stuck(%s, now() + %s * interval '1 s', now() + %s * interval '1 s',
+                                    now() - %s * interval '1 s', now() + %s * interval '1 s',
+                                    %s)""",
+        lag,
+        lease,
+        expired,
+        waiting_s,
+        last_pop,
+        STUCK_IDLE_S,
     )
+    return None if found is None else str(found)
 
 
-def test_a_partition_is_stuck_when_its_lease_ran_out_or_no_pop_came_for_a_while() -> None:
-    recent = NOW - timedelta(seconds=10)
-    idle = NOW - timedelta(seconds=STUCK_IDLE_S + 60)
-    long = STUCK_IDLE_S + 60
-    expired = NOW - timedelta(minutes=3)
-    assert reason(0, expired=expired, waiting_s=long) is None  # nothing due
-    assert reason(5, lease=NOW + timedelta(seconds=30), last_pop=idle, waiting_s=long) is None
-    assert reason(5, last_pop=recent, waiting_s=long) is None  # popped a moment ago
-    assert reason(5, last_pop=idle, waiting_s=20.0) is None  # the messages just came
-    assert reason(5, waiting_s=20.0) is None  # a group that just started
-    said = reason(5, expired=expired, last_pop=recent)
+async def test_a_partition_is_stuck_when_its_lease_ran_out_or_no_pop_came_for_a_while(
+    broker: Broker, db: Db
+) -> None:
+    """The one rule (``queen.admin_stuck``) the page, its sort and the overview read."""
+    recent, idle, long = -10.0, -(STUCK_IDLE_S + 60), STUCK_IDLE_S + 60
+    assert await kind(db, 0, expired=-180, waiting_s=long) is None  # nothing due
+    assert await kind(db, 5, lease=30, last_pop=idle, waiting_s=long) is None  # leased now
+    assert await kind(db, 5, last_pop=recent, waiting_s=long) is None  # popped a moment ago
+    assert await kind(db, 5, last_pop=idle, waiting_s=20.0) is None  # the messages just came
+    assert await kind(db, 5, waiting_s=20.0) is None  # a group that just started
+    assert await kind(db, 5, expired=-180, last_pop=recent, waiting_s=20.0) == "lease_expired"
+    assert await kind(db, 5, last_pop=idle, waiting_s=long) == "idle"
+    assert await kind(db, 5, waiting_s=long) == "never_popped"
+
+
+def test_a_stuck_partition_says_why_in_words() -> None:
+    def reason(
+        found: str | None,
+        expired: datetime | None = None,
+        last_pop: datetime | None = None,
+        waiting_s: float = 0.0,
+    ) -> str | None:
+        return stuck_reason(
+            found, lease_expired=expired, last_pop=last_pop, waiting_s=waiting_s, now=NOW
+        )
+
+    said = reason("lease_expired", expired=NOW - timedelta(minutes=3))
     assert said == "lease expired 3 min ago, not popped since"
-    assert reason(5, last_pop=idle, waiting_s=long) == "no pop for 6 min"
-    assert reason(5, waiting_s=long) == "never popped, oldest message waiting 6 min"
+    idle = NOW - timedelta(seconds=STUCK_IDLE_S + 60)
+    assert reason("idle", last_pop=idle) == "no pop for 6 min"
+    assert (
+        reason("never_popped", waiting_s=STUCK_IDLE_S + 60)
+        == "never popped, oldest message waiting 6 min"
+    )
+    assert reason(None, last_pop=idle, waiting_s=STUCK_IDLE_S + 60) is None
 
 
 def test_lag_history_keeps_each_pairs_samples_and_forgets_pairs_gone_for_its_span() -> None:

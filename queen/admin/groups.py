@@ -21,7 +21,10 @@ from queen.admin.figures import age_s, need_store
 from queen.admin.history import LagHistory
 from queen.admin.params import Args, Page
 from queen.consume import requests
+from queen.consume.errors import InvalidRequest
 from queen.errors import StoreError
+from queen.storage.admin import GROUP_PARTITION_ORDERS as _GROUP_ORDERS
+from queen.storage.admin import STUCK_IDLE_S as _STUCK_IDLE_S
 from queen.storage.admin import GroupPartitionRow, GroupRow, PgAdminStore
 from queen.supervision import report_failure, report_ok
 
@@ -30,7 +33,12 @@ log = logging.getLogger("queen.admin")
 # How a stored subscription start reads back: as the pop asked for it (and as the original
 # broker names it).
 SUBSCRIPTION_MODES = {"all": "all", "now": "new", "at": "timestamp"}
-STUCK_IDLE_S = 300.0  # a partition with messages for a group and no pop this long is stuck
+GROUP_PARTITION_ORDERS = _GROUP_ORDERS  # how a group's page may sort its partitions
+STUCK_IDLE_S = _STUCK_IDLE_S  # the store's rule: no pop this long on old messages is stuck
+# A group is lagging on a queue when the oldest message it has still to receive is older than
+# this (the original's ``Lagging`` state).
+LAGGING_AFTER_S = 300
+ALERTS_SHOWN = 10  # the lagging or stuck (group, queue) pairs the overview lists
 
 # --- queries -----------------------------------------------------------------------------------
 
@@ -50,6 +58,25 @@ def group_query(args: Args) -> GroupQuery:
     clients ask without one), ``offset`` and ``queue``."""
     page = params.page(args, default_limit=EVERY_GROUP.limit)
     return GroupQuery(page, params.optional_name(args, "queue"))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDetailQuery:
+    """Which of a group's partitions to show on each queue it reads: a page, in ``order`` (one
+    of :data:`GROUP_PARTITION_ORDERS`)."""
+
+    page: Page = params.FIRST_PAGE
+    order: str = "name"
+
+
+def group_detail_query(args: Args) -> GroupDetailQuery:
+    """``limit``, ``offset`` and ``sort``: ``name`` (the default), ``lag`` (most messages
+    behind first) or ``stuck`` (the partitions that look stuck first, then by lag)."""
+    page = params.page(args)
+    order = args.get("sort") or "name"
+    if order not in GROUP_PARTITION_ORDERS:
+        raise InvalidRequest(f"sort must be one of {', '.join(GROUP_PARTITION_ORDERS)}")
+    return GroupDetailQuery(page, str(order))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +122,7 @@ class GroupStanding:
     popped_lag: int = 0  # its lag over the partitions it popped alone
     popped_lagging: int = 0  # of those, the partitions where it has messages to receive
     acknowledged: bool = False  # it acknowledged (or dead-lettered) a message on the queue
+    stuck: int = 0  # partitions that look stuck
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +149,19 @@ class LaggingPartition:
 
     standing: GroupStanding
     partition: GroupPartition
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAlerts:
+    """The (group, queue) pairs that need a look, ``total`` of them: ``lagging`` lag (the
+    oldest message to receive is over :data:`LAGGING_AFTER_S` old), ``stuck`` have stuck
+    partitions; ``shown``: the first of them, those with the most stuck partitions first, then
+    the longest waiting."""
+
+    total: int
+    lagging: int
+    stuck: int
+    shown: list[GroupStanding]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +193,26 @@ class ConsumerGroups:
         now = datetime.now(UTC)
         return [standing(r, now) for r in rows]
 
-    async def detail(self, name: str, page: Page) -> list[GroupOnQueue] | None:
-        """``GET /api/v1/consumer-groups/{g}``: per queue, the group's partitions (a page)."""
+    async def alerts(self, shown: int | None = None) -> GroupAlerts:
+        """The lagging or stuck (group, queue) pairs: how many, and the first ``shown``
+        (:data:`ALERTS_SHOWN` by default), in one read over every pair."""
+        limit = ALERTS_SHOWN if shown is None else shown
+        rows = await self.store.group_alerts(lagging_s=LAGGING_AFTER_S, limit=limit)
+        now = datetime.now(UTC)
+        if not rows:
+            return GroupAlerts(0, 0, 0, [])
+        first = rows[0]
+        return GroupAlerts(
+            first.alert_pairs,
+            first.lagging_pairs,
+            first.stuck_pairs,
+            [standing(r, now) for r in rows],
+        )
+
+    async def detail(self, name: str, query: GroupDetailQuery) -> list[GroupOnQueue] | None:
+        """``GET /api/v1/consumer-groups/{g}``: per queue, the group's partitions (a page, in
+        the query's order)."""
+        page = query.page
         rows = await self.store.groups(group=name, queue=None, limit=params.MAX_LIMIT, offset=0)
         if not rows:
             return None
@@ -161,7 +220,7 @@ class ConsumerGroups:
         found = []
         for r in rows:
             parts = await self.store.group_partitions(
-                name, r.queue_id, limit=page.limit, offset=page.offset
+                name, r.queue_id, limit=page.limit, offset=page.offset, order=query.order
             )
             partitions = [group_partition(p, now) for p in parts]
             found.append(GroupOnQueue(standing(r, now), partitions))
@@ -242,6 +301,7 @@ def standing(r: GroupRow, now: datetime) -> GroupStanding:
         popped_lag=r.popped_lag,
         popped_lagging=r.popped_lagging,
         acknowledged=r.done > 0,
+        stuck=r.stuck,
     )
 
 
@@ -259,8 +319,7 @@ def group_partition(p: GroupPartitionRow, now: datetime) -> GroupPartition:
         oldest_at=p.oldest_at,
         lease_expired_at=p.lease_expired_at,
         stuck=stuck_reason(
-            p.lag,
-            lease=p.lease_expires_at,
+            p.stuck,
             lease_expired=p.lease_expired_at,
             last_pop=p.delivered_at,
             waiting_s=age_s(p.oldest_at, now),
@@ -270,30 +329,25 @@ def group_partition(p: GroupPartitionRow, now: datetime) -> GroupPartition:
 
 
 def stuck_reason(
-    lag: int,
+    kind: str | None,
     *,
-    lease: datetime | None,
     lease_expired: datetime | None,
     last_pop: datetime | None,
     waiting_s: float,
     now: datetime,
 ) -> str | None:
-    """Why a group's partition looks stuck, or None: it holds messages for the group, no live
-    lease covers them, and either a lease ran out there (its consumer went away holding
-    messages) or its oldest message has waited ``STUCK_IDLE_S`` (``waiting_s``) with no pop
-    there for as long (or ever)."""
-    if lag <= 0 or lease is not None:
-        return None
-    if lease_expired is not None:
+    """Why a group's partition looks stuck, in words, from the ``kind`` the store found
+    (``queen.admin_stuck``, the one rule: it holds messages for the group, no live lease
+    covers them, and either a lease ran out there with messages in it and no pop since, or its
+    oldest message has waited :data:`STUCK_IDLE_S` with no pop there for as long, or ever);
+    None when it does not."""
+    if kind == "lease_expired" and lease_expired is not None:
         return f"lease expired {_ago(now - lease_expired)} ago, not popped since"
-    if waiting_s < STUCK_IDLE_S:
-        return None
-    if last_pop is None:
+    if kind == "never_popped":
         return f"never popped, oldest message waiting {_ago(timedelta(seconds=waiting_s))}"
-    idle = now - last_pop
-    if idle.total_seconds() >= STUCK_IDLE_S:
-        return f"no pop for {_ago(idle)}"
-    return None
+    if kind == "idle" and last_pop is not None:
+        return f"no pop for {_ago(now - last_pop)}"
+    return None if kind is None else kind.replace("_", " ")
 
 
 def _ago(span: timedelta) -> str:

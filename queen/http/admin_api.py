@@ -15,7 +15,7 @@ from quart import Blueprint, Response, current_app, request
 
 from queen.admin import params
 from queen.admin.actions import dead_letter_request, retry_filter
-from queen.admin.groups import group_query, lagging_query
+from queen.admin.groups import group_detail_query, group_query, lagging_query
 from queen.admin.messages import message_query
 from queen.admin.queues import partition_query, queue_query
 from queen.admin.service import AdminService
@@ -244,9 +244,9 @@ async def lagging() -> Response:
 @blueprint.get("/api/v1/consumer-groups/<group_detail:group>")
 async def consumer_group(group: str) -> Response:
     name = params.name_in_path(group, "consumer group")
-    page = params.page(request.args)
+    query = group_detail_query(request.args)
     return _found(
-        await admin().consumer_groups.detail(name, page),
+        await admin().consumer_groups.detail(name, query),
         render.group_detail,
         f"consumer group {name!r}",
     )

@@ -17,7 +17,13 @@ from queen.admin.actions import BulkRetry, MessageDeadLettered, MessageRetry, Qu
 from queen.admin.database import DatabaseDetail, PostgresStats
 from queen.admin.figures import MessageCounts
 from queen.admin.gauges import QueueGauges
-from queen.admin.groups import GroupOnQueue, GroupPartition, GroupStanding, LaggingPartition
+from queen.admin.groups import (
+    LAGGING_AFTER_S,
+    GroupOnQueue,
+    GroupPartition,
+    GroupStanding,
+    LaggingPartition,
+)
 from queen.admin.history import RatePoint, Rates
 from queen.admin.messages import MessageDeletion, MessageDetail, MessagePage, StoredMessage
 from queen.admin.params import Page, TimeRange
@@ -1068,9 +1074,6 @@ def queue_cleared(c: QueueCleared) -> Json:
 
 
 # --- consumer groups ---------------------------------------------------------------------------
-
-
-LAGGING_AFTER_S = 300
 
 
 def group_state(g: GroupStanding) -> str:

@@ -26,6 +26,15 @@ PARTITION_ORDERS = {
     "lease": "lease_expires_at NULLS LAST, name",
 }
 
+# How a group's partitions may be listed (``queen.admin_group_partitions``): ``name``, ``lag``
+# (most messages behind first) or ``stuck`` (the stuck partitions first, then by lag); ties by
+# name.
+GROUP_PARTITION_ORDERS = ("name", "lag", "stuck")
+
+# A partition holding messages for a group, outside a live lease, whose oldest message has
+# waited this long with no pop there for as long (or ever) looks stuck (``queen.admin_stuck``).
+STUCK_IDLE_S = 300.0
+
 # --- rows --------------------------------------------------------------------------------------
 # Queue mode's figures of a partition, a queue or every queue: ``held`` messages stored,
 # ``undone`` of them not yet acknowledged (nor dead-lettered), ``processing`` inside a live
@@ -155,6 +164,7 @@ class GroupRow:
     popped_lag: int  # lag over the partitions it popped alone (the original's meaning)
     popped_lagging: int
     done: int  # popped partitions where it acknowledged (or dead-lettered) something
+    stuck: int  # partitions that look stuck (``queen.admin_stuck``)
     subscription_mode: str | None
     subscribed_at: datetime | None
     subscription_created_at: datetime | None
@@ -175,6 +185,17 @@ class GroupPartitionRow:
     lease_expires_at: datetime | None
     delivered_at: datetime | None
     lease_expired_at: datetime | None
+    stuck: str | None  # why it looks stuck: lease_expired, never_popped, idle (or None)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAlertRow(GroupRow):
+    """A (group, queue) pair that lags or has stuck partitions, with how many such pairs
+    there are in all, and of each kind (the same on every row)."""
+
+    alert_pairs: int
+    lagging_pairs: int
+    stuck_pairs: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,15 +538,22 @@ class PgAdminStore:
         )
 
     async def partitions(
-        self, queue_id: int, *, limit: int, offset: int, order: str = "name"
+        self,
+        queue_id: int,
+        *,
+        limit: int,
+        offset: int,
+        order: str = "name",
+        search: str | None = None,
     ) -> list[PartitionRow]:
         """One page of a queue's partitions with their figures, in ``order`` (one of
-        :data:`PARTITION_ORDERS`)."""
+        :data:`PARTITION_ORDERS`); with ``search``, those whose name holds it (any case)."""
         by = PARTITION_ORDERS[order]
         return await self.pool.fetch_all(
             f"""SELECT * FROM queen.admin_partition_stats(ARRAY[%s]::bigint[])
+                WHERE %s::text IS NULL OR strpos(lower(name), lower(%s::text)) > 0
                 ORDER BY {by} LIMIT %s OFFSET %s""",
-            (queue_id, limit, offset),
+            (queue_id, search, search, limit, offset),
             row=PartitionRow,
         )
 
@@ -593,17 +621,39 @@ class PgAdminStore:
     ) -> list[GroupRow]:
         """One page of (consumer group, queue) pairs with their lag and ``full_count``."""
         return await self.pool.fetch_all(
-            "SELECT * FROM queen.admin_groups(%s, %s, %s, %s)",
-            (group, queue, limit, offset),
+            "SELECT * FROM queen.admin_groups(%s, %s, %s, %s, %s)",
+            (group, queue, limit, offset, STUCK_IDLE_S),
             row=GroupRow,
         )
 
-    async def group_partitions(
-        self, group: str, queue_id: int, *, limit: int, offset: int
-    ) -> list[GroupPartitionRow]:
+    async def group_alerts(self, *, lagging_s: float, limit: int) -> list[GroupAlertRow]:
+        """The (group, queue) pairs with stuck partitions or whose oldest message still to
+        receive is over ``lagging_s`` old, those with the most stuck partitions first, then the
+        longest waiting: the first ``limit``, each row counting every such pair. One statement
+        over every pair."""
         return await self.pool.fetch_all(
-            "SELECT * FROM queen.admin_group_partitions(%s, %s, %s, %s)",
-            (group, queue_id, limit, offset),
+            """SELECT g.*, count(*) OVER () AS alert_pairs,
+                      count(*) FILTER (WHERE g.oldest_at < now() - make_interval(secs => %s))
+                          OVER () AS lagging_pairs,
+                      count(*) FILTER (WHERE g.stuck > 0) OVER () AS stuck_pairs
+               FROM queen.admin_groups(NULL, NULL, NULL, 0, %s) g
+               WHERE g.stuck > 0 OR g.oldest_at < now() - make_interval(secs => %s)
+               ORDER BY g.stuck DESC, g.oldest_at, g.consumer_group, g.queue_name
+               LIMIT %s""",
+            (lagging_s, STUCK_IDLE_S, lagging_s, limit),
+            row=GroupAlertRow,
+        )
+
+    async def group_partitions(
+        self, group: str, queue_id: int, *, limit: int, offset: int, order: str = "name"
+    ) -> list[GroupPartitionRow]:
+        """One page of a group's partitions on one queue, in ``order`` (one of
+        :data:`GROUP_PARTITION_ORDERS`)."""
+        if order not in GROUP_PARTITION_ORDERS:
+            raise ValueError(order)
+        return await self.pool.fetch_all(
+            "SELECT * FROM queen.admin_group_partitions(%s, %s, %s, %s, %s, %s)",
+            (group, queue_id, limit, offset, order, STUCK_IDLE_S),
             row=GroupPartitionRow,
         )
 

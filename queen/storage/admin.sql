@@ -201,6 +201,25 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
     ORDER BY page.name
 $fn$;
 
+-- Why a group's partition looks stuck, or null: it holds messages for the group (p_lag), no
+-- live lease covers them (p_lease), and either a lease ran out there with messages in it and no
+-- pop came since (p_expired: 'lease_expired'), or its oldest such message (p_oldest) has waited
+-- p_idle_s with no pop there for as long ('idle') or ever ('never_popped'). The one rule the
+-- group page, its sort and the overview's count of stuck groups read. Plain SQL, inlined where
+-- it is called.
+CREATE OR REPLACE FUNCTION queen.admin_stuck(
+    p_lag numeric, p_lease timestamptz, p_expired timestamptz, p_oldest timestamptz,
+    p_delivered timestamptz, p_idle_s double precision)
+RETURNS text LANGUAGE sql STABLE AS $fn$
+    SELECT CASE WHEN p_lag <= 0 OR p_lease IS NOT NULL THEN NULL
+                WHEN p_expired IS NOT NULL THEN 'lease_expired'
+                WHEN p_oldest IS NULL
+                  OR p_oldest > now() - make_interval(secs => p_idle_s) THEN NULL
+                WHEN p_delivered IS NULL THEN 'never_popped'
+                WHEN p_delivered <= now() - make_interval(secs => p_idle_s) THEN 'idle'
+           END
+$fn$;
+
 -- Where groups stand on queues, per partition holding messages, cursor or not. start = the
 -- first offset the group will still receive: its cursor (or the lowest stored offset, when
 -- what was ahead of the cursor was removed); without one, where its first pop
@@ -219,10 +238,10 @@ $fn$;
 -- segments each; a group without a mark (it only ever popped single partitions) looks at
 -- them all.
 DO $do$
-BEGIN   -- earlier answers had no has_done column (and cannot be replaced in place)
+BEGIN   -- earlier answers had no lease_expired_at column (and cannot be replaced in place)
     IF EXISTS (SELECT 1 FROM pg_proc
                WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_group_positions'
-                 AND NOT ('has_done' = ANY (proargnames))) THEN
+                 AND NOT ('lease_expired_at' = ANY (proargnames))) THEN
         DROP FUNCTION queen.admin_group_positions(text[], bigint[], timestamptz[]);
     END IF;
 END
@@ -232,7 +251,7 @@ CREATE OR REPLACE FUNCTION queen.admin_group_positions(
 RETURNS TABLE (consumer_group text, queue_id bigint, partition_id bigint, partition_name text,
                next_offset bigint, start_offset bigint, has_cursor boolean, lag bigint,
                oldest_at timestamptz, lease_expires_at timestamptz, delivered_at timestamptz,
-               has_done boolean)
+               has_done boolean, lease_expired_at timestamptz)
 LANGUAGE sql STABLE SET jit = off AS $fn$
     WITH k AS MATERIALIZED (
         SELECT k.grp, k.qid, k.sub_at,
@@ -251,7 +270,10 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                -- past where the pop that made it put it, or it acked ahead of it; a group
                -- subscribed from a time starts done there (the original's subscription
                -- records a consumption)
-               k.sub_at IS NOT NULL OR cardinality(c.acked) > 0 OR c.next_offset > 0 AS done
+               k.sub_at IS NOT NULL OR cardinality(c.acked) > 0 OR c.next_offset > 0 AS done,
+               -- a lease that ran out with messages still in it, and no pop since
+               CASE WHEN c.lease_expires_at <= now() AND c.lease_end > c.next_offset
+                    THEN c.lease_expires_at END AS expired
         FROM k
         JOIN queen.cursors c ON c.queue_id = k.qid AND c.consumer_group = k.grp
         JOIN queen.partitions p ON p.id = c.partition_id
@@ -263,7 +285,7 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
     ),
     fresh AS (   -- partitions it has never popped: from where its subscription starts
         SELECT k.grp, k.qid, p.id, p.name, p.next_offset, st.start, false, '{}'::bigint[],
-               NULL::timestamptz, NULL::timestamptz, false
+               NULL::timestamptz, NULL::timestamptz, false, NULL::timestamptz
         FROM k
         JOIN queen.partitions p
           ON p.queue_id = k.qid AND p.created_xid >= k.covered AND p.next_offset > 0
@@ -314,7 +336,7 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                (SELECT s.created_at FROM queen.segments s      -- start is in a gap
                 WHERE s.partition_id = x.id AND s.first_offset > x.start
                 ORDER BY s.first_offset LIMIT 1)) END,
-           x.lease, x.delivered_at, x.done
+           x.lease, x.delivered_at, x.done, CASE WHEN x.lag > 0 THEN x.expired END
     FROM pos x
 $fn$;
 
@@ -326,22 +348,17 @@ $fn$;
 -- time: its first look made them); lagging = partitions where it has messages
 -- to receive; oldest_at = created_at of the oldest message it will still receive;
 -- popped_lag and popped_lagging = lag and lagging over those alone (the original's meaning);
--- done = those where it has acknowledged (or dead-lettered) something. p_group / p_queue narrow the list.
-DO $do$
-BEGIN   -- earlier answers had no done column (and cannot be replaced in place)
-    IF EXISTS (SELECT 1 FROM pg_proc
-               WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_groups'
-                 AND NOT ('done' = ANY (proargnames))) THEN
-        DROP FUNCTION queen.admin_groups(text, text, integer, integer);
-    END IF;
-END
-$do$;
+-- done = those where it has acknowledged (or dead-lettered) something; stuck = those that look
+-- stuck (queen.admin_stuck, with p_stuck_idle_s). p_group / p_queue narrow the list; a null
+-- p_limit lists every pair.
+DROP FUNCTION IF EXISTS queen.admin_groups(text, text, integer, integer);   -- no stuck column
 CREATE OR REPLACE FUNCTION queen.admin_groups(
-    p_group text, p_queue text, p_limit integer, p_offset integer)
+    p_group text, p_queue text, p_limit integer, p_offset integer,
+    p_stuck_idle_s double precision)
 RETURNS TABLE (consumer_group text, queue_id bigint, queue_name text, partitions bigint,
                popped bigint, lag bigint, lagging bigint, leased bigint, oldest_at timestamptz,
                last_delivered_at timestamptz, popped_lag bigint, popped_lagging bigint,
-               done bigint,
+               done bigint, stuck bigint,
                subscription_mode text, subscribed_at timestamptz, subscription_created_at timestamptz,
                full_count bigint)
 LANGUAGE sql STABLE SET jit = off AS $fn$
@@ -384,7 +401,11 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                                   AND x.lag > 0) AS popped_lagging,
                count(*) FILTER (WHERE (x.delivered_at IS NOT NULL
                                        OR (x.has_cursor AND page.subscribed_at IS NOT NULL))
-                                  AND x.has_done) AS done
+                                  AND x.has_done) AS done,
+               count(*) FILTER (WHERE queen.admin_stuck(x.lag, x.lease_expires_at,
+                                                        x.lease_expired_at, x.oldest_at,
+                                                        x.delivered_at, p_stuck_idle_s)
+                                      IS NOT NULL) AS stuck
         FROM queen.admin_group_positions(
             ARRAY(SELECT page.consumer_group FROM page),
             ARRAY(SELECT page.queue_id FROM page),
@@ -397,7 +418,7 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
            coalesce(agg.lagging, 0),
            coalesce(agg.leased, 0),
            agg.oldest_at, agg.last_delivered_at, coalesce(agg.popped_lag, 0),
-           coalesce(agg.popped_lagging, 0), coalesce(agg.done, 0),
+           coalesce(agg.popped_lagging, 0), coalesce(agg.done, 0), coalesce(agg.stuck, 0),
            page.subscription_mode, page.subscribed_at, page.subscription_created_at,
            page.full_count
     FROM page
@@ -405,33 +426,29 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
     ORDER BY page.consumer_group, page.queue_name
 $fn$;
 
--- One group on one queue, partition by partition (one page in partition name order): every
--- partition holding messages, with where the group stands there (cursor_offset is its start,
--- as in queen.admin_group_positions, where it has no cursor yet). The page is chosen first, and only its
--- partitions are looked at.
-DO $do$
-BEGIN   -- earlier answers had no has_cursor or lease_expired_at column (and cannot be
-        -- replaced in place)
-    IF EXISTS (SELECT 1 FROM pg_proc
-               WHERE pronamespace = 'queen'::regnamespace AND proname = 'admin_group_partitions'
-                 AND NOT ('lease_expired_at' = ANY (proargnames))) THEN
-        DROP FUNCTION queen.admin_group_partitions(text, bigint, integer, integer);
-    END IF;
-END
-$do$;
+-- One group on one queue, partition by partition, one page: every partition holding messages,
+-- with where the group stands there (cursor_offset is its start, as in
+-- queen.admin_group_positions, where it has no cursor yet) and why it looks stuck
+-- (queen.admin_stuck, with p_stuck_idle_s). p_order: 'name' (partition name order: the page is
+-- chosen first, and only its partitions are looked at), 'lag' (most messages behind first) or
+-- 'stuck' (the stuck partitions first, then as 'lag'); ties by name. Those two look at every
+-- partition of the queue holding messages, then keep the page.
+DROP FUNCTION IF EXISTS queen.admin_group_partitions(text, bigint, integer, integer);   -- no order
 CREATE OR REPLACE FUNCTION queen.admin_group_partitions(
-    p_group text, p_queue_id bigint, p_limit integer, p_offset integer)
+    p_group text, p_queue_id bigint, p_limit integer, p_offset integer, p_order text,
+    p_stuck_idle_s double precision)
 RETURNS TABLE (partition_id bigint, partition_name text, next_offset bigint,
                cursor_offset bigint, has_cursor boolean, lag bigint, oldest_at timestamptz,
                lease_expires_at timestamptz, delivered_at timestamptz,
-               lease_expired_at timestamptz)
+               lease_expired_at timestamptz, stuck text)
 LANGUAGE sql STABLE SET jit = off AS $fn$
     WITH page AS (
         SELECT p.id, p.name, p.next_offset
         FROM queen.partitions p
         WHERE p.queue_id = p_queue_id AND p.next_offset > 0
         ORDER BY p.name
-        LIMIT p_limit OFFSET p_offset
+        LIMIT CASE WHEN p_order = 'name' THEN p_limit END
+        OFFSET CASE WHEN p_order = 'name' THEN p_offset ELSE 0 END
     ),
     pos AS MATERIALIZED (   -- start is read several times below: computed once
         SELECT page.id, page.name, page.next_offset, c.partition_id IS NOT NULL AS cur,
@@ -486,19 +503,27 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                                  ELSE 0 END) AS lag
         FROM pos
     )
-    SELECT x.id, x.name, x.next_offset, x.start, x.cur, x.lag,
-           CASE WHEN x.lag > 0 THEN coalesce(
-               (SELECT y.created_at
-                FROM (SELECT s.created_at, s.last_offset FROM queen.segments s
-                      WHERE s.partition_id = x.id AND s.first_offset <= x.start
-                      ORDER BY s.first_offset DESC LIMIT 1) y
-                WHERE y.last_offset >= x.start),
-               (SELECT s.created_at FROM queen.segments s      -- start is in a gap
-                WHERE s.partition_id = x.id AND s.first_offset > x.start
-                ORDER BY s.first_offset LIMIT 1)) END,
-           x.lease, x.delivered_at, CASE WHEN x.lag > 0 THEN x.expired END
-    FROM counted x
-    ORDER BY x.name
+    SELECT w.* FROM (
+        SELECT z.*, queen.admin_stuck(z.lag, z.lease, z.expired, z.oldest_at, z.delivered_at,
+                                      p_stuck_idle_s) AS stuck
+        FROM (SELECT x.id, x.name, x.next_offset, x.start, x.cur, x.lag,
+                     CASE WHEN x.lag > 0 THEN coalesce(
+                         (SELECT y.created_at
+                          FROM (SELECT s.created_at, s.last_offset FROM queen.segments s
+                                WHERE s.partition_id = x.id AND s.first_offset <= x.start
+                                ORDER BY s.first_offset DESC LIMIT 1) y
+                          WHERE y.last_offset >= x.start),
+                         (SELECT s.created_at FROM queen.segments s      -- start is in a gap
+                          WHERE s.partition_id = x.id AND s.first_offset > x.start
+                          ORDER BY s.first_offset LIMIT 1)) END AS oldest_at,
+                     x.lease, x.delivered_at, CASE WHEN x.lag > 0 THEN x.expired END AS expired
+              FROM counted x OFFSET 0) z   -- OFFSET 0: oldest_at computed once per row
+    ) w
+    ORDER BY CASE WHEN p_order = 'stuck' THEN w.stuck IS NULL END,
+             CASE WHEN p_order IN ('lag', 'stuck') THEN w.lag END DESC,
+             w.name
+    LIMIT CASE WHEN p_order = 'name' THEN NULL ELSE p_limit END
+    OFFSET CASE WHEN p_order = 'name' THEN 0 ELSE p_offset END
 $fn$;
 
 -- Stored messages, newest first: of the partitions matching the filters, the newest segments
