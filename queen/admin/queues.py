@@ -55,22 +55,26 @@ def queue_query(args: Args, *, search: str | None = None) -> QueueQuery:
 @dataclass(frozen=True, slots=True)
 class PartitionQuery:
     """Which partitions of a queue to show: a page, in ``order`` (one of
-    :data:`PARTITION_ORDERS`); ``paged``: the client asked for a page (``limit`` or
-    ``offset``)."""
+    :data:`PARTITION_ORDERS`), of those whose name holds ``search`` (any case) when given;
+    ``paged``: the client asked for a page (``limit`` or ``offset``)."""
 
     page: Page = params.FIRST_PAGE
     order: str = "name"
     paged: bool = False
+    search: str | None = None
 
 
 def partition_query(args: Args) -> PartitionQuery:
-    """``limit``, ``offset`` and ``sort``: ``name`` (the default), ``pending`` (most first),
-    ``oldest`` (oldest pending message first) or ``lease`` (soonest lease end first)."""
+    """``limit``, ``offset``, ``sort`` (``name``, the default, ``pending``: most first,
+    ``oldest``: oldest pending message first, or ``lease``: soonest lease end first) and
+    ``partition`` (a part of the names to show, checked as a name is: at most 255 characters,
+    no control character)."""
     page = params.page(args)
     order = args.get("sort") or "name"
     if order not in PARTITION_ORDERS:
         raise InvalidRequest(f"sort must be one of {', '.join(PARTITION_ORDERS)}")
-    return PartitionQuery(page, str(order), params.paged(args))
+    search = params.optional_name(args, "partition")
+    return PartitionQuery(page, str(order), params.paged(args), search)
 
 
 # --- answers -----------------------------------------------------------------------------------
@@ -243,12 +247,16 @@ class QueueReads:
         page = query.page
         if every_partition and not query.paged:
             rows = await params.every_row(
-                partial(self.store.partitions, queue.id, order=query.order)
+                partial(self.store.partitions, queue.id, order=query.order, search=query.search)
             )
             page = Page(len(rows), 0)
         else:
             rows = await self.store.partitions(
-                queue.id, limit=page.limit, offset=page.offset, order=query.order
+                queue.id,
+                limit=page.limit,
+                offset=page.offset,
+                order=query.order,
+                search=query.search,
             )
         now = datetime.now(UTC)
         partitions = [
