@@ -33,7 +33,7 @@ from markupsafe import escape
 from quart import Blueprint, Response, current_app, render_template, request
 
 from queen.admin import charts, params
-from queen.admin.groups import group_query
+from queen.admin.groups import GROUP_PARTITION_ORDERS, group_detail_query, group_query
 from queen.admin.messages import message_query
 from queen.admin.queues import PARTITION_ORDERS, partition_query, queue_query
 from queen.admin.service import AdminService
@@ -213,6 +213,7 @@ async def overview() -> Response:
     query = queue_query(request.args)
     overview = await admin.system.overview()
     queues = await admin.queues.page(query)
+    alerts = await admin.consumer_groups.alerts()
     rates = _rates_chart(admin.history.series()[-90:])
     top = sorted(queues.queues, key=lambda q: q.messages.depth, reverse=True)[:8]
     depth = charts.bar_chart(
@@ -223,6 +224,8 @@ async def overview() -> Response:
         "overview.html",
         o=render_admin.overview(overview),
         queues=render_admin.queue_page(queues),
+        alerts=alerts,
+        alerted=[(render_admin.group_standing(g), g.stuck) for g in alerts.shown],
         rates_chart=rates,
         depth_chart=depth,
     )
@@ -242,7 +245,9 @@ async def queue(queue: str) -> Response:
         page=query.page,
         sort=query.order,
         sorts=PARTITION_ORDERS,
-        extra=_extra("sort"),
+        search=query.search or "",
+        extra=_extra("sort", "partition"),
+        search_extra=_extra("partition"),
     )
 
 
@@ -314,9 +319,9 @@ async def groups() -> Response:
 @remembered()
 async def group(group: str) -> Response:
     name = params.name_in_path(group, "group")
-    page = params.page(request.args)
+    query = group_detail_query(request.args)
     groups = _admin().consumer_groups
-    found = await groups.detail(name, page)
+    found = await groups.detail(name, query)
     if found is None:
         return _missing(f"consumer group {name} does not exist")
     lag_charts = {}
@@ -331,9 +336,12 @@ async def group(group: str) -> Response:
         "group.html",
         name=name,
         detail=render_admin.group_detail(found),
-        stuck={g.standing.queue: sum(1 for p in g.partitions if p.stuck) for g in found},
+        stuck={g.standing.queue: g.standing.stuck for g in found},
         lag_charts=lag_charts,
-        page=page,
+        page=query.page,
+        sort=query.order,
+        sorts=GROUP_PARTITION_ORDERS,
+        extra=_extra("sort"),
     )
 
 
