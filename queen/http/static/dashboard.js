@@ -1,13 +1,15 @@
 // The dashboard page's script (GET /): asks for a token when the broker wants one, loads each
-// view (GET /dashboard/view/...) into the page and refreshes it, and runs the views' buttons
-// (data-action) and filter forms (data-nav). Served as a file of its own: the page's
-// Content-Security-Policy lets no inline script or event handler run.
+// view (GET /dashboard/view/...) into the page and refreshes it while the page is shown (the
+// refresh timer stops when the tab is hidden or left, and a view is loaded again on return),
+// and runs the views' buttons (data-action) and filter forms (data-nav). Served as a file of
+// its own: the page's Content-Security-Policy lets no inline script or event handler run.
 (function () {
   "use strict";
   var KEY = "queen-dashboard-token", REFRESH_MS = Number(document.body.dataset.refreshMs) || 5000;
   var main = document.getElementById("main"), status = document.getElementById("status");
   var login = document.getElementById("login"), signout = document.getElementById("signout");
   var toastBox = document.getElementById("toast"), toastTimer = null, loading = false, again = false;
+  var refresh = null;   // the refresh timer, while the page is shown
 
   function token() { return sessionStorage.getItem(KEY) || ""; }
   function headers(extra) {
@@ -52,6 +54,7 @@
     main.replaceChildren(box);
   }
   function load() {
+    if (document.hidden) { return; }          // a hidden tab asks nothing: loaded on return
     if (loading) { again = true; return; }   // navigated meanwhile: load once this one ends
     loading = true; again = false;
     var path = route();
@@ -78,7 +81,20 @@
     return document.hidden || login.classList.contains("shown") || main.querySelector("[data-static]") ||
       (a && main.contains(a) && /INPUT|SELECT|TEXTAREA/.test(a.tagName));
   }
-  setInterval(function () { if (!busy()) { load(); } }, REFRESH_MS);
+  function startRefresh() {
+    if (refresh === null && !document.hidden) {
+      refresh = setInterval(function () { if (!busy()) { load(); } }, REFRESH_MS);
+    }
+  }
+  function stopRefresh() {
+    if (refresh !== null) { clearInterval(refresh); refresh = null; }
+  }
+  function shown() { startRefresh(); load(); }   // back on the page: show it as it is now
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) { stopRefresh(); } else { shown(); }
+  });
+  window.addEventListener("pagehide", stopRefresh);   // left (or kept in the back/forward cache)
+  window.addEventListener("pageshow", function (ev) { if (ev.persisted) { shown(); } });
   window.addEventListener("hashchange", load);
 
   login.addEventListener("submit", function (ev) {
@@ -124,5 +140,5 @@
       var q = p.toString(); location.hash = f.dataset.nav + (q ? "?" + q : "");
     }
   });
-  load();
+  startRefresh(); load();
 })();
