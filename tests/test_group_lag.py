@@ -6,6 +6,7 @@ a write below them."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -217,3 +218,27 @@ async def test_a_deleted_message_and_gaps_from_before_they_were_booked_are_not_c
     await expire_leases(db, queue)
     assert await drain(api, queue) == ["b", "d", "e"]
     assert await queue_figures(api, queue) == {**wanted, "pending": 0, "processing": 0, "depth": 0}
+
+
+async def test_a_partitions_lag_is_written_once_and_inlined_into_the_reads(
+    api: Api, queue: str, db: Db
+) -> None:
+    """queen.stored_lag is the one definition of a group's lag in a partition, read by the
+    group list (queen.admin_group_positions) and a group's partitions. The planner must inline
+    it into their queries: called once per partition instead (a SET clause, STRICT, a
+    security definer stop the inlining), it would look at the partitions with gaps once per
+    partition where the inlined form looks once per query."""
+    await api.push(queue, "p", 1, 2, 3)
+    [[plan]] = await db.rows(
+        """EXPLAIN (FORMAT JSON)
+           SELECT n.lag FROM queen.partitions p
+           CROSS JOIN LATERAL queen.stored_lag(p.id, p.next_offset, 1, '{2}') n"""
+    )
+    assert "stored_lag" not in json.dumps(plan), plan
+    [[lag]] = await db.rows(
+        """SELECT n.lag FROM queen.partitions p
+           CROSS JOIN LATERAL queen.stored_lag(p.id, p.next_offset, 1, '{2}') n
+           WHERE p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = %s)""",
+        queue,
+    )
+    assert lag == 1  # offsets 1 and 2 from the start, 2 acked ahead

@@ -220,6 +220,37 @@ RETURNS text LANGUAGE sql STABLE AS $fn$
            END
 $fn$;
 
+-- A group's lag in one partition: the messages stored from p_start on (p_next_offset the
+-- partition's next offset) that it has not done, p_acked its offsets acked ahead of its
+-- cursor. Offsets removed above p_start (queen.gaps) are no messages, and an ack of one
+-- counts for nothing. The one definition of the figure, read by queen.admin_group_positions
+-- and queen.admin_group_partitions. A set-returning SQL function of one SELECT, not STRICT,
+-- with no SET clause and no SECURITY DEFINER, so that the planner inlines it into the caller's
+-- query (CROSS JOIN LATERAL): the look at the partitions with gaps stays one hashed look per
+-- query, as if written there, where a function called per row would run its subqueries
+-- again for each (tests/test_group_lag.py checks that it is inlined).
+CREATE OR REPLACE FUNCTION queen.stored_lag(
+    p_partition_id bigint, p_next_offset bigint, p_start bigint, p_acked bigint[])
+RETURNS TABLE (lag bigint)
+LANGUAGE sql STABLE AS $fn$
+    SELECT greatest(0, p_next_offset - p_start
+                       - CASE WHEN p_partition_id IN (SELECT g.partition_id FROM queen.gaps g)
+                         THEN (SELECT coalesce(sum(g.last_offset + 1
+                                                   - greatest(g.first_offset, p_start)), 0)
+                               FROM queen.gaps g
+                               WHERE g.partition_id = p_partition_id
+                                 AND g.last_offset >= p_start)
+                         ELSE 0 END
+                       - CASE WHEN cardinality(p_acked) > 0 THEN
+                             (SELECT count(*) FROM unnest(p_acked) AS a (off)
+                              WHERE a.off >= p_start
+                                AND NOT EXISTS (SELECT 1 FROM queen.gaps g
+                                                WHERE g.partition_id = p_partition_id
+                                                  AND g.first_offset <= a.off
+                                                  AND g.last_offset >= a.off))
+                         ELSE 0 END)::bigint
+$fn$;
+
 -- Where groups stand on queues, per partition holding messages, cursor or not. start = the
 -- first offset the group will still receive: its cursor (or the lowest stored offset, when
 -- what was ahead of the cursor was removed); without one, where its first pop
@@ -308,23 +339,9 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                           WHERE c.partition_id = p.id AND c.consumer_group = k.grp)
     ),
     pos AS MATERIALIZED (   -- lag is read twice below: computed once
-        SELECT x.*,
-               greatest(0, x.next_offset - x.start
-                           - CASE WHEN x.id IN (SELECT g.partition_id FROM queen.gaps g) THEN
-                                 (SELECT coalesce(sum(g.last_offset + 1
-                                                      - greatest(g.first_offset, x.start)), 0)
-                                  FROM queen.gaps g
-                                  WHERE g.partition_id = x.id AND g.last_offset >= x.start)
-                             ELSE 0 END
-                           - CASE WHEN cardinality(x.acked) > 0 THEN
-                                 (SELECT count(*) FROM unnest(x.acked) AS a (off)
-                                  WHERE a.off >= x.start
-                                    AND NOT EXISTS (SELECT 1 FROM queen.gaps g
-                                                    WHERE g.partition_id = x.id
-                                                      AND g.first_offset <= a.off
-                                                      AND g.last_offset >= a.off))
-                                 ELSE 0 END) AS lag
+        SELECT x.*, n.lag
         FROM (SELECT * FROM had UNION ALL SELECT * FROM fresh) x
+        CROSS JOIN LATERAL queen.stored_lag(x.id, x.next_offset, x.start, x.acked) n
     )
     SELECT x.grp, x.qid, x.id, x.name, x.next_offset, x.start, x.cur, x.lag,
            CASE WHEN x.lag > 0 THEN coalesce(
@@ -483,25 +500,10 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
                    ) sub
         LEFT JOIN queen.cursors c ON c.partition_id = page.id AND c.consumer_group = p_group
     ),
-    counted AS MATERIALIZED (   -- as in queen.admin_group_positions: removed offsets are no
-                                -- messages; lag is read twice below
-        SELECT pos.*,
-               greatest(0, pos.next_offset - pos.start
-                           - CASE WHEN pos.id IN (SELECT g.partition_id FROM queen.gaps g) THEN
-                                 (SELECT coalesce(sum(g.last_offset + 1
-                                                      - greatest(g.first_offset, pos.start)), 0)
-                                  FROM queen.gaps g
-                                  WHERE g.partition_id = pos.id AND g.last_offset >= pos.start)
-                             ELSE 0 END
-                           - CASE WHEN cardinality(pos.acked) > 0 THEN
-                                 (SELECT count(*) FROM unnest(pos.acked) AS a (off)
-                                  WHERE a.off >= pos.start
-                                    AND NOT EXISTS (SELECT 1 FROM queen.gaps g
-                                                    WHERE g.partition_id = pos.id
-                                                      AND g.first_offset <= a.off
-                                                      AND g.last_offset >= a.off))
-                                 ELSE 0 END) AS lag
+    counted AS MATERIALIZED (   -- lag is read several times below: computed once
+        SELECT pos.*, n.lag
         FROM pos
+        CROSS JOIN LATERAL queen.stored_lag(pos.id, pos.next_offset, pos.start, pos.acked) n
     )
     SELECT w.* FROM (
         SELECT z.*, queen.admin_stuck(z.lag, z.lease, z.expired, z.oldest_at, z.delivered_at,
