@@ -795,6 +795,12 @@ def test_messages_partitions_namespaces_and_replay(live: LiveBroker) -> None:
     assert "t" in {t["task"] for t in json.loads(live.queen("task", "ls").out)}
     ours = json.loads(live.queen("status", "--namespace", f"ns-{queue}").out)
     assert [r["queue"] for r in ours] == [queue] and ours[0]["pending"] >= 1
+    # the queue table of status is that of queue stats, with the lag column after it
+    shown = live.queen("status", "--namespace", f"ns-{queue}", "-o", "table").out.splitlines()
+    with_lag = shown[shown.index("") + 1 :]
+    stats = live.queen("queue", "stats", "--namespace", f"ns-{queue}", "-o", "table").out
+    assert with_lag[0].split() == [*stats.splitlines()[0].split(), "lag"]
+    assert with_lag[2].split()[:-1] == stats.splitlines()[2].split()
 
     # replay / partition seek: queenctl's words for seek, with its times
     [kept] = json_lines(live.queen("pop", queue, "--cg", "r", "--ack").out)

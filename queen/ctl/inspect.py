@@ -10,7 +10,7 @@ import click
 from queen.ctl.client import CtlError, Exit, segment
 from queen.ctl.options import Ctl, broker_command, group
 from queen.ctl.output import emit_json, emit_pairs, seconds
-from queen.ctl.views import partition_table, queue_row
+from queen.ctl.views import partition_table, queue_row, queue_table
 
 _PAGE = 1000
 
@@ -46,39 +46,6 @@ def all_queues(ctl: Ctl, namespace: str | None, task: str | None) -> list[dict[s
             return found
 
 
-def _queue_table(ctl: Ctl, rows: list[dict[str, Any]]) -> None:
-    ctl.out.table(
-        [
-            "queue",
-            "namespace",
-            "task",
-            "pending",
-            "processing",
-            "completed",
-            "failed",
-            "dlq",
-            "partitions",
-            "lag",
-        ],
-        (
-            [
-                r["queue"],
-                r["namespace"],
-                r["task"],
-                r["pending"],
-                r["processing"],
-                r["completed"],
-                r["failed"],
-                r["dlq"],
-                r["partitions"],
-                seconds(r["lagSeconds"]) if r["lagSeconds"] else "-",
-            ]
-            for r in rows
-        ),
-        empty="no queues",
-    )
-
-
 @click.command()
 @click.argument("queue", required=False)
 @click.option("--namespace", default=None, help="only the queues of this namespace")
@@ -103,7 +70,7 @@ def status(
         row = queue_row(detail)
 
         def one() -> None:
-            _queue_table(ctl, [row])
+            queue_table(ctl, [row], lag=True)
             if with_partitions:
                 click.echo()
                 partition_table(ctl, detail.get("partitions", []))
@@ -115,7 +82,7 @@ def status(
         _status_pairs(ctl, health, ctl.client.get("/api/v1/status"))
         if namespace is not None or task is not None:
             click.echo()
-            _queue_table(ctl, [queue_row(q) for q in all_queues(ctl, namespace, task)])
+            queue_table(ctl, [queue_row(q) for q in all_queues(ctl, namespace, task)], lag=True)
     elif ctl.out.mode == "broker":
         emit_json({"health": health, "status": ctl.client.get("/api/v1/status")})
     else:

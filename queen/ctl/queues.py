@@ -11,7 +11,7 @@ from queen.ctl.client import CtlError, Exit, require_queue, segment, usage
 from queen.ctl.options import Ctl, broker_command, confirm, group, json_value
 from queen.ctl.output import emit_pairs, seconds
 from queen.ctl.times import EPOCH, iso, moment
-from queen.ctl.views import message_table, partition_table, queue_row
+from queen.ctl.views import message_table, partition_table, queue_row, queue_table
 
 LIST_ALIASES = {"ls": "list", "get": "describe", "show": "describe", "rm": "delete"}
 
@@ -267,19 +267,6 @@ def queues_clear(ctl: Ctl, *, queue: str, partition: str | None, yes: bool) -> i
     return Exit.OK
 
 
-_ROW_KEYS = (
-    "queue",
-    "namespace",
-    "task",
-    "pending",
-    "processing",
-    "completed",
-    "failed",
-    "dlq",
-    "partitions",
-)
-
-
 @queues.command("stats")
 @click.option("--namespace", default=None, help="only the queues of this namespace")
 @click.option("--task", default=None, help="only the queues of this task")
@@ -291,24 +278,7 @@ def queues_stats(ctl: Ctl, *, namespace: str | None, task: str | None) -> int:
     )
     rows = [queue_row(q) for q in answer.get("queues", [])]
 
-    def table() -> None:
-        ctl.out.table(
-            [
-                "queue",
-                "namespace",
-                "task",
-                "pending",
-                "processing",
-                "completed",
-                "failed",
-                "dlq",
-                "partitions",
-            ],
-            ([r[k] for k in _ROW_KEYS] for r in rows),
-            empty="no queues",
-        )
-
-    ctl.out.show(document=answer, table=table)
+    ctl.out.show(document=answer, table=lambda: queue_table(ctl, rows, lag=False))
     return Exit.OK
 
 

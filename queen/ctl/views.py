@@ -1,5 +1,5 @@
-"""Rows and tables more than one command shows: a queue as queenctl's ``status`` row, the
-partitions of a queue, a page of messages."""
+"""Rows and tables more than one command shows: a queue as queenctl's ``status`` row and the
+table of them, the partitions of a queue, a page of messages."""
 
 from __future__ import annotations
 
@@ -37,6 +37,37 @@ def queue_row(q: dict[str, Any]) -> dict[str, Any]:
         "partitions": partitions if isinstance(partitions, int) else len(partitions or []),
         "lagSeconds": lag_s,
     }
+
+
+QUEUE_COLUMNS = (
+    "queue",
+    "namespace",
+    "task",
+    "pending",
+    "processing",
+    "completed",
+    "failed",
+    "dlq",
+    "partitions",
+)
+"""The columns of a queue table, each headed by its key in :func:`queue_row`; ``lag``
+(``lagSeconds``, as a duration) may follow."""
+
+
+def queue_table(ctl: Ctl, rows: list[dict[str, Any]], *, lag: bool) -> None:
+    """Queue rows (:func:`queue_row`) as a table; ``lag``: with the lag column, the age of
+    each queue's oldest pending message."""
+    ctl.out.table(
+        [*QUEUE_COLUMNS, *(["lag"] if lag else [])],
+        (
+            [
+                *(r[k] for k in QUEUE_COLUMNS),
+                *([seconds(r["lagSeconds"]) if r["lagSeconds"] else "-"] if lag else []),
+            ]
+            for r in rows
+        ),
+        empty="no queues",
+    )
 
 
 def partition_table(ctl: Ctl, partitions: list[dict[str, Any]]) -> None:
