@@ -590,6 +590,69 @@ async def test_a_spool_directory_removed_under_the_broker_is_made_again_for_the_
     assert files.list_spool_files(directory) == []
 
 
+async def test_a_replay_pass_stops_once_its_directory_is_made_again_and_another_takes_the_lock(
+    tmp_path: Path, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The spool directory is removed and made again during a pass: its ``replay.lock`` is a
+    new file, and another process locks it. The pass stops: going on with the frames it read
+    before would replay while the other process replays."""
+    caplog.set_level(logging.WARNING, logger="queen.spool")
+    settings = fast(tmp_path, spool_replay_chunk_items=1)  # a chunk per push
+    async with open_broker(settings, store=store) as broker:
+        directory = Path(broker.settings.file_buffer_dir)
+        await broker.set_maintenance(True)
+        for tx in ("a", "b", "c"):
+            assert (await broker.push([item("p", tx)]))[0].status == "buffered"
+        gate = store.gate = trio.Event()
+        await broker.set_maintenance(False)
+        await until(lambda: store.writes_started == 1, broker)  # the first chunk waits
+        shutil.rmtree(directory)
+        os.mkdir(directory)
+        other = os.open(directory / files.REPLAY_LOCK, os.O_RDWR | os.O_CREAT)
+        try:
+            assert files.try_lock(other)  # the other process's replay lock
+            store.gate = None
+            gate.set()
+
+            def lost() -> bool:
+                return any("no longer the file" in r.getMessage() for r in caplog.records)
+
+            await until(lambda: store.writes_started > 1 or lost(), broker)
+            assert stored(store, "p") == ["a"]  # nothing more while the other holds the lock
+            assert store.writes_started == 1
+        finally:
+            os.close(other)
+
+
+def test_the_replay_lock_is_the_file_its_name_leads_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory is removed and made again between the opening of ``replay.lock`` and
+    its locking, and another process locks the new file: the old file's lock is not the
+    directory's lock."""
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    try_lock = files.try_lock
+    other: list[int] = []
+
+    def replaced_first(fd: int, *, shared: bool = False) -> bool:
+        if not other:
+            shutil.rmtree(directory)
+            directory.mkdir()
+            other.append(os.open(directory / files.REPLAY_LOCK, os.O_RDWR | os.O_CREAT))
+            assert try_lock(other[0])
+        return try_lock(fd, shared=shared)
+
+    monkeypatch.setattr(files, "try_lock", replaced_first)
+    try:
+        with files.replay_lock(directory) as lock:
+            assert not lock  # the other process holds the directory's lock
+    finally:
+        os.close(other[0])
+    with files.replay_lock(directory) as lock:  # once it lets it go
+        assert lock and lock.held()
+
+
 async def test_a_spool_file_removed_while_being_written_is_not_answered_buffered(
     tmp_path: Path, store: MemoryStore, caplog: pytest.LogCaptureFixture
 ) -> None:

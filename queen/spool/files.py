@@ -8,7 +8,8 @@
   replaying committed records again, which deduplication turns into ``duplicate``.
 - ``spool-<uuid7>.new``: a spool file being created; it is renamed to ``.log`` once its writer
   holds its lock, so no reader ever sees a ``.log`` file that is about to grow unlocked.
-- ``replay.lock``: held (``flock``) by the one process replaying the directory.
+- ``replay.lock``: held (``flock``) by the one process replaying the directory; the holder
+  checks that the name still leads to the file it locked (:meth:`ReplayLock.held`).
 - ``quarantine/``: ranges of spool files that held no readable record, moved out before their
   file is removed: ``spool-<uuid7>.<start>-<end>.bin`` holds the bytes, the ``.txt`` beside it
   says where they came from and why they could not be read.
@@ -204,14 +205,44 @@ def read_all(fd: int) -> bytes:
         chunks.append(chunk)
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayLock:
+    """The directory's replay lock as this process holds it: ``fd``, the ``replay.lock`` it
+    opened and locked."""
+
+    path: Path
+    fd: int
+
+    def held(self) -> bool:
+        """Whether ``replay.lock`` in the directory is still the file locked. The lock guards
+        a file, not a name: once the directory is removed and made again (or the lock file
+        removed), the name leads to a new file, which another process can lock while this
+        one still holds the old one."""
+        return names_descriptor(self.path, self.fd)
+
+
+_LOCK_ATTEMPTS = 3
+
+
 @contextlib.contextmanager
-def replay_lock(directory: Path) -> Iterator[bool]:
-    """Hold the directory's replay lock if nobody else does; yield whether we got it."""
-    fd = os.open(directory / REPLAY_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        yield try_lock(fd)
-    finally:
-        os.close(fd)
+def replay_lock(directory: Path) -> Iterator[ReplayLock | None]:
+    """Hold the directory's replay lock if nobody else does; yield it, or None if another
+    process holds it. A lock taken on a file the name no longer leads to (replaced between
+    its opening and its locking) is let go and taken again on the present one; None when
+    that keeps happening."""
+    path = directory / REPLAY_LOCK
+    for _ in range(_LOCK_ATTEMPTS):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            if not try_lock(fd):
+                break
+            lock = ReplayLock(path, fd)
+            if lock.held():
+                yield lock
+                return
+        finally:
+            os.close(fd)
+    yield None
 
 
 def progress_path(directory: Path, name: str) -> Path:

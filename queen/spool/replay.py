@@ -3,7 +3,11 @@ spooled frames once PostgreSQL answers.
 
 A pass runs while the database is up and maintenance mode is off, and only in the one process
 holding the directory's replay lock (several processes may share a spool directory; they never
-replay at the same time). A pass seals this process's active file, then:
+replay at the same time). The lock is an ``flock`` of the file ``replay.lock``: if the directory
+is removed and made again meanwhile, the name leads to a new file another process can lock. So
+the pass checks that the name still leads to the file it locked after taking the lock, before
+removing the files it found done, and before and after each chunk; if not, it stops, and the
+loop takes the lock again at once. A pass seals this process's active file, then:
 
 1. reads the sealed spool files (every process's; oldest first, up to ``read_budget_bytes``),
    each from its progress mark;
@@ -74,6 +78,10 @@ log = logging.getLogger("queen.spool")
 Submit = Callable[[PartitionKey, PushRequest], Awaitable[None]]
 # For queue names: those deleted, with the time of their latest deletion (Unix ns).
 DeletedQueues = Callable[[list[str]], Awaitable[dict[str, int]]]
+
+
+class LockLost(Exception):
+    """The directory's ``replay.lock`` no longer names the file this process locked."""
 
 
 class Replayer:
@@ -153,19 +161,28 @@ class Replayer:
             self._changed.set()
 
     async def replay_pass(self) -> bool:
-        """One pass over the directory; True if anything was committed or removed.
+        """One pass over the directory; True if anything was committed or removed, or if
+        the lock was lost (the loop comes straight back to take it again).
 
         A pass that could replay nothing (every frame waits behind a file still being
         written) is not repeated until a spool file changes."""
         try:
-            with files.replay_lock(self._dir) as ours:
-                return ours and await self._locked_pass()
+            with files.replay_lock(self._dir) as lock:
+                return lock is not None and await self._locked_pass(lock)
+        except LockLost:
+            log.warning(
+                "spool replay: %s is no longer the file this process locked (the directory "
+                "was removed, or the lock file); the pass stops and the lock is taken again",
+                self._dir / files.REPLAY_LOCK,
+            )
+            self._idle_signature = None
+            return True
         except OSError as exc:
             log.warning("spool directory %s could not be read: %s", self._dir, exc)
             self._trouble = f"spool directory not readable: {exc}"
             return False
 
-    async def _locked_pass(self) -> bool:
+    async def _locked_pass(self, lock: files.ReplayLock) -> bool:
         await self._writer.seal()
         signature = await trio.to_thread.run_sync(files.signature, self._dir)
         if signature == self._idle_signature:
@@ -174,6 +191,7 @@ class Replayer:
         self._report(plan)
         started = time.monotonic()
         replayed_before = self._metrics.spool_replayed_items
+        await self._still_held(lock)
         progressed = await self._remove_finished(plan, list(plan.files.values()))
         chunk: list[tuple[FileRead, Item]] = []
         frames = 0
@@ -184,12 +202,12 @@ class Replayer:
             chunk.append(entry)
             frames += len(entry[1].record)
             if frames >= self._chunk_items:
-                if not await self._commit_chunk(plan, chunk):
+                if not await self._commit_chunk(plan, chunk, lock):
                     break
                 progressed = True
                 chunk, frames = [], 0
         else:
-            if chunk and await self._commit_chunk(plan, chunk):
+            if chunk and await self._commit_chunk(plan, chunk, lock):
                 progressed = True
         frames = self._metrics.spool_replayed_items - replayed_before
         if frames:
@@ -241,10 +259,21 @@ class Replayer:
 
     # --- replaying ----------------------------------------------------------------------------
 
-    async def _commit_chunk(self, plan: Plan, chunk: list[tuple[FileRead, Item]]) -> bool:
+    async def _still_held(self, lock: files.ReplayLock) -> None:
+        """Raise :class:`LockLost` unless ``replay.lock`` is still the file this process
+        locked: another process may have locked the one that replaced it, and two processes
+        must never replay (or mark, or remove files) at once."""
+        if not await trio.to_thread.run_sync(lock.held):
+            raise LockLost
+
+    async def _commit_chunk(
+        self, plan: Plan, chunk: list[tuple[FileRead, Item]], lock: files.ReplayLock
+    ) -> bool:
         """Replay ``chunk``; on success record it in the index and the progress marks."""
+        await self._still_held(lock)
         if not await self._replay_chunk(chunk):
             return False
+        await self._still_held(lock)
         touched: dict[str, FileRead] = {}
         for file, item in chunk:
             assert item.record is not None
