@@ -19,7 +19,7 @@ from queen.broker import Broker
 from queen.consume.looks import HINTED_AT_MOST
 from queen.consume.results import PopResult
 from queen.consume.service import ConsumeService
-from queen.consume.wakeups import REMEMBERED, Wakeups
+from queen.consume.wakeups import _FORGET_AT_ONCE, REMEMBERED, Wakeups
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
 from queen.model import PartitionKey
@@ -62,9 +62,23 @@ def test_a_queue_fired_as_a_whole_changes_its_wide_epoch_a_partition_does_not() 
 def test_partitions_fired_before_the_remembered_ones_are_not_named() -> None:
     wakeups = Wakeups()
     seen = wakeups.position()
-    wakeups.fire_partitions([("q", f"p{i}") for i in range(REMEMBERED + 1)])
-    assert wakeups.fired_since("q", seen, limit=REMEMBERED + 10) is None  # p0 was forgotten
-    assert wakeups.fired_since("q", seen + 1, limit=REMEMBERED + 10) is not None
+    fired = REMEMBERED + _FORGET_AT_ONCE + 1  # one past the point where the oldest are dropped
+    wakeups.fire_partitions([("q", f"p{i}") for i in range(fired)])
+    dropped = fired - REMEMBERED  # the oldest, dropped together; the latest REMEMBERED kept
+    everything = fired + 10
+    assert wakeups.fired_since("q", seen, limit=everything) is None  # p0 was forgotten
+    assert wakeups.fired_since("q", seen + dropped - 1, limit=everything) is None
+    kept = wakeups.fired_since("q", seen + dropped, limit=everything)
+    assert kept is not None and len(kept) == REMEMBERED
+    assert kept[0] == f"p{fired - 1}" and kept[-1] == f"p{dropped}"
+
+
+def test_fires_of_a_queue_below_the_batch_of_forgetting_stay_named() -> None:
+    wakeups = Wakeups()
+    seen = wakeups.position()
+    wakeups.fire_partitions([("q", f"p{i}") for i in range(REMEMBERED + _FORGET_AT_ONCE)])
+    named = wakeups.fired_since("q", seen, limit=REMEMBERED + _FORGET_AT_ONCE)
+    assert named is not None and named[-1] == "p0"
 
 
 def test_a_notification_names_its_queue_and_the_partitions_written() -> None:

@@ -46,7 +46,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -449,16 +448,33 @@ class ConsumeService:
         """One result per item, in order; a refused item has success false."""
         self.metrics.ack_requests += 1
         outcomes = await self.store.ack(items)
-        self.metrics.acks += len(outcomes)
-        self.metrics.acks_refused += sum(not o.success for o in outcomes)
-        self.metrics.acks_dlq += sum(o.dlq for o in outcomes)
-        taken = Counter(o.queue for o in outcomes if o.queue)
-        if taken:  # one update per queue, not per acknowledgment
-            refused = Counter(o.queue for o in outcomes if o.queue and not o.success)
-            for queue, count in taken.items():
-                self.flow.acked(queue, count, refused[queue])
-        # a released lease: its partition may be claimed again (what is left of it)
-        self.wakeups.fire_partitions(_released(outcomes))
+        # one pass: the counters, one flow update per queue, the partitions whose lease an
+        # acknowledgment released (they may be claimed again: what is left of them)
+        refused = dlq = 0
+        per_queue: dict[str, list[int]] = {}  # queue -> [taken, refused]
+        released: set[tuple[str, str]] = set()
+        for o in outcomes:
+            queue = o.queue
+            if not o.success:
+                refused += 1
+            if o.dlq:
+                dlq += 1
+            if queue:
+                counts = per_queue.get(queue)
+                if counts is None:
+                    counts = per_queue[queue] = [0, 0]
+                counts[0] += 1
+                if not o.success:
+                    counts[1] += 1
+                if o.lease_released and o.partition is not None:
+                    released.add((queue, o.partition))
+        metrics = self.metrics
+        metrics.acks += len(outcomes)
+        metrics.acks_refused += refused
+        metrics.acks_dlq += dlq
+        for queue, (taken, refused_here) in per_queue.items():
+            self.flow.acked(queue, taken, refused_here)
+        self.wakeups.fire_partitions(released)
         return outcomes
 
     async def extend_lease(self, lease_id: str, seconds: int | None = None) -> LeaseExtension:

@@ -28,6 +28,7 @@ lost; a ticket is taken before the query.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Iterable
 
 import trio
@@ -38,6 +39,9 @@ ANY_QUEUE = "\x00*"
 
 REMEMBERED = 4096
 """Partitions whose fires are remembered per queue; an older fire is known only as "some"."""
+
+_FORGET_AT_ONCE = 512
+"""Past :data:`REMEMBERED` by this many, a queue's oldest fires are dropped together."""
 
 
 class Wakeups:
@@ -135,9 +139,8 @@ class Wakeups:
             else:
                 remembered.pop(partition, None)  # (re-inserted: the latest come last)
             remembered[partition] = self._position
-            if len(remembered) > REMEMBERED:
-                oldest = next(iter(remembered))
-                self._forgotten[queue] = remembered.pop(oldest)
+            if len(remembered) > REMEMBERED + _FORGET_AT_ONCE:
+                self._forget_oldest(queue, remembered)
         partition_tickets = self._partition_tickets
         if partition_tickets:  # (a commit usually finds no pop bound to a partition waiting)
             for queue, partition in keys:
@@ -154,6 +157,14 @@ class Wakeups:
                 event.set()
             self._fired_some_partition[queue] = self._fired_some_partition.get(queue, 0) + 1
         self._fire_any()
+
+    def _forget_oldest(self, queue: str, remembered: dict[str, int]) -> None:
+        """Keep the latest :data:`REMEMBERED` fires of ``queue``: a queue of more partitions
+        than that drops its oldest fires a batch at a time, not one at every fire."""
+        latest_dropped = 0
+        for partition in list(itertools.islice(remembered, len(remembered) - REMEMBERED)):
+            latest_dropped = remembered.pop(partition)
+        self._forgotten[queue] = latest_dropped
 
     def _fire_any(self) -> None:
         self._fired[ANY_QUEUE] = self._fired.get(ANY_QUEUE, 0) + 1
