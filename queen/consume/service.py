@@ -326,7 +326,11 @@ class ConsumeService:
                     budget.limit_bytes,
                 )
                 raise AnswersBusy("too many answers in progress; retry later")
-            async with self._reading:
+            try:  # a free reading slot is taken without a trip through the scheduler
+                self._reading.acquire_nowait()
+            except trio.WouldBlock:
+                await self._reading.acquire()
+            try:
                 cut = min(self.settings.pop_max_bytes, budget.room)
                 if cut <= 0:
                     continue  # taken while this pop waited for its turn
@@ -336,6 +340,8 @@ class ConsumeService:
                 finally:
                     budget.release(cut)
                 return outcome, budget.charge(outcome.payload_bytes)
+            finally:
+                self._reading.release()
 
     def _holds_until(self, started: float, ripe_in_s: float | None) -> float:
         """Until when a look started at ``started`` that found nothing holds if nothing fires.

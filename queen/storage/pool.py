@@ -419,7 +419,12 @@ class ConnectionPool:
     async def _query_within(
         self, name: str, sql: bytes, params: Sequence[bytes | None]
     ) -> list[tuple[bytes | None, ...]]:
-        async with self._slots:
+        slots = self._slots
+        try:  # a free slot is taken without a trip through the scheduler (a freed slot goes
+            slots.acquire_nowait()  # straight to a waiter, so a free one means none waits)
+        except trio.WouldBlock:
+            await slots.acquire()
+        try:
             conn = self._idle.pop() if self._idle else None
             if conn is None or conn.closed or conn.broken:
                 if conn is not None:
@@ -435,6 +440,8 @@ class ConnectionPool:
                     self._release(conn)
                 else:
                     conn.close()
+        finally:
+            slots.release()
 
     async def _connect(self) -> psycopg.Connection[Any]:
         """Open a connection in a worker thread; a caller that gives up leaves the thread to
