@@ -1,14 +1,5 @@
-"""``python -m bench`` (or ``./bench/run.sh``): run the push benchmark and report it.
-
-    ./bench/run.sh                          # every scenario and ceiling, ~10 minutes
-    ./bench/run.sh --scenarios S1,S3 --duration 5 --warmup 2
-    ./bench/run.sh --write-results          # also refresh bench/RESULTS.md
-    ./bench/run.sh --render bench/results/X.json --write-results   # re-render a saved run
-    ./bench/run.sh --peer                   # beside the original C++ server (bench/peer_run.py)
-
-The database is a new embedded PostgreSQL, or ``DATABASE_URL`` if it is set (the run's own
-queues are deleted afterwards). QUEEN_* variables reach the broker, so settings can be tried.
-"""
+"""``python -m bench`` (or ``./bench/run.sh``): run the push benchmark and report it
+(docs/benchmark.md). QUEEN_* variables reach the broker, so settings can be tried."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The HTTP ceiling: what the serving stack alone costs for a push (``python -m
-bench.http_ceiling``, at QUEEN_HOST / QUEEN_PORT; several may share the port).
-
-The application class, serving loop, configuration and socket of ``queen serve`` (taken from
-:mod:`queen.server` and :mod:`queen.serving`), with a push route that decodes the body and
-answers the broker's answer shape: no database, no validation, re-encoding or grouping (the
-broker's intake work, part of what the broker is measured on)."""
+"""The HTTP ceiling (``python -m bench.http_ceiling``): ``queen serve``'s application class,
+serving loop, configuration and socket, with a push route that decodes the body and answers the
+broker's answer shape, without the broker (no database, validation, re-encoding or grouping)."""
 
 from __future__ import annotations
 

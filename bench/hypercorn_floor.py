@@ -1,8 +1,6 @@
-"""The floor of the HTTP server the broker runs on (``python -m bench.hypercorn_floor``, at
-QUEEN_HOST / QUEEN_PORT; several may share the port): a bare ASGI callable on Hypercorn's Trio
-worker with Hypercorn's defaults, answering a push as :mod:`bench.http_ceiling` does, without
-Quart or our serving layer. What it reaches is the most any application served by Hypercorn
-answers on this machine with these processes."""
+"""The floor of the HTTP server the broker runs on (``python -m bench.hypercorn_floor``): a bare
+ASGI callable on Hypercorn's Trio worker with Hypercorn's defaults, answering a push as
+:mod:`bench.http_ceiling` does, without Quart or our serving layer."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The in-process steps (docs/benchmark.md): the embedding API (E1-E3) and the consume side
-(C1-C3), each in a process of its own (``python -m bench.inproc NAME --database-url URL``) on a
-fresh broker from :func:`queen.open_broker` driven by Trio tasks, no HTTP, printing one JSON
-record last ("broker CPU" is the whole process: building the items is the embedding program's
-own work); and the Python calls per pushed item (``python -m bench.inproc calls``)."""
+"""The in-process steps (docs/benchmark.md), each a process of its own (``python -m
+bench.inproc NAME --database-url URL``) printing one JSON record last: the embedding API
+(E1-E3), the consume side (C1-C3), and the Python calls per pushed item (``calls``)."""
 
 from __future__ import annotations
 
@@ -27,8 +25,8 @@ import trio
 import trio.lowlevel
 
 from bench import servers
-from bench.procfs import Meter, per_100k
 from bench.scenarios import CONSUME, EMBEDDED, SCENARIOS, ConsumeLoad, Load
+from bench.servers import Meter, per_100k
 from queen import open_broker, tune_gc
 from queen.broker import Broker
 from queen.settings import Settings
@@ -336,38 +334,34 @@ async def count_calls(broker: Broker, shape: str, args: argparse.Namespace) -> d
     ]
     lanes = [pushes[1 + t :: args.tasks] for t in range(args.tasks)]
     await broker.push([item(queue, partitions, n, "warm") for n in range(partitions)])
-    profile = cProfile.Profile()
+    profile, stop = cProfile.Profile(), trio.Event()
+
+    async def push_lanes() -> None:
+        async def producer(lane: list[list[dict[str, Any]]]) -> None:
+            for push in lane:
+                if any(r.status != "queued" for r in await broker.push(push)):
+                    raise RuntimeError("a push was not queued")
+
+        async with trio.open_nursery() as producers:
+            for lane in lanes:
+                producers.start_soon(producer, lane)
+
     async with trio.open_nursery() as nursery:
+        send = push_lanes
         if over_http:
-            sock = listen_socket("127.0.0.1", 0)
-            stop = trio.Event()
-            await nursery.start(
-                partial(
-                    serve_app, create_app(broker), broker.settings, sock, shutdown_trigger=stop.wait
-                )
-            )
-            bodies = [[json.dumps({"items": p}).encode() for p in lane] for lane in lanes]
+            sock, app = listen_socket("127.0.0.1", 0), create_app(broker)
+            serve = partial(serve_app, app, broker.settings, sock, shutdown_trigger=stop.wait)
+            await nursery.start(serve)
             port = sock.getsockname()[1]
+            bodies = [[json.dumps({"items": p}).encode() for p in lane] for lane in lanes]
             warm = [[json.dumps({"items": pushes[0]}).encode()]]
             await trio.to_thread.run_sync(_post_lanes, port, warm)  # the app warmed up
-            before = broker.metrics.snapshot()
-            profile.enable()
-            await trio.to_thread.run_sync(_post_lanes, port, bodies)
-            profile.disable()
-            stop.set()
-        else:
-
-            async def producer(lane: list[list[dict[str, Any]]]) -> None:
-                for push in lane:
-                    if any(r.status != "queued" for r in await broker.push(push)):
-                        raise RuntimeError("a push was not queued")
-
-            before = broker.metrics.snapshot()
-            profile.enable()
-            async with trio.open_nursery() as producers:
-                for lane in lanes:
-                    producers.start_soon(producer, lane)
-            profile.disable()
+            send = partial(trio.to_thread.run_sync, _post_lanes, port, bodies)
+        before = broker.metrics.snapshot()
+        profile.enable()
+        await send()
+        profile.disable()
+        stop.set()
     delta = {k: v - before.get(k, 0) for k, v in broker.metrics.snapshot().items()}
     groups = calls_by_group(profile)
     groups.pop("bench", None)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from statistics import mean
 from typing import Any
 
+from bench import report
 from bench.report import _n, columns, get, merge_results, table
 
 Doc = Mapping[str, Any]
@@ -56,24 +57,15 @@ def avg(steps: Sequence[Mapping[str, Any]], *keys: str) -> float | None:
     return mean(values) if values else None
 
 
-def _latency_keys(name: str) -> tuple[str, ...]:
+def _latency(name: str) -> str:
     if name.startswith("C"):
-        return ("pop_ms",)
-    if name.startswith("PIPE"):
-        return ("e2e_ms", "analytics")
-    return ("latency_ms",)
+        return "pop_ms"
+    return "e2e_ms.analytics" if name.startswith("PIPE") else "latency_ms"
 
 
 def step_line(name: str, r: Mapping[str, Any]) -> str:
-    lat = r
-    for key in _latency_keys(name):
-        lat = lat.get(key) or {}
-    text = (
-        f"{r.get('msg_per_s', 0):>10,.0f} msg/s  p50 {_n(lat.get('p50'), '.1f')} ms"
-        f"  p99 {_n(lat.get('p99'), '.1f')} ms  broker {r.get('server_cores', 0):.2f} cores"
-        f"  other load {r.get('other_cores', 0):.2f}"
-    )
-    return text + (f"  {notes(name, [r])}" if notes(name, [r]) != "-" else "")
+    note = notes(name, [r])
+    return report.step_line(r, _latency(name), "broker", "" if note == "-" else note)
 
 
 def notes(name: str, steps: Sequence[Mapping[str, Any]]) -> str:
@@ -152,7 +144,7 @@ THROUGHPUT_HEADERS = columns(
 def throughput_rows(doc: Doc, *, markdown: bool = True) -> list[list[str]]:
     rows = []
     for name, _, o, u in _by_shape(doc):
-        mo, mu, lk = avg(o, "msg_per_s"), avg(u, "msg_per_s"), _latency_keys(name)
+        mo, mu, lk = avg(o, "msg_per_s"), avg(u, "msg_per_s"), _latency(name).split(".")
         ratio = (
             "-" if not mo or mu is None else f"**{mu / mo:.2f}**" if markdown else f"{mu / mo:.2f}"
         )

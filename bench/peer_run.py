@@ -1,36 +1,181 @@
-"""The peer run (``./bench/run.sh --peer``): every peer shape on the original and on ours,
-alternating (original, ours, original, ours, ...), each step a fresh server on a fresh database
-of one PostgreSQL server. Only the ratios of one alternating run mean much on a shared machine:
-its speed drifts by up to a half within minutes, and alternation spreads the drift over both."""
+"""The peer run (``./bench/run.sh --peer``; docs/benchmark.md): every peer shape on the original
+C++ server and on ours, alternating, each step a fresh server on a fresh database of one
+PostgreSQL server; and the original as a peer: where its build is, how it starts (from its
+``server`` folder, over TCP), the CPU of a step's own database."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 import trio
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
-from bench import inproc, machine, peer, peer_report, pipeline
+from bench import inproc, peer_report, pipeline, servers
 from bench.inproc import percentiles
-from bench.peer import CPU_KEYS, Window
 from bench.peer_report import CEILINGS, SIDES
-from bench.pipeline import PipelineShape
-from bench.procfs import per_100k
-from bench.runner import head, new_run_id, scratch
+from bench.pipeline import DEFAULT_BINARY, PipelineShape
+from bench.runner import describe_machine, head, new_run_id, scratch
 from bench.scenarios import CONSUME as CONSUME_LOADS
 from bench.scenarios import SCENARIOS, ConsumeLoad, pick
-from bench.servers import Database, Server, open_database, start_broker, start_http_stack
+from bench.servers import Database, Meter, Server, per_100k, read_stat
 from bench.wrk import ensure_wrk, run_wrk
 from queen.settings import Settings
+
+BINARY_ENV = "QUEEN_PEER_SERVER"
+
+# Its worker threads: one per core of this machine, as its own default is one per core of the
+# machine it was tuned on; pools sized for a server's default max_connections (100). Logging
+# at warnings, as the bench runs queen serve.
+SETTINGS: dict[str, str] = {
+    "NUM_WORKERS": str(os.cpu_count() or 2),
+    "DB_POOL_SIZE": "20",
+    "SIDECAR_POOL_SIZE": "20",
+    "LOG_LEVEL": "warn",
+}
+
+
+def binary() -> Path:
+    return Path(os.environ.get(BINARY_ENV) or DEFAULT_BINARY)
+
+
+def missing() -> str | None:
+    """Why the peer cannot run here, or None when it can."""
+    path = binary()
+    if not os.access(path, os.X_OK):
+        return (
+            f"peer not built: no {path} (build it with ../shared/peer/build-original.sh "
+            f"or name it with {BINARY_ENV})"
+        )
+    if not (path.parent.parent.parent / "lib" / "schema").is_dir():
+        return f"peer incomplete: {path} has no lib/schema beside its server folder"
+    return None
+
+
+def start_original(db: Database, *, workdir: Path, name: str) -> Server:
+    """The original on a free port of 127.0.0.1, on ``db`` (a TCP conninfo)."""
+    parts = conninfo_to_dict(db.conninfo)
+    host = str(parts.get("host") or "")
+    if not host or host.startswith("/"):
+        raise RuntimeError(f"the original reaches PostgreSQL over TCP only, not {db.description}")
+    port, spool = servers.free_port(), workdir / f"peer-spool-{name}"
+    spool.mkdir(parents=True, exist_ok=True)
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TZ") if k in os.environ}
+    env.update(HOST="127.0.0.1", PORT=str(port), FILE_BUFFER_DIR=str(spool), **SETTINGS)
+    env.update(PG_HOST=host, PG_PORT=str(parts.get("port") or 5432))
+    # trust authentication ignores the password; the original insists on one
+    for key, part in (("PG_USER", "user"), ("PG_PASSWORD", "password"), ("PG_DB", "dbname")):
+        env[key] = str(parts.get(part) or "postgres")
+    log_path, path = workdir / f"peer-{name}.log", binary()
+    proc = servers.spawn([str(path)], env, log_path, cwd=path.parent.parent)
+    return Server(f"original ({name})", [proc], port, 1, log_path)
+
+
+@contextlib.contextmanager
+def fresh_database(server: Database, dbname: str) -> Iterator[Database]:
+    """A new, empty database ``dbname`` on ``server`` (dropped on exit, its sessions ended)."""
+    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname))
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
+    with server.connect() as conn:
+        conn.execute(drop)
+        conn.execute(create)
+    try:
+        yield Database(
+            urlunsplit(urlsplit(server.conninfo)._replace(path="/" + dbname)),
+            f"{server.description}, database {dbname}",
+            server.postmaster_pid,
+            server.version,
+            server.settings,
+        )
+    finally:
+        with server.connect() as conn:
+            conn.execute(drop)
+
+
+def stored_messages(db: Database, original: bool) -> int:
+    """Messages stored in ``db`` by the original (its message table) or by ours (the next
+    offset of every partition)."""
+    query = (
+        "SELECT count(*) FROM queen.messages"
+        if original
+        else "SELECT coalesce(sum(next_offset), 0) FROM queen.partitions"
+    )
+    with db.connect() as conn:
+        row = conn.execute(query).fetchone()
+    return int(row[0]) if row else 0
+
+
+class Backends(threading.Thread):
+    """CPU seconds of the backends of database ``dbname`` since started. They come and go with
+    its sessions: they are listed in ``pg_stat_activity`` every half second, each one's first
+    and last CPU reading kept. A backend there at the start counts from that reading, one born
+    later from zero; one that ends counts up to its last reading (at most 0.5 s short)."""
+
+    def __init__(self, server: Database, dbname: str) -> None:
+        super().__init__(daemon=True)
+        self.server, self.dbname = server, dbname
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.done, self.opened = threading.Event(), threading.Event()
+        self.start()
+        self.opened.wait(10)
+
+    def _sample(self, conn: Any, *, opening: bool = False) -> None:
+        query = "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+        for (pid,) in conn.execute(query, (self.dbname,)).fetchall():
+            stat = read_stat(int(pid))
+            if stat is not None:
+                self.first.setdefault(stat.pid, stat.cpu_s if opening else 0.0)
+                self.last[stat.pid] = stat.cpu_s
+
+    def run(self) -> None:
+        with self.server.connect() as conn:
+            self._sample(conn, opening=True)
+            self.opened.set()
+            while not self.done.wait(0.5):
+                self._sample(conn)
+            self._sample(conn)
+
+    def stop(self) -> float:
+        self.done.set()
+        self.join()
+        return sum(self.last[pid] - self.first[pid] for pid in self.last)
+
+
+class Window:
+    """One peer step's measured window: :class:`bench.servers.Meter`'s figures, and the CPU of
+    the backends of the step's own database ``dbname``."""
+
+    def __init__(self, server: Server, db: Database, dbname: str) -> None:
+        self.meter = Meter(db.postmaster_pid, server.pids)
+        self.db, self.dbname = db, dbname
+        self.backends: Backends | None = None
+
+    def start(self) -> None:
+        if self.db.postmaster_pid is not None:
+            self.backends = Backends(self.db, self.dbname)
+        self.meter.start()
+
+    def stop(self) -> dict[str, Any]:
+        figures = self.meter.stop()
+        figures["db_backends_cpu_s"] = self.backends.stop() if self.backends else None
+        return figures
+
+
+# a peer step's CPU figures, each also per 100k messages
+CPU_KEYS = ("server_cpu_s", "db_cpu_s", "db_backends_cpu_s", "client_cpu_s")
 
 # At the push shapes, besides SIDES, the HTTP stack alone (CEILINGS), with ours' process count
 # and no database: "stack" is our Quart-Trio app and serving layer answering the push without a
@@ -110,12 +255,12 @@ class PeerRun:
         o = self.options
         shapes = self._usable()
         started = datetime.now(UTC)
-        before = machine.describe()
+        before = describe_machine()
         total = sum(len(self._sides(name)) for name in shapes) * o.rounds
         self.log(f"peer benchmark {self.run_id}: {total} steps ({', '.join(shapes)})")
         with (
             scratch("queen-peer-", self.log) as workdir,
-            open_database(o.database_url, workdir, tcp=True, bin_dir=o.pg_bin) as server,
+            servers.open_database(o.database_url, workdir, tcp=True, bin_dir=o.pg_bin) as server,
         ):
             self.log(f"database: {server.description}, {server.version}")
             number = 0
@@ -155,21 +300,21 @@ class PeerRun:
     def _step(
         self, name: str, side: str, rnd: int, server_db: Database, workdir: Path
     ) -> dict[str, Any]:
-        o = self.options
+        workers = self.options.ours_workers
         dbname = f"peer_{name.lower()}_{rnd + 1}_{side}"
         if side in CEILINGS:
             return self._ceiling(name, side, dbname, server_db, workdir)
-        with peer.fresh_database(server_db, dbname) as db:
+        with fresh_database(server_db, dbname) as db:
             if side == "original":
-                server = peer.start_original(db, workdir=workdir, name=dbname)
+                server = start_original(db, workdir=workdir, name=dbname)
             else:
-                server = start_broker(db, workers=o.ours_workers, workdir=workdir, name=dbname)
+                server = servers.start_broker(db, workers=workers, workdir=workdir, name=dbname)
             try:
                 server.wait_ready()
                 meter = Window(server, server_db, dbname)
                 if name in PUSH:
                     record = self._push(name, server, meter, dbname)
-                    record["stored"] = peer.stored_messages(db, side == "original")
+                    record["stored"] = stored_messages(db, side == "original")
                 elif name in CONSUME:
                     record = self._consume(name, server, meter, dbname)
                 else:
@@ -184,7 +329,7 @@ class PeerRun:
         """The push shape against the HTTP stack alone (no broker, no database)."""
         processes = ours_processes(self.options.ours_workers)
         module = "bench.http_ceiling" if side == "stack" else "bench.hypercorn_floor"
-        server = start_http_stack(module, workers=processes, workdir=workdir, name=label)
+        server = servers.start_http_stack(module, workers=processes, workdir=workdir, name=label)
         try:
             server.wait_ready()
             return self._push(name, server, Window(server, server_db, label), label)
@@ -325,14 +470,14 @@ def ours_processes(workers: int) -> int:
 
 
 def _original() -> dict[str, Any]:
-    path = peer.binary()
+    path = binary()
     argv = ["git", "-C", str(pipeline.repo()), "rev-parse", "--short", "HEAD"]
     head = subprocess.run(argv, capture_output=True, text=True, check=False)
     return {
         "binary": str(path),
         "built": datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds"),
         "mirror_head": head.stdout.strip() or None,
-        "settings": dict(peer.SETTINGS),
+        "settings": dict(SETTINGS),
     }
 
 
@@ -366,7 +511,7 @@ def options(args: argparse.Namespace) -> PeerOptions:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """``./bench/run.sh --peer ...`` (parsed by :mod:`bench.cli`): the results document, or
     nothing where the original is not built (said so)."""
-    reason = peer.missing()
+    reason = missing()
     if reason is not None:
         print(f"bench: {reason}; skipping the peer shapes")
         return {}

@@ -1,14 +1,7 @@
-"""The PostgreSQL ceiling: the broker's rows written by a plain psycopg loop, nothing else.
-
-No HTTP, no actors, no batcher, no Trio. ``connections`` threads (by default as many as the
-broker keeps push transactions in flight) each own one connection and one queue of
-``shape.partitions`` partitions, so they never wait for each other's row locks, and write
-batches shaped like the broker's requests (``shape.items`` frames made by
-:func:`bench.inproc.item`, UUIDv7 ids from :func:`queen.ids.mint_ids`). ``group`` batches go
-in one call of the broker's own statement, encoded by its own encoder (one segment row per
-partition, one dedup sidecar row per frame), one commit per call: what coalescing and batching
-produce. The variant's name, ``fn-merged``, is what the report and the targets call it.
-"""
+"""The PostgreSQL ceiling (docs/benchmark.md): the broker's rows written by a plain psycopg loop.
+``connections`` threads each own one connection and one queue (no waiting on each other's row
+locks) and put ``group`` batches in one call of the broker's own statement, encoded by its own
+encoder, one commit per call: ``fn-merged``, as the report and the targets call it."""
 
 from __future__ import annotations
 
@@ -20,9 +13,8 @@ from typing import Any
 import orjson
 
 from bench.inproc import item
-from bench.procfs import Meter
 from bench.scenarios import PgShape
-from bench.servers import Database
+from bench.servers import Database, Meter
 from queen.ids import mint_ids
 from queen.storage.base import SegmentWrite
 

@@ -1,8 +1,6 @@
 """Beside PGMQ: ``broker.push()`` in process against PGMQ's ``send``/``send_batch`` on one new
-PostgreSQL, alternating by round (``python -m bench.pgmq --pgmq-sql FILE``; how and what:
-docs/benchmark.md, "Beside PGMQ"). Each step is a process of its own: ours is
-:mod:`bench.inproc`'s E step, PGMQ's is :func:`_drive`, measured with the same meter.
-"""
+PostgreSQL, alternating by round (``python -m bench.pgmq --pgmq-sql FILE``; docs/benchmark.md).
+Ours is :mod:`bench.inproc`'s E step, PGMQ's :func:`_drive`, each a process of its own."""
 
 from __future__ import annotations
 
@@ -14,15 +12,16 @@ import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import machine, servers
+from bench import servers
 from bench.inproc import in_process, item, percentiles
-from bench.procfs import Meter, per_100k
 from bench.report import _n, table
-from bench.runner import scratch
-from bench.scenarios import EMBEDDED, Load
+from bench.runner import describe_machine, head, new_run_id, scratch
+from bench.scenarios import EMBEDDED, Load, pick
+from bench.servers import Meter, per_100k
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {1: 3.0, 10: 1.5}  # items per call: ours ÷ PGMQ, msg/s and CPU per message
@@ -104,31 +103,28 @@ def _step(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    sql_path: Path = args.pgmq_sql
-    sql = sql_path.read_bytes()
-    doc: dict[str, Any] = {
-        "run_id": time.strftime("%Y%m%d-%H%M%S"),
-        "started_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": machine.describe(),
-        "pgmq_sql": {"path": str(sql_path), "sha256": hashlib.sha256(sql).hexdigest()[:12]},
-        "shapes": {s: EMBEDDED[s].describe() for s in args.shapes},
-        "steps": [],
-    }
+    sql, run_id = args.pgmq_sql.read_bytes(), new_run_id()
+    started, before = datetime.now(UTC), describe_machine()
+    steps: list[dict[str, Any]] = []
     with (
         scratch("queen-bench-pgmq-", print) as workdir,
         servers.open_database(None, workdir, bin_dir=args.pg_bin) as db,
     ):
         install(db, sql, args.shapes)
-        doc["database"] = {"version": db.version, "description": db.description}
         for r in range(1, args.rounds + 1):
             for shape in args.shapes:
                 for side in ("ours", "pgmq") if r % 2 else ("pgmq", "ours"):
-                    record = _step(side, shape, db, args, f"{doc['run_id']}-{shape}-{r}", workdir)
+                    record = _step(side, shape, db, args, f"{run_id}-{shape}-{r}", workdir)
                     record.update(round=r, shape=shape, side=side)
-                    doc["steps"].append(record)
+                    steps.append(record)
                     print(" ".join(step_row(record)), flush=True)
-    doc["finished_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    return doc
+    return {
+        **head(run_id, started, before, ""),
+        "database": db.describe(),
+        "pgmq_sql": {"path": str(args.pgmq_sql), "sha256": hashlib.sha256(sql).hexdigest()[:12]},
+        "shapes": {s: EMBEDDED[s].describe() for s in args.shapes},
+        "steps": steps,
+    }
 
 
 def _total(r: Mapping[str, Any]) -> float | None:
@@ -239,19 +235,20 @@ def parser() -> argparse.ArgumentParser:
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = parser()
     args = p.parse_args(argv)
-    args.shapes = [s.strip().upper() for s in args.shapes.split(",") if s.strip()]
-    unknown = [s for s in args.shapes if s not in EMBEDDED]
-    if unknown or not args.shapes:
-        p.error(f"--shapes takes E scenarios ({', '.join(EMBEDDED)}), not {args.shapes}")
+    try:
+        args.shapes = pick(args.shapes, list(EMBEDDED), "E scenario")
+    except ValueError as exc:
+        p.error(f"--shapes: {exc}")
     if args.rounds < 1 or args.duration <= 0 or args.warmup < 0:
         p.error("--rounds and --duration must be positive, --warmup not negative")
     if args.drive and not args.database_url:
         p.error("--drive needs --database-url")
-    if not (args.drive or args.render):
-        if args.pgmq_sql is None or not args.pgmq_sql.is_file():
-            p.error("--pgmq-sql FILE is required: PGMQ's pgmq-extension/sql/pgmq.sql")
-        if args.pg_bin is not None and not (args.pg_bin / "postgres").is_file():
-            p.error(f"--pg-bin {args.pg_bin}: no postgres binary there")
+    if args.drive or args.render:
+        return args
+    if args.pgmq_sql is None or not args.pgmq_sql.is_file():
+        p.error("--pgmq-sql FILE is required: PGMQ's pgmq-extension/sql/pgmq.sql")
+    if args.pg_bin is not None and not (args.pg_bin / "postgres").is_file():
+        p.error(f"--pg-bin {args.pg_bin}: no postgres binary there")
     return args
 
 

@@ -1,14 +1,8 @@
-"""The original's own 4-stage pipeline benchmark, its scripts and its official JS client
-unchanged, against either server by URL.
-
-Its scripts (:data:`SCRIPTS` of the original's repository, the bare mirror ``QUEEN_PEER_REPO``)
-are exported into ``<home>/queen`` and its JS client (:data:`CLIENT`; the registry has no
-``queen-mq``) is packed and installed with their other dependencies into ``<home>``
-(``QUEEN_PEER_PIPELINE``, by default ``../peer-build/pipeline``). A run does what its
-``runner.sh`` does around its own servers (``configure.js``, ``warmup-partitions.js``, the
-stages of its ``ecosystem.config.cjs`` with the knobs of :class:`PipelineShape`); the
-consumers run on until every message the producer had acknowledged reached both tail groups
-(or nothing arrived for longer than a lease), and ``analyze.js`` reports from the JSONL files."""
+"""The original's own 4-stage pipeline benchmark (docs/benchmark.md), its scripts and its JS
+client unchanged, exported from the original's mirror and installed into :func:`home`. A run does
+what its ``runner.sh`` does around its own servers, with the knobs of :class:`PipelineShape`;
+the consumers run on until every message the producer had acknowledged reached both tail groups
+(or nothing arrived for longer than a lease), and ``analyze.js`` reports."""
 
 from __future__ import annotations
 
@@ -25,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.peer import DEFAULT_BINARY
 from bench.servers import ROOT, output_of, spawn, stop_all
 
 REPO_ENV = "QUEEN_PEER_REPO"
 DEFAULT_REPO = ROOT.parent / ".mirror" / "queen-mq+queen" / "repo"
 HOME_ENV = "QUEEN_PEER_PIPELINE"
-DEFAULT_HOME = DEFAULT_BINARY.parents[2] / "pipeline"
+DEFAULT_BINARY = ROOT.parent / "peer-build" / "server" / "bin" / "queen-server"
+DEFAULT_HOME = ROOT.parent / "peer-build" / "pipeline"
 SCRIPTS = "benchmark-queen/2026-04-26/pipeline/queen"
 CLIENT = "clients/client-js"
 QUIET_S = 65.0  # longer than the queues' lease (configure.js: 60 s): a lapsed lease redelivers

@@ -134,6 +134,18 @@ def get(record: Any, *keys: str) -> Any:
     return record
 
 
+def step_line(r: Mapping[str, Any], latency: str, who: str, notes: str = "") -> str:
+    """A step's line while a run goes on (the tables at the end say it all): msg/s, the
+    latency at ``latency`` (a key, or keys joined by dots), ``who``'s cores, the rest."""
+    lat = get(r, *latency.split(".")) or {}
+    text = (
+        f"{r.get('msg_per_s', 0):>10,.0f} msg/s  p50 {_n(lat.get('p50'), '.1f')} ms"
+        f"  p99 {_n(lat.get('p99'), '.1f')} ms  {who} {r.get('server_cores', 0):.2f} cores"
+        f"  other load {r.get('other_cores', 0):.2f}"
+    )
+    return text + (f"  {notes}" if notes else "")
+
+
 def fig(*keys: str, spec: str = ",.0f") -> Cell:
     """A cell: the figure at ``keys``, formatted (``-`` when missing)."""
     return lambda record: _n(get(record, *keys), spec)

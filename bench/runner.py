@@ -1,26 +1,28 @@
-"""One benchmark run: the plan (each ceiling beside the first scenario it bounds), the steps
-(each wrk window measured: throughput, latency, the CPU of everything involved, the broker's
-memory and counters), and the results document (a JSON-ready dict) that :mod:`bench.report`
-renders. Also what the peer run shares: run ids, the scratch folder, the document's head."""
+"""One benchmark run: the plan, the steps (each a measured window), and the results document
+that :mod:`bench.report` renders. Also what the peer run and PGMQ's share: run ids, the scratch
+folder, the document's head (the machine, the broker's settings)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import secrets
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from bench import counters, inproc, machine, servers
+from bench import inproc, servers
 from bench.pg_ceiling import ABOUT, VARIANT, run_pg_ceiling
-from bench.procfs import Meter, per_100k
+from bench.report import step_line
 from bench.scenarios import (
     ALL,
     HTTP_CEILINGS,
@@ -31,13 +33,23 @@ from bench.scenarios import (
     Embedded,
     Load,
 )
-from bench.servers import Database, Server
+from bench.servers import Database, Meter, Server, per_100k
 from bench.wrk import WrkReport, run_wrk, wrk_version
 
 COVER_LIMIT_S = 120.0  # longest extra warm-up spent giving every partition its actor
 INPROC_LIMIT_S = 900.0  # an in-process step that takes longer is stopped and reported
 MB = 1024 * 1024
 _SHOWN_OPTIONS = "duration_s warmup_s pg_duration_s pg_warmup_s pg_group pg_connections wrk_threads"
+_PACKAGES = ("queen-trio", "trio", "hypercorn", "quart", "quart-trio", "psycopg", "orjson")
+COUNTERS = (  # queen_<name>_total: the ones the report reads
+    "push_items",
+    "push_items_failed",
+    "push_items_buffered",
+    "push_transactions",
+    "push_segments",
+    "push_requests_committed",
+)
+SETTLE_S = 1.2  # a worker publishes its counters every second: then a reading has them all
 
 
 def new_run_id() -> str:
@@ -54,6 +66,36 @@ def scratch(prefix: str, log: Callable[[str], None]) -> Iterator[Path]:
         log(f"logs of the servers are kept in {workdir}")
         raise
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _first(path: str, key: str) -> str | None:
+    with contextlib.suppress(OSError):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
+                return line.split(":", 1)[1].strip() if ":" in line else line.split("=", 1)[1]
+    return None
+
+
+def _package(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def describe_machine() -> dict[str, Any]:
+    memory_kib = _first("/proc/meminfo", "MemTotal")
+    os_name = _first("/etc/os-release", "PRETTY_NAME=")
+    return {
+        "cpu": _first("/proc/cpuinfo", "model name") or platform.processor() or "unknown",
+        "cores": os.cpu_count(),
+        "memory_gib": round(int(memory_kib.split()[0]) / 1024 / 1024, 1) if memory_kib else None,
+        "os": os_name.strip('"') if os_name else platform.platform(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "packages": {name: _package(name) for name in _PACKAGES},
+        "load_average": [round(v, 2) for v in os.getloadavg()],
+    }
 
 
 def head(run_id: str, started: datetime, before: dict[str, Any], wrk: str) -> dict[str, Any]:
@@ -165,7 +207,7 @@ class Run:
     def execute(self) -> dict[str, Any]:
         o = self.options
         steps = plan(o)
-        started, before = datetime.now(UTC), machine.describe()
+        started, before = datetime.now(UTC), describe_machine()
         self.log(f"queen benchmark {self.run_id}: {len(steps)} steps")
         with (
             scratch("queen-bench-", self.log) as workdir,
@@ -175,7 +217,7 @@ class Run:
             try:
                 for number, step in enumerate(steps, 1):
                     self.log(f"[{number}/{len(steps)}] {step.describe(o)}")
-                    self.log("      " + _progress(self._step(step, db, workdir)))
+                    self.log("      " + progress(self._step(step, db, workdir)))
                     # Every step starts from the same, empty database: what one step stored
                     # (millions of sidecar rows) must not slow the next one.
                     servers.drop_queues(db, self.queue_prefix)
@@ -254,11 +296,11 @@ class Run:
                 warm = wrk(o.warmup_s, "-w")
                 if processes:
                     self._cover_partitions(server, load, wrk, warm, processes)
-            before = counters.fetch_metrics(server.base_url, processes) if processes else {}
+            before = fetch_metrics(server.base_url, processes) if processes else {}
             meter, rss = Meter(db.postmaster_pid, server.pids), _Peak(server.rss_bytes)
             report = wrk(o.duration_s, "-m")
             w, rss_max = meter.stop(), rss.stop()
-            after = counters.fetch_metrics(server.base_url, processes) if processes else {}
+            after = fetch_metrics(server.base_url, processes) if processes else {}
         finally:
             server.stop()
         messages = report.ok_requests * load.items
@@ -270,7 +312,7 @@ class Run:
             "rss_mb": rss_max / MB,
         }
         if processes:
-            figures = counters.push_figures(before, after)
+            figures = push_figures(before, after)
             record.update(counters=figures, requests_per_tx=figures["requests_per_tx"])
             record["partitions_per_tx"] = figures["partitions_per_tx"]
             if figures["push_items"] > 0:  # CPU per message the broker took in
@@ -290,7 +332,7 @@ class Run:
         deadline = time.monotonic() + COVER_LIMIT_S
         sent, chunk = warm.requests, 1
         while True:
-            active = counters.fetch_metrics(server.base_url, processes).get("queen_actors_active")
+            active = fetch_metrics(server.base_url, processes).get("queen_actors_active")
             missing = load.partitions - (active or 0.0)
             left = deadline - time.monotonic()
             if missing <= load.partitions * 0.01 or left <= 1:
@@ -316,24 +358,70 @@ class Run:
             record["vs_pg"] = {v: msg / r["msg_per_s"] for v, r in pg.items() if r["msg_per_s"]}
 
 
-def _progress(r: dict[str, Any]) -> str:
-    """A step's line while the run goes on (the tables at the end say it all)."""
+def progress(r: dict[str, Any]) -> str:
+    """A step's line while the run goes on."""
     if "commits_per_s" in r:
         return (
             f"{r['msg_per_s']:>10,.0f} msg/s  {r['commits_per_s']:,.0f} commits/s"
             f"  ({r['group']} batch{'es' if r['group'] > 1 else ''}/commit, "
             f"{r['connections']} connections)"
         )
-    lat = r.get("latency_ms") or r.get("pop_ms") or {}
-    text = (
-        f"{r['msg_per_s']:>10,.0f} msg/s  p50 {lat.get('p50', 0):.1f} ms"
-        f"  p99 {lat.get('p99', 0):.1f} ms  server {r['server_cores']:.2f} cores"
-        f"  other load {r['other_cores']:.2f}"
-    )
-    if r.get("single_pop_ms"):
-        text += f"  single pop p50 {r['single_pop_ms']['p50']:.1f} ms"
-    if r.get("requests_per_tx") is not None:
-        text += f"  req/tx {r['requests_per_tx']:.1f}"
     errors = sum((r.get("errors") or {}).values()) + (r.get("counters") or {}).get("failed", 0)
-    text += f"  ERRORS {errors:,.0f}" if errors else ""
-    return text + ("  UNFINISHED" if r.get("finished") is False else "")
+    notes = [
+        f"single pop p50 {r['single_pop_ms']['p50']:.1f} ms" if r.get("single_pop_ms") else "",
+        f"req/tx {r['requests_per_tx']:.1f}" if r.get("requests_per_tx") is not None else "",
+        f"ERRORS {errors:,.0f}" if errors else "",
+        "UNFINISHED" if r.get("finished") is False else "",
+    ]
+    latency = "pop_ms" if "pop_ms" in r else "latency_ms"
+    return step_line(r, latency, "server", "  ".join(filter(None, notes)))
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text format, unlabelled samples only (all the broker writes)."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and not line.startswith("#") and "{" not in line:
+            with contextlib.suppress(ValueError):
+                values[parts[0]] = float(parts[1])
+    return values
+
+
+def process_count(text: str) -> int:
+    """How many broker processes a /metrics answer covers (samples of ``queen_process_id``)."""
+    samples = ("queen_process_id ", "queen_process_id{")
+    return sum(1 for line in text.splitlines() if line.startswith(samples))
+
+
+def fetch_metrics(base_url: str, processes: int = 1, timeout_s: float = 30.0) -> dict[str, float]:
+    """One reading of /metrics (whichever worker answers sums every worker's), once it covers
+    ``processes`` broker processes (with several, ``SETTLE_S`` after being asked)."""
+    deadline = time.monotonic() + timeout_s
+    if processes > 1:
+        time.sleep(SETTLE_S)
+    while True:
+        request = urllib.request.Request(f"{base_url}/metrics", headers={"Connection": "close"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            text = answer.read().decode()
+        if (covered := process_count(text)) >= processes:
+            return parse_metrics(text)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"/metrics covers {covered} of {processes} broker processes")
+        time.sleep(0.2)
+
+
+def push_figures(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, Any]:
+    """A window's counters: each one's increase (one absent before counts from zero), the
+    items not stored by this run, and per transaction the requests and partitions."""
+    d = {
+        k: after.get(f"queen_{k}_total", 0.0) - before.get(f"queen_{k}_total", 0.0)
+        for k in COUNTERS
+    }
+    tx = d["push_transactions"]
+    return {
+        **d,
+        "failed": d["push_items_failed"] + d["push_items_buffered"],
+        "requests_per_tx": d["push_requests_committed"] / tx if tx > 0 else None,
+        "partitions_per_tx": d["push_segments"] / tx if tx > 0 else None,
+    }

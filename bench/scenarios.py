@@ -1,10 +1,5 @@
-"""What the benchmark runs, the ceilings it is compared with, and the targets it is judged by.
-
-A scenario (S) is a load (what wrk sends) against a broker of ``workers`` processes; it names
-its HTTP ceiling (the same load against a bare Quart-Trio route, same process count) and its
-PostgreSQL ceiling (the same rows per batch written by a plain psycopg loop). E scenarios push
-in process through the embedding API, C scenarios consume in process.
-"""
+"""What the benchmark runs (docs/benchmark.md), the ceilings it is compared with, and the
+targets it is judged by."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench import counters, procfs, report, wrk
+from bench import report, runner, servers, wrk
 from bench.runner import Options, plan
 from bench.scenarios import ALL, SCENARIOS, evaluate, select
 from bench.wrk import WrkError, parse_report
@@ -102,28 +102,28 @@ def test_missing_wrk_is_installed_or_named_clearly(monkeypatch: pytest.MonkeyPat
 
 def test_proc_stat_with_a_command_name_holding_spaces_and_parens() -> None:
     fields = ["S", "41"] + ["0"] * 9 + ["300", "100", "50", "50"] + ["0"] * 30
-    stat = procfs.parse_stat("1234 (my (odd) proc) " + " ".join(fields))
+    stat = servers.parse_stat("1234 (my (odd) proc) " + " ".join(fields))
     assert (stat.pid, stat.ppid, stat.comm) == (1234, 41, "my (odd) proc")
-    assert stat.cpu_s == pytest.approx(500 / procfs._TICKS)
+    assert stat.cpu_s == pytest.approx(500 / servers._TICKS)
 
 
 def test_tree_cpu_counts_live_descendants_only_once() -> None:
     stats = {
-        1: procfs.ProcStat(1, 0, "init", 100.0),
-        10: procfs.ProcStat(10, 1, "queen", 2.0),  # parent of two workers
-        11: procfs.ProcStat(11, 10, "python", 3.0),
-        12: procfs.ProcStat(12, 10, "python", 4.0),
-        13: procfs.ProcStat(13, 12, "python", 0.5),
-        20: procfs.ProcStat(20, 1, "postgres", 7.0),
+        1: servers.ProcStat(1, 0, "init", 100.0),
+        10: servers.ProcStat(10, 1, "queen", 2.0),  # parent of two workers
+        11: servers.ProcStat(11, 10, "python", 3.0),
+        12: servers.ProcStat(12, 10, "python", 4.0),
+        13: servers.ProcStat(13, 12, "python", 0.5),
+        20: servers.ProcStat(20, 1, "postgres", 7.0),
     }
-    assert procfs.descendants([10], stats) == {10, 11, 12, 13}
-    assert procfs.tree_cpu_s([10], stats) == pytest.approx(9.5)
-    assert procfs.tree_cpu_s([11, 20, 99], stats) == pytest.approx(10.0)
+    assert servers.descendants([10], stats) == {10, 11, 12, 13}
+    assert servers.tree_cpu_s([10], stats) == pytest.approx(9.5)
+    assert servers.tree_cpu_s([11, 20, 99], stats) == pytest.approx(10.0)
 
 
 def test_machine_busy_time_leaves_out_idle_and_iowait() -> None:
     line = "cpu  1000 10 500 90000 300 20 30 40 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n"
-    assert procfs.machine_busy_s(line) == pytest.approx(1600 / procfs._TICKS)
+    assert servers.machine_busy_s(line) == pytest.approx(1600 / servers._TICKS)
 
 
 METRICS_TEXT = """\
@@ -139,11 +139,11 @@ queen_process_id 4242
 
 
 def test_metrics_text_is_parsed() -> None:
-    values = counters.parse_metrics(METRICS_TEXT)
+    values = runner.parse_metrics(METRICS_TEXT)
     assert values["queen_push_requests_total"] == 120
     assert values["queen_process_id"] == 4242
     assert "queen_some_labelled" not in values
-    assert counters.process_count(METRICS_TEXT) == 1
+    assert runner.process_count(METRICS_TEXT) == 1
 
 
 def test_a_workers_answer_counts_every_worker() -> None:
@@ -152,7 +152,7 @@ def test_a_workers_answer_counts_every_worker() -> None:
         'queen_process_id{pid="11",worker="0"} 11.0\n'
         'queen_process_id{pid="12",worker="1"} 12.0\n'
     )
-    assert counters.process_count(text) == 2
+    assert runner.process_count(text) == 2
 
 
 def test_window_figures_count_a_counter_absent_before_from_zero() -> None:
@@ -164,14 +164,14 @@ def test_window_figures_count_a_counter_absent_before_from_zero() -> None:
         "queen_push_items_failed_total": 2,
         "queen_push_items_buffered_total": 1,
     }
-    f = counters.push_figures(before, after)
+    f = runner.push_figures(before, after)
     assert f["push_transactions"] == 25 and f["push_segments"] == 90
     assert f["push_requests_committed"] == 250  # absent before: counted from zero
     assert f["push_items"] == 0
     assert f["failed"] == 3  # failed + buffered: not stored by this run
     assert f["requests_per_tx"] == pytest.approx(10.0)
     assert f["partitions_per_tx"] == pytest.approx(3.6)
-    assert counters.push_figures({}, {})["requests_per_tx"] is None
+    assert runner.push_figures({}, {})["requests_per_tx"] is None
 
 
 def _record(msg: float, **extra: object) -> dict[str, object]:
