@@ -1,5 +1,3 @@
-import sys
-
 from bench.cli import main
 
-sys.exit(main())
+raise SystemExit(main())

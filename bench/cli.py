@@ -79,8 +79,7 @@ def _options(args: argparse.Namespace) -> Options:
 
 def _run(args: argparse.Namespace) -> dict[str, Any]:
     options = _options(args)
-    # wrk drives the HTTP steps only: E and C steps run without it.
-    needs_wrk = any(step.kind in ("http", "broker") for step in plan(options))
+    needs_wrk = any(step.kind in ("http", "broker") for step in plan(options))  # not E, C, pg
     wrk = ensure_wrk() if needs_wrk else ""
     return Run(options, wrk, log=lambda line: print(line, flush=True)).execute()
 

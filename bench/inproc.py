@@ -53,8 +53,7 @@ NOTE = "benchmark payload, about one hundred bytes"
 
 
 def item(queue: str, partitions: int, n: int, tag: str) -> dict[str, Any]:
-    """Item ``n``: in partition ``p{n % partitions}``, a ~100-byte payload, a unique
-    transactionId (as ``push.lua`` writes them)."""
+    """Item ``n`` in partition ``p{n % partitions}``, as ``push.lua`` writes them."""
     payload = {"orderId": n, "total": 4200, "customer": f"cust-{n % 997:03d}", "note": NOTE}
     return {
         "queue": queue,
@@ -67,8 +66,7 @@ def item(queue: str, partitions: int, n: int, tag: str) -> dict[str, Any]:
 async def embedded(
     broker: Broker, name: str, load: Load, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """``load.connections`` tasks each call ``broker.push()`` with ``load.items`` items in a
-    closed loop (dedup on, the queue default); warm-up, then a measured window."""
+    """An E step (docs/benchmark.md): warm-up, then the measured window."""
     queue = f"{args.queue_prefix}{name.lower()}"
     measuring, done, failed, counter = False, 0, 0, 0
     latencies: list[float] = []
@@ -150,9 +148,8 @@ async def drain(
     total: int,
     consumers: int,
 ) -> Drain:
-    """``consumers`` tasks ``pop`` and ``ack`` (which answers how many it acked) until
-    ``total`` messages are acked, or :data:`DRAIN_LIMIT_S`; then the others, perhaps waiting
-    in a long poll for nothing, are cancelled."""
+    """``consumers`` tasks ``pop`` and ``ack`` (answering how many it acked) until ``total``
+    messages are acked or :data:`DRAIN_LIMIT_S` passed; the others are then cancelled."""
     state = Drain()
 
     async def consumer(cancel: trio.CancelScope) -> None:
@@ -181,10 +178,7 @@ async def drain(
 
 
 async def consume(broker: Broker, load: ConsumeLoad, args: argparse.Namespace) -> dict[str, Any]:
-    """Fill the queue (not measured), then ``load.consumers`` tasks pop ``load.batch`` in queue
-    mode (autopilot) and ack each batch with one call until every message is acked. C2 first
-    times single pops (``batch=1``, then acked) on the full queue; C3 lets a first group (queue
-    mode) drain the queue before the measured group reads it."""
+    """A C step (docs/benchmark.md): fill the queue (not measured), then drain it."""
     queue = f"{args.queue_prefix}{load.name.lower()}"
     t0 = time.monotonic()
 
@@ -238,7 +232,6 @@ async def consume(broker: Broker, load: ConsumeLoad, args: argparse.Namespace) -
     }
 
 
-# name: (the load of the scenario of that name, over HTTP)
 CALL_SHAPES = {
     **{name: (SCENARIOS[name].load, True) for name in ("S1", "S2")},
     **{name: (EMBEDDED[name].load, False) for name in ("E1", "E2")},
@@ -403,9 +396,8 @@ def calls_table(records: list[dict[str, Any]]) -> str:
 def in_process(
     module: list[str], db: servers.Database, log_path: Path, timeout_s: float, **options: Any
 ) -> dict[str, Any]:
-    """``python -m`` ``module`` (this module with a step's name, or another driver with its
-    options) in a process of its own on ``db``, its standard error into ``log_path``, each of
-    ``options`` as ``--name value``: the JSON record it prints last."""
+    """``python -m`` ``module`` in a process of its own on ``db``, ``options`` as ``--name
+    value``, its standard error into ``log_path``: the JSON record it prints last."""
     argv = [sys.executable, "-m", *module, "--database-url", db.conninfo]
     for name, value in {**options, "db_pid": db.postmaster_pid}.items():
         argv += [] if value is None else [f"--{name.replace('_', '-')}", str(value)]
@@ -445,18 +437,17 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.name == "calls":
-        with (
-            tempfile.TemporaryDirectory(prefix="queen-bench-calls-") as workdir,
-            servers.open_database(args.database_url, Path(workdir)) as db,
-        ):
-            records = trio.run(run, args, db.conninfo)
-        sys.stdout.write(calls_table(records) + "\n" + json.dumps(records) + "\n")
+    if args.name != "calls":
+        if not args.database_url:
+            parser().error("--database-url is required")
+        sys.stdout.write(json.dumps(trio.run(run, args, args.database_url)) + "\n")
         return 0
-    if not args.database_url:
-        parser().error("--database-url is required")
-    record = trio.run(run, args, args.database_url)
-    sys.stdout.write(json.dumps(record) + "\n")
+    with (
+        tempfile.TemporaryDirectory(prefix="queen-bench-calls-") as workdir,
+        servers.open_database(args.database_url, Path(workdir)) as db,
+    ):
+        records = trio.run(run, args, db.conninfo)
+    sys.stdout.write(calls_table(records) + "\n" + json.dumps(records) + "\n")
     return 0
 
 

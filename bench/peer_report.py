@@ -223,9 +223,7 @@ PER_MESSAGE_HEADERS = columns(
 
 
 def per_message_rows(doc: Doc) -> list[list[str]]:
-    """Per shape: broker CPU µs per message (seconds per 100k messages x 10) of the original,
-    ours, our stack alone and bare Hypercorn, ours ÷ bare Hypercorn (the mean, and its range
-    over the rounds, so a move between rounds larger than a gap shows), beside msg/s."""
+    """Broker CPU µs per message per side, ours ÷ bare Hypercorn and its range over the rounds."""
     rows = []
     for name, steps, o, u in _by_shape(doc):
         per_100k = [
@@ -264,8 +262,7 @@ PIPELINE_BOUND_HEADERS = columns(
 
 
 def pipeline_bound_rows(doc: Doc) -> list[list[str]]:
-    """What the machine's cores hold in the pipeline if the broker cost nothing: the clients'
-    and PostgreSQL's CPU per message as measured with each server (per partition count)."""
+    """What the cores hold in the pipeline, as measured and with a broker costing nothing."""
     cores = (doc.get("machine") or {}).get("cores")
     if not cores:
         return []
@@ -414,6 +411,5 @@ def markers(doc: Doc) -> tuple[str, str]:
 
 
 def merge(existing: str | None, doc: Doc) -> str:
-    """The results file with this run's section (one per PostgreSQL major version) between
-    its markers, or appended when the file has none; everything else kept as it was."""
+    """The results file with this run's section, one per PostgreSQL major version."""
     return merge_results(existing, markdown(doc), markers(doc), append=True)

@@ -36,9 +36,8 @@ from queen.settings import Settings
 
 BINARY_ENV = "QUEEN_PEER_SERVER"
 
-# Its worker threads: one per core of this machine, as its own default is one per core of the
-# machine it was tuned on; pools sized for a server's default max_connections (100). Logging
-# at warnings, as the bench runs queen serve.
+# Its worker threads one per core here (its default is per core of the machine it was tuned on),
+# pools sized for PostgreSQL's default max_connections (100), warnings logged as queen serve's.
 SETTINGS: dict[str, str] = {
     "NUM_WORKERS": str(os.cpu_count() or 2),
     "DB_POOL_SIZE": "20",
@@ -105,8 +104,7 @@ def fresh_database(server: Database, dbname: str) -> Iterator[Database]:
 
 
 def stored_messages(db: Database, original: bool) -> int:
-    """Messages stored in ``db`` by the original (its message table) or by ours (the next
-    offset of every partition)."""
+    """Messages stored in ``db`` by the original (its message table) or by ours."""
     query = (
         "SELECT count(*) FROM queen.messages"
         if original
@@ -174,13 +172,10 @@ class Window:
         return figures
 
 
-# a peer step's CPU figures, each also per 100k messages
 CPU_KEYS = ("server_cpu_s", "db_cpu_s", "db_backends_cpu_s", "client_cpu_s")
 
-# At the push shapes, besides SIDES, the HTTP stack alone (CEILINGS), with ours' process count
-# and no database: "stack" is our Quart-Trio app and serving layer answering the push without a
-# broker (bench.http_ceiling), "hypercorn" a bare ASGI callable on Hypercorn
-# (bench.hypercorn_floor).
+# At the push shapes, besides SIDES, the HTTP stack alone (CEILINGS: bench.http_ceiling, "stack",
+# and bench.hypercorn_floor, "hypercorn") with ours' process count.
 PUSH = {name: SCENARIOS[name].load for name in ("S1", "S2", "S3")}
 # The C loads, each drained over HTTP by ``groups`` consumer groups at once (0: queue mode).
 CONSUME = {name: (load, 3 if name == "C3" else 0) for name, load in CONSUME_LOADS.items()}
@@ -215,16 +210,13 @@ class PeerOptions:
     pg_bin: Path | None = None
     ours_workers: int = 0  # queen serve's default: one process per core
     ceilings: bool = True  # the push shapes' HTTP stack alone (CEILINGS)
-    # the pipeline's partition counts, each a shape of its own (PipelineShape.at)
     pipeline_partitions: tuple[int, ...] = (PIPELINE.partitions,)
 
 
 class PeerRun:
     def __init__(self, options: PeerOptions, *, log: Callable[[str], None] = print) -> None:
-        self.options = options
-        self.log = log
+        self.options, self.log, self.wrk = options, log, ""
         self.run_id = new_run_id()
-        self.wrk = ""
         self.skipped: dict[str, str] = {}
         self.steps: dict[str, dict[str, list[dict[str, Any]]]] = {}
         self.pipelines = {
@@ -254,24 +246,19 @@ class PeerRun:
     def execute(self) -> dict[str, Any]:
         o = self.options
         shapes = self._usable()
-        started = datetime.now(UTC)
-        before = describe_machine()
-        total = sum(len(self._sides(name)) for name in shapes) * o.rounds
-        self.log(f"peer benchmark {self.run_id}: {total} steps ({', '.join(shapes)})")
+        started, before = datetime.now(UTC), describe_machine()
+        order = [(n, r, s) for n in shapes for r in range(o.rounds) for s in self._sides(n)]
+        self.log(f"peer benchmark {self.run_id}: {len(order)} steps ({', '.join(shapes)})")
         with (
             scratch("queen-peer-", self.log) as workdir,
             servers.open_database(o.database_url, workdir, tcp=True, bin_dir=o.pg_bin) as server,
         ):
             self.log(f"database: {server.description}, {server.version}")
-            number = 0
-            for name in shapes:
-                for rnd in range(o.rounds):
-                    for side in self._sides(name):
-                        number += 1
-                        self.log(f"[{number}/{total}] {name} {side} (round {rnd + 1})")
-                        record = self._step(name, side, rnd, server, workdir)
-                        self.steps.setdefault(name, {}).setdefault(side, []).append(record)
-                        self.log("      " + peer_report.step_line(name, record))
+            for number, (name, rnd, side) in enumerate(order, 1):
+                self.log(f"[{number}/{len(order)}] {name} {side} (round {rnd + 1})")
+                record = self._step(name, side, rnd, server, workdir)
+                self.steps.setdefault(name, {}).setdefault(side, []).append(record)
+                self.log("      " + peer_report.step_line(name, record))
         return {
             **head(self.run_id, started, before, self.wrk),
             "kind": "peer",
@@ -294,8 +281,6 @@ class PeerRun:
 
     def _sides(self, name: str) -> tuple[str, ...]:
         return SIDES + CEILINGS if name in PUSH and self.options.ceilings else SIDES
-
-    # --- one step ---------------------------------------------------------------------------
 
     def _step(
         self, name: str, side: str, rnd: int, server_db: Database, workdir: Path
@@ -509,8 +494,7 @@ def options(args: argparse.Namespace) -> PeerOptions:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """``./bench/run.sh --peer ...`` (parsed by :mod:`bench.cli`): the results document, or
-    nothing where the original is not built (said so)."""
+    """The results document, or nothing where the original is not built (said so)."""
     reason = missing()
     if reason is not None:
         print(f"bench: {reason}; skipping the peer shapes")

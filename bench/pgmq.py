@@ -33,8 +33,7 @@ def queue_name(shape: str) -> str:
 
 
 async def _drive(args: argparse.Namespace, load: Load) -> dict[str, Any]:
-    """As many asyncio tasks as the E step's, each on its own connection (autocommit), call
-    ``pgmq.send`` (1 item) or ``pgmq.send_batch`` in a closed loop with its payloads."""
+    """PGMQ's side of a step (docs/benchmark.md, "Beside PGMQ")."""
     import psycopg
     from psycopg.types.json import Jsonb
 

@@ -50,8 +50,7 @@ class PipelineShape:
 
     @classmethod
     def at(cls, partitions: int) -> PipelineShape:
-        """The shape with ``partitions`` partitions: ``PIPE`` at the knobs' own count, else
-        ``PIPE-<partitions>``, a shape of its own in the report."""
+        """``PIPE`` at the knobs' own partition count, else ``PIPE-<partitions>``."""
         default = cls()
         if partitions == default.partitions:
             return default
@@ -93,14 +92,10 @@ def missing() -> str | None:
 def _export(path: str, into: Path) -> Path:
     """``path`` of the mirror's HEAD, extracted under ``into`` (the mirror lacks some large
     blobs elsewhere in the tree: git complains about them, the archive of ``path`` is whole)."""
-    done = subprocess.run(
-        ["git", "-C", str(repo()), "archive", "--format=tar", "HEAD", path],
-        capture_output=True,
-        check=False,
-    )
+    argv = ["git", "-C", str(repo()), "archive", "--format=tar", "HEAD", path]
+    done = subprocess.run(argv, capture_output=True, check=False)
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
-        names = tar.getnames()
-        if not names:
+        if not tar.getnames():
             raise RuntimeError(f"git archive of {path} failed: {done.stderr.decode().strip()}")
         tar.extractall(into, filter="data")
     return into / path
@@ -118,24 +113,15 @@ def prepare(log: Callable[[str], None] = print) -> Path:
         shutil.rmtree(where / "queen", ignore_errors=True)
         shutil.copytree(scripts, where / "queen")
         client = _export(CLIENT, Path(tmp))
-        packed = subprocess.run(
-            ["npm", "pack", "--silent", "--pack-destination", str(where)],
-            cwd=client,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        pack = ["npm", "pack", "--silent", "--pack-destination", str(where)]
+        packed = subprocess.run(pack, cwd=client, capture_output=True, text=True, check=True)
         tarball = packed.stdout.strip().splitlines()[-1]
     wanted = json.loads((where / "queen" / "package.json").read_text())["dependencies"]
     wanted["queen-mq"] = f"file:{tarball}"
     manifest = {"name": "queen-pipeline-peer", "private": True, "dependencies": wanted}
     (where / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    subprocess.run(
-        ["npm", "install", "--no-audit", "--no-fund", "--silent"],
-        cwd=where,
-        check=True,
-        timeout=600,
-    )
+    install = ["npm", "install", "--no-audit", "--no-fund", "--silent"]
+    subprocess.run(install, cwd=where, check=True, timeout=600)
     return where
 
 
@@ -189,15 +175,12 @@ def _stages(shape: PipelineShape, base: dict[str, str], seconds: float) -> list[
     producer = {"QUEUE_NAME": "pipe-q1", "DURATION_SEC": str(round(seconds))}
     producer.update(TARGET_RATE=str(shape.target_rate), IN_FLIGHT=str(shape.in_flight))
     worker = {**consumer, "SOURCE_QUEUE": "pipe-q1", "TARGET_QUEUE": "pipe-q2"}
+    tail = {**consumer, "QUEUE_NAME": "pipe-q2"}
     roles = [  # script, processes, environment
         ("producer.js", shape.producers, producer),
         ("worker.js", shape.workers, {**worker, "GROUP": "workers"}),
-        (
-            "consumer.js",
-            shape.analytics,
-            {**consumer, "QUEUE_NAME": "pipe-q2", "GROUP": "analytics"},
-        ),
-        ("consumer.js", shape.log, {**consumer, "QUEUE_NAME": "pipe-q2", "GROUP": "log"}),
+        ("consumer.js", shape.analytics, {**tail, "GROUP": "analytics"}),
+        ("consumer.js", shape.log, {**tail, "GROUP": "log"}),
     ]
     return [
         {**base, **env, "INSTANCE": str(i + 1), "SCRIPT": script}
@@ -223,14 +206,8 @@ def run(
     log_path = results / "node.log"
     keep = ("PATH", "HOME", "LANG", "TZ")
     base = {k: os.environ[k] for k in keep if k in os.environ}
-    base.update(
-        {
-            "SERVER_URL": base_url,
-            "RESULTS_DIR": str(results),
-            "NUM_PARTITIONS": str(shape.partitions),
-            "QUEUES": "pipe-q1,pipe-q2",
-        }
-    )
+    base.update(SERVER_URL=base_url, RESULTS_DIR=str(results), QUEUES="pipe-q1,pipe-q2")
+    base["NUM_PARTITIONS"] = str(shape.partitions)
     _once("configure.js", base, where, log_path)
     _once("warmup-partitions.js", base, where, log_path)
     start()

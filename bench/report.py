@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from bench.scenarios import TARGETS, evaluate
+from bench.scenarios import TARGETS, evaluate, get
 
 Doc = Mapping[str, Any]
 Cell = Callable[[Mapping[str, Any]], str]
@@ -70,10 +70,8 @@ def merge_results(
     *,
     append: bool = False,
 ) -> str:
-    """The results file with ``generated`` between the markers and everything outside them
-    (hand-written sections) kept as it was. A new file is the generated part alone; a file
-    without the markers is refused (``append``: gets the part at its end), so nothing written
-    by hand is ever overwritten."""
+    """The results file with ``generated`` between the markers, the rest kept as it was. A file
+    without the markers is refused (``append``: gets the part at its end)."""
     begin, end = markers
     block = f"{begin}\n{generated.rstrip()}\n{end}"
     if existing is None or not existing.strip():
@@ -125,13 +123,6 @@ def table(
 def columns(headers: str) -> list[str]:
     """A table's headers, written as one string with ``|`` between them."""
     return headers.split("|")
-
-
-def get(record: Any, *keys: str) -> Any:
-    """``record[keys[0]][keys[1]]...``, or None where a level is missing."""
-    for key in keys:
-        record = record.get(key) if isinstance(record, Mapping) else None
-    return record
 
 
 def step_line(r: Mapping[str, Any], latency: str, who: str, notes: str = "") -> str:
@@ -250,8 +241,7 @@ _TABLES: dict[str, tuple[str, list[tuple[str, Cell]]]] = {
 
 
 def rendered(doc: Doc, group: str, *, markdown: bool) -> str:
-    """The table of one group of records (``scenarios``, ``embedded``, ``consume``,
-    ``http_ceilings``, ``pg_ceilings``)."""
+    """The table of one group of records (``scenarios``, ``pg_ceilings``, ...)."""
     first, columns = _TABLES[group]
     records = doc.get(group) or {}
     if group == "pg_ceilings":
@@ -321,8 +311,7 @@ BUDGET_HEADERS = columns(
 
 def budget_rows(doc: Doc) -> list[list[str]]:
     """For every throughput target: the msg/s it asks for and the CPU that would take at the
-    CPU per message this run measured. One broker process cannot use more than one core, and
-    broker, database and load generator together cannot use more than the machine has."""
+    CPU per message this run measured (a broker process uses one core at most)."""
     scenarios = doc.get("scenarios", {})
     ceilings = doc.get("http_ceilings", {})
     cores = (doc.get("machine") or {}).get("cores")

@@ -1,10 +1,11 @@
-"""One benchmark run: the plan, the steps (each a measured window), and the results document
-that :mod:`bench.report` renders. Also what the peer run and PGMQ's share: run ids, the scratch
-folder, the document's head (the machine, the broker's settings)."""
+"""One benchmark run: the plan, the steps (each a measured window; the PostgreSQL ceiling, a
+plain psycopg loop, runs here), and the results document that :mod:`bench.report` renders. Also
+what the peer run and PGMQ's share: run ids, the scratch folder, the document's head."""
 
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import platform
 import secrets
@@ -20,8 +21,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from bench import inproc, servers
-from bench.pg_ceiling import ABOUT, VARIANT, run_pg_ceiling
 from bench.report import step_line
 from bench.scenarios import (
     ALL,
@@ -32,13 +34,21 @@ from bench.scenarios import (
     ConsumeLoad,
     Embedded,
     Load,
+    PgShape,
 )
 from bench.servers import Database, Meter, Server, per_100k
 from bench.wrk import WrkReport, run_wrk, wrk_version
+from queen.ids import mint_ids
+from queen.storage.base import SegmentWrite
+
+# The broker's statement and column encoding, so "the same rows" means the same bytes sent.
+from queen.storage.postgres import PUSH_SQL_PSYCOPG, _encode
 
 COVER_LIMIT_S = 120.0  # longest extra warm-up spent giving every partition its actor
 INPROC_LIMIT_S = 900.0  # an in-process step that takes longer is stopped and reported
 MB = 1024 * 1024
+VARIANT = "fn-merged"  # the PostgreSQL ceiling, as the report and the targets call it
+ABOUT = "G batches packed into one push_segments call (one segment per partition)"
 _SHOWN_OPTIONS = "duration_s warmup_s pg_duration_s pg_warmup_s pg_group pg_connections wrk_threads"
 _PACKAGES = ("queen-trio", "trio", "hypercorn", "quart", "quart-trio", "psycopg", "orjson")
 COUNTERS = (  # queen_<name>_total: the ones the report reads
@@ -170,6 +180,110 @@ def plan(options: Options) -> list[Step]:
     return steps
 
 
+class _Writer:
+    """One connection writing one queue's partitions in a loop (runs in its own thread)."""
+
+    def __init__(self, db: Database, shape: PgShape, group: int, queue: str, tag: str) -> None:
+        self.shape, self.group, self.tag = shape, group, tag
+        self.conn = db.connect()
+        ensure = "SELECT queen.ensure_partition(%s, %s)"
+        self.pids = [
+            int(self.conn.execute(ensure, (queue, f"p{i}")).fetchall()[0][0])
+            for i in range(shape.partitions)
+        ]
+        self.sent = self.frames = self.commits = 0
+        self.error: BaseException | None = None
+
+    def writes(self) -> list[SegmentWrite]:
+        """The next ``group`` batches as one write per partition, frames in item order."""
+        count = self.shape.items * self.group
+        first, self.sent = self.sent, self.sent + count
+        writes: dict[int, SegmentWrite] = {}
+        for n, message_id in zip(range(first, first + count), mint_ids(count), strict=True):
+            pid = self.pids[n % self.shape.partitions]
+            w = writes.get(pid)
+            if w is None:
+                w = writes[pid] = SegmentWrite(pid, [], [], [])
+            pushed = inproc.item("", self.shape.partitions, n, self.tag)
+            w.message_ids.append(message_id)
+            w.transaction_ids.append(pushed["transactionId"])
+            w.payloads.append(orjson.dumps(pushed["payload"]))
+        for w in writes.values():
+            w.leaders = list(range(len(w)))  # every frame a first occurrence
+        return list(writes.values())
+
+    def loop(self, stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                params = _encode(self.writes())
+                if params is None:
+                    raise RuntimeError("a benchmark value holds the column separator")
+                row = self.conn.execute(PUSH_SQL_PSYCOPG, params, prepare=True).fetchone()
+                if row is None or row[0] is None:
+                    raise RuntimeError("push_segments returned nothing")
+                self.frames += str(row[0]).count("0")  # one "0" (stored) per frame
+                self.commits += 1
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.conn.close()
+
+
+def run_pg_ceiling(
+    db: Database,
+    shape: PgShape,
+    *,
+    seconds: float,
+    warmup_s: float,
+    group: int,
+    connections: int,
+    queue_prefix: str,
+    tag: str,
+) -> dict[str, Any]:
+    """The PostgreSQL ceiling: ``connections`` threads, each with a connection and a queue of its
+    own (no waiting on each other's row locks), put ``group`` batches in one call of the broker's
+    own statement per commit, for ``warmup_s`` + ``seconds``; what committed during ``seconds``."""
+    prefix = f"{queue_prefix}{shape.name.lower()}-{VARIANT}"
+    writers = [_Writer(db, shape, group, f"{prefix}-{t}", tag) for t in range(connections)]
+    stop = threading.Event()
+    threads = [threading.Thread(target=w.loop, args=(stop,), daemon=True) for w in writers]
+    for t in threads:
+        t.start()
+
+    def counts() -> list[int]:
+        return [sum(getattr(w, k) for w in writers) for k in ("frames", "commits")]
+
+    try:
+        time.sleep(warmup_s)
+        before, meter = counts(), Meter(db.postmaster_pid)
+        time.sleep(seconds)
+        (frames, commits), window = map(operator.sub, counts(), before), meter.stop()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    for w in writers:
+        if w.error is not None:
+            raise RuntimeError(f"PostgreSQL ceiling {shape.name}/{VARIANT} failed: {w.error}")
+    wall = window["wall_s"]
+    return {
+        "shape": shape.name,
+        "variant": VARIANT,
+        "items_per_batch": shape.items,
+        "partitions": shape.partitions,
+        "group": group,  # batches per commit
+        "connections": connections,
+        "seconds": wall,
+        "frames": frames,
+        "batches": commits * group,
+        "commits": commits,
+        "msg_per_s": frames / wall,
+        "commits_per_s": commits / wall,
+        "db_cpu_s": window["db_cpu_s"],
+        "client_cpu_s": window["server_cpu_s"],  # this process: the writers
+    }
+
+
 class _Peak(threading.Thread):
     """Samples ``read()`` every half second until :meth:`stop`; keeps the largest value."""
 
@@ -195,9 +309,7 @@ class Run:
     """Carries one run from the first step to the results document."""
 
     def __init__(self, options: Options, wrk: str, *, log: Callable[[str], None] = print) -> None:
-        self.options = options
-        self.wrk = wrk
-        self.log = log
+        self.options, self.wrk, self.log = options, wrk, log
         self.run_id = new_run_id()
         self.queue_prefix = f"qbench-{self.run_id}-"
         self.groups: dict[str, dict[str, Any]] = {
@@ -218,8 +330,7 @@ class Run:
                 for number, step in enumerate(steps, 1):
                     self.log(f"[{number}/{len(steps)}] {step.describe(o)}")
                     self.log("      " + progress(self._step(step, db, workdir)))
-                    # Every step starts from the same, empty database: what one step stored
-                    # (millions of sidecar rows) must not slow the next one.
+                    # every step starts from the same, empty database (servers.vacuum)
                     servers.drop_queues(db, self.queue_prefix)
                     servers.vacuum(db)
             finally:
@@ -280,9 +391,8 @@ class Run:
     def _window(
         self, server: Server, db: Database, load: Load, name: str, processes: int
     ) -> dict[str, Any]:
-        """Once ``server`` is ready, warm up, then one measured wrk window, each with a
-        transactionId space of its own: the window's figures (with ``processes``, the
-        broker's: its counters too). The server is stopped afterwards."""
+        """Warm up, then one measured wrk window (with ``processes``, the broker's: its counters
+        too), each with a transactionId space of its own. The server is stopped afterwards."""
         o = self.options
         queue, tag = self.queue_prefix + name.lower(), f"{self.run_id}-{name}"
 

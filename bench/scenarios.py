@@ -75,8 +75,7 @@ class Scenario:
 
 @dataclass(frozen=True, slots=True)
 class Embedded:
-    """``load`` pushed in process through ``broker.push()``: ``load.connections`` is the
-    number of tasks, each calling it in a closed loop."""
+    """``load`` pushed in process by ``load.connections`` tasks calling ``broker.push()``."""
 
     name: str
     load: Load
@@ -93,10 +92,8 @@ class Embedded:
 
 @dataclass(frozen=True, slots=True)
 class ConsumeLoad:
-    """``messages`` in ``partitions`` partitions, drained by ``consumers`` tasks popping
-    ``batch`` in queue mode (with autopilot, as the official client's ``consume()`` with
-    ``.batch(n)``: the broker chooses the partitions per pop) and acking each batch with one
-    call."""
+    """``messages`` in ``partitions``, drained by ``consumers`` tasks popping ``batch`` in queue
+    mode (autopilot) and acking each batch with one call."""
 
     name: str
     messages: int
@@ -153,8 +150,7 @@ ALL: dict[str, AnyScenario] = {**SCENARIOS, **EMBEDDED, **CONSUME}
 
 
 def pick(names: str, known: Sequence[str], what: str = "scenario") -> list[str]:
-    """Names from a comma-separated list such as ``"S1,E2,C1"`` (``"all"``: every one), in
-    the order of ``known``."""
+    """Names from a list such as ``"S1,E2,C1"`` (``"all"``: every one), in ``known``'s order."""
     if names.strip().lower() == "all":
         return list(known)
     chosen = {name.strip().upper() for name in names.split(",") if name.strip()}
@@ -170,8 +166,7 @@ def select(names: str) -> list[AnyScenario]:
     return [ALL[name] for name in pick(names, list(ALL))]
 
 
-# --- targets: judged from a run's scenario records (HTTP, embedding API or consume: the names
-# never collide). A target whose figure is missing (scenario or ceiling not run) is n/a.
+# Targets, judged from a run's scenario records; one whose figure is missing is n/a.
 
 Record = Mapping[str, Any]
 _OPS = {">=": ("≥", operator.ge), "<=": ("≤", operator.le), "<": ("<", operator.lt)}
@@ -193,10 +188,14 @@ class Target:
             base = _number((records.get(self.figure[1:]) or {}).get("msg_per_s"))
             mine = _number(record.get("msg_per_s"))
             return mine / base if mine is not None and base else None
-        value: Any = record
-        for key in self.figure.split("."):
-            value = value.get(key) if isinstance(value, Mapping) else None
-        return _number(value)
+        return _number(get(record, *self.figure.split(".")))
+
+
+def get(record: Any, *keys: str) -> Any:
+    """``record[keys[0]][keys[1]]...``, or None where a level is missing."""
+    for key in keys:
+        record = record.get(key) if isinstance(record, Mapping) else None
+    return record
 
 
 def _number(value: Any) -> float | None:

@@ -62,11 +62,8 @@ _SHOWN_SETTINGS = ("fsync", "synchronous_commit", "shared_buffers", "max_wal_siz
 def open_database(
     url: str | None, workdir: Path, *, tcp: bool = False, bin_dir: Path | None = None
 ) -> Iterator[Database]:
-    """``url``, or a new embedded PostgreSQL under ``workdir`` (stopped on exit). The schema
-    is created, and the server described. ``tcp``: the new server also listens on a free port
-    of 127.0.0.1 and is reached there (for clients without Unix sockets). ``bin_dir``: the new
-    server runs those binaries with PostgreSQL's own default settings instead of the wheel's
-    with those of queen serve."""
+    """``url``, or a new embedded PostgreSQL under ``workdir`` (stopped on exit; ``tcp``: reached
+    on a free port of 127.0.0.1; ``bin_dir``: those binaries, PostgreSQL's default settings)."""
     server: EmbeddedPostgres | None = None
     if url:
         db = Database(url, redact(url))
@@ -80,11 +77,9 @@ def open_database(
         if port:
             conninfo = f"postgresql://postgres@127.0.0.1:{port}/postgres"
         where = f", 127.0.0.1:{port}" if port else ""
-        what = (
-            f"embedded PostgreSQL (default settings of queen serve{where})"
-            if bin_dir is None
-            else f"PostgreSQL of {bin_dir} (its default settings{where})"
-        )
+        what = f"PostgreSQL of {bin_dir} (its default settings{where})"
+        if bin_dir is None:
+            what = f"embedded PostgreSQL (default settings of queen serve{where})"
         db = Database(conninfo, what)
     try:
         with db.connect() as conn:
@@ -146,12 +141,10 @@ class Server:
                         f"see {self.log_path}:\n{tail}"
                     )
             if listening_sockets(self.port) >= self.listeners:
-                try:
-                    with urllib.request.urlopen(f"{self.base_url}/health", timeout=5) as answer:
-                        if answer.status == 200:
-                            return
-                except OSError:
-                    pass
+                url = f"{self.base_url}/health"
+                with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=5) as answer:
+                    if answer.status == 200:
+                        return
             time.sleep(0.2)
         raise RuntimeError(f"{self.name} did not become ready in {timeout_s:.0f} s")
 
@@ -187,16 +180,8 @@ def output_of(
 ) -> str:
     """Run ``argv`` to its end, its standard error into ``log_path``: its standard output."""
     with log_path.open("ab") as log:
-        done = subprocess.run(
-            argv,
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            timeout=timeout_s,
-            check=False,
-        )
+        streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": log}
+        done = subprocess.run(argv, env=env, cwd=cwd, check=False, timeout=timeout_s, **streams)
     if done.returncode != 0:
         raise RuntimeError(f"{shlex.join(argv[:3])} failed ({done.returncode}); see {log_path}")
     return done.stdout.decode(errors="replace")
@@ -220,8 +205,7 @@ def start_broker(db: Database, *, workers: int, workdir: Path, name: str) -> Ser
 
 
 def start_http_stack(module: str, *, workers: int, workdir: Path, name: str) -> Server:
-    """``workers`` processes of ``module`` (:mod:`bench.http_ceiling`, our HTTP stack without
-    a broker, or :mod:`bench.hypercorn_floor`, bare Hypercorn) sharing one free port."""
+    """``workers`` processes of ``module`` (an HTTP stack without a broker) on one free port."""
     port, log_path = free_port(), workdir / f"{name}.log"
     argv, env = [sys.executable, "-m", module], _listening_env(port)
     procs = [spawn(argv, env, log_path) for _ in range(workers)]
@@ -234,10 +218,9 @@ def vacuum(db: Database) -> None:
     running through S4 cost it a quarter of its throughput)."""
     with db.connect() as conn:
         conn.execute("VACUUM (ANALYZE) queen.dedup, queen.segments, queen.partitions")
-        try:
+        # a DATABASE_URL role without pg_checkpoint: the server checkpoints on its own
+        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
             conn.execute("CHECKPOINT")
-        except psycopg.errors.InsufficientPrivilege:
-            pass  # a DATABASE_URL role without pg_checkpoint: the server checkpoints on its own
 
 
 def drop_queues(db: Database, prefix: str) -> None:
@@ -362,11 +345,9 @@ def per_100k(
 
 
 class Meter:
-    """CPU seconds between :meth:`start` and :meth:`stop`: of the server's process trees
-    (``pids``; none: this process, an embedding program), of the database server's tree
-    (``db_pid``; None: not on this machine), of the clients (this process and the children it
-    reaped meanwhile: wrk, the pipeline's Node processes), and what the rest of the machine
-    used ("other", ~0 on a quiet machine)."""
+    """CPU seconds between :meth:`start` and :meth:`stop`: of the server's trees (``pids``; none:
+    this process), of the database server's (``db_pid``; None: not measured), of the clients (this
+    process and its reaped children), and of the rest of the machine ("other")."""
 
     def __init__(self, db_pid: int | None = None, pids: Sequence[int] = ()) -> None:
         self.db_pid = db_pid

@@ -60,6 +60,8 @@ class WrkReport:
 
 _UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
 _TIME = r"([0-9.]+)(us|ms|s|m|h)"
+_SOCKET_KINDS = ("connect", "read", "write", "timeout")
+_SOCKET_ERRORS = r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)"
 
 
 def _ms(number: str, unit: str) -> float:
@@ -67,13 +69,11 @@ def _ms(number: str, unit: str) -> float:
 
 
 def parse_report(text: str) -> WrkReport:
-    """Read wrk's text report (run with ``--latency``). Raises :class:`WrkError` if the
-    report has no request count (wrk failed)."""
+    """wrk's text report (run with ``--latency``); :class:`WrkError` if it has no result."""
     done = re.search(r"^\s*(\d+) requests in " + _TIME, text, re.M)
     if done is None:
         raise WrkError(f"wrk printed no result:\n{text.strip()}")
-    requests = int(done.group(1))
-    duration_s = _ms(done.group(2), done.group(3)) / 1000
+    requests, duration_s = int(done.group(1)), _ms(done.group(2), done.group(3)) / 1000
     stats = re.search(r"^\s*Latency\s+" + _TIME + r"\s+" + _TIME + r"\s+" + _TIME, text, re.M)
     avg_ms = _ms(stats.group(1), stats.group(2)) if stats else 0.0
     max_ms = _ms(stats.group(5), stats.group(6)) if stats else 0.0
@@ -81,22 +81,12 @@ def parse_report(text: str) -> WrkReport:
         m.group(1): _ms(m.group(2), m.group(3))
         for m in re.finditer(r"^\s+(\d+(?:\.\d+)?)%\s+" + _TIME + r"\s*$", text, re.M)
     }
-    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
-    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
-    socket_errors = (
-        dict(zip(("connect", "read", "write", "timeout"), map(int, sock.groups()), strict=True))
-        if sock
-        else {}
-    )
-    return WrkReport(
-        requests=requests,
-        duration_s=duration_s,
-        latency_avg_ms=avg_ms,
-        latency_max_ms=max_ms,
-        percentiles_ms=percentiles,
-        non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
-        socket_errors=socket_errors,
-    )
+    report = WrkReport(requests, duration_s, avg_ms, max_ms, percentiles)
+    if non_2xx := re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text):
+        report.non_2xx = int(non_2xx.group(1))
+    if sock := re.search(_SOCKET_ERRORS, text):
+        report.socket_errors = dict(zip(_SOCKET_KINDS, map(int, sock.groups()), strict=True))
+    return report
 
 
 def ensure_wrk() -> str:
@@ -144,11 +134,8 @@ def run_wrk(
     threads: int = 1,
     start: int = 0,
 ) -> WrkReport:
-    """Run wrk for ``seconds`` with ``load``; return its report.
-
-    ``tag`` must be new for every run: it is the prefix of every transactionId sent.
-    ``start`` skips that many requests' worth of items, so partitions go on from there.
-    """
+    """wrk's report of ``seconds`` of ``load``. ``tag``, new for every run, begins every
+    transactionId sent; ``start`` skips that many requests' worth of items."""
     env = {**os.environ, "ITEMS": str(load.items), "PARTITIONS": str(load.partitions)}
     env.update(QUEUE=queue, TAG=tag, DUP="1" if load.duplicates else "0", START=str(start))
     argv = [wrk, f"-t{threads}", f"-c{load.connections}", f"-d{max(1, round(seconds))}s"]

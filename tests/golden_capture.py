@@ -3,7 +3,7 @@ of :mod:`tests.golden`: ``python -m tests.golden_capture [--out DIR] [--workdir 
 
 1. An embedded PostgreSQL on a TCP port (``--pg-bin`` names other server binaries, e.g.
    ``/usr/lib/postgresql/15/bin``) and a fresh database for the original.
-2. The original server on it (``bench/peer.py`` says where its build is looked for;
+2. The original server on it (``bench/peer_run.py`` says where its build is looked for;
    ``QUEEN_PEER_SERVER`` names the binary).
 3. :func:`tests.golden.sequence` against it, over HTTP; its statistics refreshed twice (the
    first pass creates a partition's rows, the second counts from the cursors), then a wait
@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.peer import fresh_database, missing, start_original
+from bench.peer_run import fresh_database, missing, start_original
 from bench.servers import ROOT, open_database
 from tests.golden import ROUTES, resolve, sequence
 

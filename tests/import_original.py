@@ -2,7 +2,7 @@
 client: ``python -m tests.import_original [--workdir DIR]``.
 
 1. An embedded PostgreSQL on a TCP port; a fresh database for the original, another for us.
-2. The original server (bench/peer.py) on its database; the official Python client
+2. The original server (bench/peer_run.py) on its database; the official Python client
    (tests/import_client.py ``fill``) creates 3 queues with 20 partitions, pushes 20,100
    messages and consumes part of them: queue mode and two groups ack some, queue mode leaves
    a batch leased, a group dead-letters three messages, a group subscribed ``new`` sees only
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.peer import fresh_database, missing, start_original
+from bench.peer_run import fresh_database, missing, start_original
 from bench.servers import ROOT, open_database, start_broker
 
 CLIENT_PYTHON = Path(os.environ.get("QUEEN_CLIENT_PYTHON") or ROOT / ".venv-client/bin/python")

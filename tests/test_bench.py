@@ -288,7 +288,7 @@ async def test_postgres_ceiling_writes_for_real(broker: Any, pg_url: str) -> Non
     keep calling the broker's store the way the store expects."""
     import trio
 
-    from bench.pg_ceiling import run_pg_ceiling
+    from bench.runner import run_pg_ceiling
     from bench.scenarios import PgShape
     from bench.servers import Database
 

@@ -1,6 +1,6 @@
 """``queen import`` of a database the original Queen server itself wrote, checked with the
 official client (tests/import_original.py does the work and says what it checked). Runs where
-the original is built (bench/peer.py says where it looks); skipped, saying so, elsewhere. The
+the original is built (bench/peer_run.py says where it looks); skipped, saying so, elsewhere. The
 self-contained import tests are tests/test_import.py."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from bench.peer import missing
+from bench.peer_run import missing
 from tests.client_env import ensure_client_python
 
 ROOT = Path(__file__).resolve().parent.parent
