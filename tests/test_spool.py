@@ -404,6 +404,62 @@ def test_scanner_counts_another_process_file_while_it_grows_and_drops_it_when_go
     assert index.total == 0 and index.file_count == 0
 
 
+def test_a_route_looks_at_the_spool_again_for_pushes_that_arrived_since_its_last_look(
+    tmp_path: Path,
+) -> None:
+    """Pushes that arrived before a look began share it (the partitions of one request are
+    routed in one pass); a push that arrived later is routed on a new look, which sees what
+    another process spooled before it arrived."""
+    import time
+    from types import SimpleNamespace
+
+    from trio_util import RepeatedEvent
+
+    from queen.primitives import Route
+    from queen.spool.index import SpoolIndex
+    from queen.spool.router import SpoolRouter
+    from queen.spool.scan import SpoolScanner
+
+    index = SpoolIndex()
+    scanner = SpoolScanner(tmp_path, index, set())
+    looks = 0
+    sync = scanner.sync
+
+    def counted(**kwargs: Any) -> bool:
+        nonlocal looks
+        looks += 1
+        return sync(**kwargs)
+
+    scanner.sync = counted  # type: ignore[method-assign]
+    router = SpoolRouter(
+        index,
+        SimpleNamespace(directory=tmp_path, own_names=set()),  # type: ignore[arg-type]
+        SimpleNamespace(up=True),  # type: ignore[arg-type]
+        SimpleNamespace(enabled=False),  # type: ignore[arg-type]
+        RepeatedEvent(),
+        scanner=scanner,
+    )
+    a, b = PartitionKey("q", "a"), PartitionKey("q", "b")
+    arrived = time.monotonic()
+    assert router.route(a, arrived) is Route.DATABASE
+    assert router.route(b, arrived) is Route.DATABASE
+    assert looks == 1  # one look for the pushes of one request
+    name = files.new_name()  # another process spools a record of "a", then answers buffered
+    fd = os.open(tmp_path / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        mid = "0190c7e0-0000-7000-8000-000000000001"
+        os.write(fd, encode(SpoolRecord(a, 0, [mid], ["t1"], [b"1"])))
+        os.fsync(fd)
+        later = time.monotonic()  # a push of "a" that arrives after that answer
+        assert router.route(a, later) is Route.HOLD
+        assert looks == 2
+        assert router.route(a) is Route.HOLD  # arrival unknown: always a new look
+        assert looks == 3
+    finally:
+        os.close(fd)
+
+
 def test_scanner_counts_again_a_file_its_writer_cut_back_and_wrote_again(tmp_path: Path) -> None:
     from queen.spool.index import SpoolIndex
     from queen.spool.scan import SpoolScanner

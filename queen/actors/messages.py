@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -36,7 +37,8 @@ class PushRequest:
     (``replay=True``) frames read back from the spool, which go to the database only.
 
     ``producer_subs`` and ``trace_ids`` are ``None`` when no frame has one, else one entry per
-    frame.
+    frame. ``received``: when the broker had the push in hand (``time.monotonic()``), no later
+    than its arrival was answered to anyone; infinity when not known.
     """
 
     message_ids: list[str]
@@ -46,6 +48,7 @@ class PushRequest:
     trace_ids: list[str | None] | None = None
     replay: bool = False
     reply: Reply[PushOutcome] = field(default_factory=Reply)
+    received: float = math.inf
 
     def __len__(self) -> int:
         return len(self.message_ids)

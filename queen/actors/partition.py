@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -90,7 +91,9 @@ class SegmentWriter(Protocol):
 class WriteRouter(Protocol):
     """Decides where live pushes go, and keeps the spool side of the bargain."""
 
-    def route(self, key: PartitionKey) -> Route: ...
+    def route(self, key: PartitionKey, received: float = math.inf) -> Route:
+        """Where pushes of ``key`` go; ``received``: when the latest of them arrived."""
+        ...
 
     async def changed(self) -> None:
         """Return after anything that may change a route changed."""
@@ -106,7 +109,7 @@ class WriteRouter(Protocol):
 class DirectRouter:
     """No spool: everything goes to the database; a failed write answers ``failed``."""
 
-    def route(self, key: PartitionKey) -> Route:
+    def route(self, key: PartitionKey, received: float = math.inf) -> Route:
         return Route.DATABASE
 
     async def changed(self) -> None:
@@ -261,7 +264,10 @@ class PartitionActor:
             self._fences -= 1
             await self._stand_still(head)
             return
-        route = self._router.route(self.key)
+        newest = self._inbox[-1]  # (what it takes arrived no later than this)
+        route = self._router.route(
+            self.key, newest.received if type(newest) is PushRequest else math.inf
+        )
         if route is not Route.HOLD:
             self._hold_until = None
         elif self._holding_on():

@@ -19,6 +19,7 @@ take its turn behind them.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -125,6 +126,7 @@ class PushService:
         # One request per partition, all answered through one group: the producer wakes once,
         # when the last partition's write is settled.
         group = ReplyGroup(len(prepared.batches))
+        received = time.monotonic()
         requests = [
             PushRequest(
                 message_ids=batch.message_ids,
@@ -133,6 +135,7 @@ class PushService:
                 producer_subs=None if producer_sub is None else [producer_sub] * len(batch),
                 trace_ids=batch.trace_ids,
                 reply=Reply(group),
+                received=received,
             )
             for batch in prepared.batches
         ]

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from trio_util import RepeatedEvent
@@ -50,11 +51,14 @@ class SpoolRouter:
         self._maintenance = maintenance
         self._changed = changed
 
-    def route(self, key: PartitionKey) -> Route:
+    def route(self, key: PartitionKey, received: float = math.inf) -> Route:
+        """Where the pushes of ``key`` go now. ``received``: when the latest of them arrived
+        (``time.monotonic()``); the spool directory is looked at again unless a look began
+        since (the hold must see what any process spooled before these pushes arrived)."""
         if self._maintenance.enabled or not self._health.up:
             return Route.SPOOL
         try:
-            if self.scanner.sync():
+            if self.scanner.synced_at < received and self.scanner.sync():
                 self._changed.set()
         except OSError as exc:  # decide on what the index knew; the next write looks again
             now = time.monotonic()

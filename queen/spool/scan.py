@@ -15,7 +15,9 @@ brings the index up to date with the directory at that moment:
 This process's own files are counted by its writer as it appends, never here.
 
 Cost when nothing changed: one ``stat`` of the directory, plus one per file another process
-is still writing. A new or removed file changes the directory's modification time. Because
+is still writing. A decision needs a sync begun after its push arrived (:attr:`synced_at`):
+the pushes of one request, written by several partitions' actors in one pass of the scheduler,
+share one. A new or removed file changes the directory's modification time. Because
 the kernel stamps it with a coarse clock, a time that is less than ``_SETTLE_NS`` old is not
 trusted (the directory is listed again at every call until it is); an older one is: any later
 change stamps a strictly newer time. This relies on the host's clock not stepping back.
@@ -59,6 +61,7 @@ class SpoolScanner:
         self._growing: set[str] = set()  # followed files not known to be sealed
         self._mtime: int | None = None
         self._trusted = False
+        self.synced_at = float("-inf")  # when the last sync that ended began (time.monotonic)
 
     def sync(self, *, check_seals: bool = False) -> bool:
         """Bring the index up to date; True if a file was dropped (a backlog may have gone).
@@ -66,11 +69,13 @@ class SpoolScanner:
         ``check_seals`` also asks whether files still followed were let go by their writer.
         """
         dropped = False
+        began = time.monotonic()
         try:
             mtime: int | None = os.stat(self._dir_name).st_mtime_ns
         except (FileNotFoundError, NotADirectoryError):  # no directory: no files
             mtime = None
         if not check_seals and not self._growing and self._trusted and mtime == self._mtime:
+            self.synced_at = began
             return False  # the common case: nothing changed
         if check_seals or not (self._trusted and mtime == self._mtime):
             self._trusted = mtime is not None and time.time_ns() - mtime > _SETTLE_NS
@@ -82,6 +87,7 @@ class SpoolScanner:
                 self._growing.discard(name)
             else:
                 self._follow(name, followed, check_seal=check_seals)
+        self.synced_at = began
         return dropped
 
     def forget(self, name: str) -> None:
