@@ -275,6 +275,54 @@ BEGIN
 END
 $fn$;
 
+-- Where a group stands in one partition, for queen.pop: the one statement of when its cursor
+-- there is claimable. pending: messages past the cursor (p_end, the partition's next offset;
+-- p_next, the cursor's). claimable: pending, no live lease, no retry delay still running, the
+-- window buffer quiet (the newest segment at least p_window_s old) and, with delayed
+-- processing, the segment holding the cursor's next offset at least p_delay_s old. ripe_at:
+-- when a pending cursor may become claimable (each wait's end, the latest; a wait it cannot
+-- date, a partition without the segment it looks for, is none). Every walk of queen.pop and
+-- both of its ripe scans read this and nothing else. A set-returning SQL function of one
+-- SELECT, STABLE, not STRICT, with no SET clause and no SECURITY DEFINER, so that the planner
+-- inlines it (CROSS JOIN LATERAL) into each walk as if its conditions were written there:
+-- each condition is a qual of its own, the segment look-ups run only when their queue option
+-- is set, and each walk keeps its plan (tests/test_pop_claimable.py checks that it is
+-- inlined). A scalar SQL function holding sub-SELECTs is never inlined: called once per
+-- cursor, it would run every look-up each time.
+CREATE OR REPLACE FUNCTION queen.cursor_claim(
+    p_partition_id bigint, p_end bigint, p_next bigint, p_lease_expires_at timestamptz,
+    p_not_before timestamptz, p_window_s integer, p_delay_s integer)
+RETURNS TABLE (pending boolean, claimable boolean, ripe_at timestamptz)
+LANGUAGE sql STABLE AS $fn$
+    SELECT p_end > p_next,
+           p_end > p_next
+           AND (p_lease_expires_at IS NULL OR p_lease_expires_at <= now())
+           AND (p_not_before IS NULL OR p_not_before <= now())
+           AND (p_window_s = 0
+                OR (SELECT s.created_at FROM queen.segments s
+                    WHERE s.partition_id = p_partition_id
+                    ORDER BY s.first_offset DESC LIMIT 1)
+                   <= now() - make_interval(secs => p_window_s))
+           AND (p_delay_s = 0
+                OR (SELECT s.created_at FROM queen.segments s
+                    WHERE s.partition_id = p_partition_id AND s.first_offset <= p_next
+                    ORDER BY s.first_offset DESC LIMIT 1)
+                   <= now() - make_interval(secs => p_delay_s)),
+           greatest(
+               coalesce(p_lease_expires_at, now()),
+               coalesce(p_not_before, now()),
+               CASE WHEN p_window_s = 0 THEN now()
+                    ELSE (SELECT s.created_at FROM queen.segments s
+                          WHERE s.partition_id = p_partition_id
+                          ORDER BY s.first_offset DESC LIMIT 1)
+                         + make_interval(secs => p_window_s) END,
+               CASE WHEN p_delay_s = 0 THEN now()
+                    ELSE (SELECT s.created_at FROM queen.segments s
+                          WHERE s.partition_id = p_partition_id AND s.first_offset <= p_next
+                          ORDER BY s.first_offset DESC LIMIT 1)
+                         + make_interval(secs => p_delay_s) END)
+$fn$;
+
 -- Pop: claim up to p_max_partitions partitions of the queue(s) in scope for p_group and lease
 -- up to p_batch messages from them (a budget shared by all claimed partitions), in offset
 -- order per partition. One row per delivered message.
@@ -292,8 +340,9 @@ $fn$;
 --
 -- A partition is claimable when it has messages past the cursor, no live lease, no pending
 -- retry delay, its window buffer is quiet and (with delayed processing) its next message is
--- old enough. Claiming locks the cursor row FOR UPDATE SKIP LOCKED: concurrent pops of one
--- group never wait for each other and never take the same partition. A candidate with
+-- old enough: queen.cursor_claim, which every walk below reads. Claiming locks the cursor
+-- row FOR UPDATE SKIP LOCKED: concurrent pops of one group never wait for each other and
+-- never take the same partition. A candidate with
 -- nothing stored from its cursor on (removed by a clear, retention or eviction) is no claim:
 -- its cursor moves to the partition's end and the next candidate is taken.
 --
@@ -302,7 +351,7 @@ $fn$;
 -- by seek or group deletion, can change that: each notifies), else the seconds until the
 -- earliest pending partition may become claimable (its lease expires, its retry delay or
 -- window buffer passes, its next message is old enough; 0: it may be claimable now, held by
--- a concurrent pop).
+-- a concurrent pop; queen.cursor_claim's ripe_at).
 --
 -- p_hint (names of partitions, with p_partition NULL) narrows the look to those partitions:
 -- the candidates, the cursors made and the ripe row are theirs only. The broker passes the
@@ -487,20 +536,12 @@ BEGIN
         CROSS JOIN LATERAL (SELECT x.name, x.lease_time_s, x.delayed_processing_s,
                                    x.window_buffer_s, x.priority
                             FROM queen.queues x WHERE x.id = p.queue_id OFFSET 0) q
+        CROSS JOIN LATERAL queen.cursor_claim(p.id, p.next_offset, cu.next_offset,
+                                              cu.lease_expires_at, cu.not_before,
+                                              q.window_buffer_s, q.delayed_processing_s) k
         WHERE p.id = ANY (v_pids)
           AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
-          AND p.next_offset > cu.next_offset
-          AND (cu.lease_expires_at IS NULL OR cu.lease_expires_at <= now())
-          AND (cu.not_before IS NULL OR cu.not_before <= now())
-          AND (q.window_buffer_s = 0
-               OR (SELECT s.created_at FROM queen.segments s WHERE s.partition_id = p.id
-                   ORDER BY s.first_offset DESC LIMIT 1)
-                  <= now() - make_interval(secs => q.window_buffer_s))
-          AND (q.delayed_processing_s = 0
-               OR (SELECT s.created_at FROM queen.segments s
-                   WHERE s.partition_id = p.id AND s.first_offset <= cu.next_offset
-                   ORDER BY s.first_offset DESC LIMIT 1)
-                  <= now() - make_interval(secs => q.delayed_processing_s))
+          AND k.claimable
         ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
         LIMIT p_max_partitions + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
@@ -513,21 +554,12 @@ BEGIN
         FROM queen.cursors cu
         CROSS JOIN LATERAL (SELECT p.name, p.next_offset FROM queen.partitions p
                             WHERE p.id = cu.partition_id OFFSET 0) p
+        CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset, cu.next_offset,
+                                              cu.lease_expires_at, cu.not_before,
+                                              v_q.window_buffer_s, v_q.delayed_processing_s) k
         WHERE cu.queue_id = v_queues[1]
           AND cu.consumer_group = p_group
-          AND p.next_offset > cu.next_offset
-          AND (cu.lease_expires_at IS NULL OR cu.lease_expires_at <= now())
-          AND (cu.not_before IS NULL OR cu.not_before <= now())
-          AND (v_q.window_buffer_s = 0
-               OR (SELECT s.created_at FROM queen.segments s
-                   WHERE s.partition_id = cu.partition_id
-                   ORDER BY s.first_offset DESC LIMIT 1)
-                  <= now() - make_interval(secs => v_q.window_buffer_s))
-          AND (v_q.delayed_processing_s = 0
-               OR (SELECT s.created_at FROM queen.segments s
-                   WHERE s.partition_id = cu.partition_id AND s.first_offset <= cu.next_offset
-                   ORDER BY s.first_offset DESC LIMIT 1)
-                  <= now() - make_interval(secs => v_q.delayed_processing_s))
+          AND k.claimable
         ORDER BY cu.delivered_at NULLS FIRST, cu.partition_id
         LIMIT p_max_partitions + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
@@ -539,21 +571,12 @@ BEGIN
         CROSS JOIN LATERAL (SELECT p.name, p.next_offset FROM queen.partitions p
                             WHERE p.id = cu.partition_id OFFSET 0) p
         JOIN queen.queues q ON q.id = cu.queue_id
+        CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset, cu.next_offset,
+                                              cu.lease_expires_at, cu.not_before,
+                                              q.window_buffer_s, q.delayed_processing_s) k
         WHERE cu.queue_id = ANY (v_queues)
           AND cu.consumer_group = p_group
-          AND p.next_offset > cu.next_offset
-          AND (cu.lease_expires_at IS NULL OR cu.lease_expires_at <= now())
-          AND (cu.not_before IS NULL OR cu.not_before <= now())
-          AND (q.window_buffer_s = 0
-               OR (SELECT s.created_at FROM queen.segments s
-                   WHERE s.partition_id = cu.partition_id
-                   ORDER BY s.first_offset DESC LIMIT 1)
-                  <= now() - make_interval(secs => q.window_buffer_s))
-          AND (q.delayed_processing_s = 0
-               OR (SELECT s.created_at FROM queen.segments s
-                   WHERE s.partition_id = cu.partition_id AND s.first_offset <= cu.next_offset
-                   ORDER BY s.first_offset DESC LIMIT 1)
-                  <= now() - make_interval(secs => q.delayed_processing_s))
+          AND k.claimable
         ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
         LIMIT p_max_partitions + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
@@ -697,54 +720,34 @@ BEGIN
             RETURN QUERY
             SELECT NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
                    NULL::text, NULL::text, NULL::uuid, NULL::integer, NULL::timestamptz,
-                   extract(epoch FROM min(greatest(
-                       coalesce(cu.lease_expires_at, now()),
-                       coalesce(cu.not_before, now()),
-                       CASE WHEN q.window_buffer_s = 0 THEN now()
-                            ELSE (SELECT s.created_at FROM queen.segments s
-                                  WHERE s.partition_id = cu.partition_id
-                                  ORDER BY s.first_offset DESC LIMIT 1)
-                                 + make_interval(secs => q.window_buffer_s) END,
-                       CASE WHEN q.delayed_processing_s = 0 THEN now()
-                            ELSE (SELECT s.created_at FROM queen.segments s
-                                  WHERE s.partition_id = cu.partition_id
-                                    AND s.first_offset <= cu.next_offset
-                                  ORDER BY s.first_offset DESC LIMIT 1)
-                                 + make_interval(secs => q.delayed_processing_s) END))
-                       - now())::double precision
+                   extract(epoch FROM min(k.ripe_at) - now())::double precision
             FROM queen.partitions p
             JOIN queen.cursors cu ON cu.partition_id = p.id
             CROSS JOIN LATERAL (SELECT x.window_buffer_s, x.delayed_processing_s
                                 FROM queen.queues x WHERE x.id = p.queue_id OFFSET 0) q
+            CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset,
+                                                  cu.next_offset, cu.lease_expires_at,
+                                                  cu.not_before, q.window_buffer_s,
+                                                  q.delayed_processing_s) k
             WHERE p.id = ANY (v_pids)
               AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
-              AND p.next_offset > cu.next_offset;
+              AND k.pending;
         ELSE
             RETURN QUERY
             SELECT NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
                    NULL::text, NULL::text, NULL::uuid, NULL::integer, NULL::timestamptz,
-                   extract(epoch FROM min(greatest(
-                       coalesce(cu.lease_expires_at, now()),
-                       coalesce(cu.not_before, now()),
-                       CASE WHEN q.window_buffer_s = 0 THEN now()
-                            ELSE (SELECT s.created_at FROM queen.segments s
-                                  WHERE s.partition_id = cu.partition_id
-                                  ORDER BY s.first_offset DESC LIMIT 1)
-                                 + make_interval(secs => q.window_buffer_s) END,
-                       CASE WHEN q.delayed_processing_s = 0 THEN now()
-                            ELSE (SELECT s.created_at FROM queen.segments s
-                                  WHERE s.partition_id = cu.partition_id
-                                    AND s.first_offset <= cu.next_offset
-                                  ORDER BY s.first_offset DESC LIMIT 1)
-                                 + make_interval(secs => q.delayed_processing_s) END))
-                       - now())::double precision
+                   extract(epoch FROM min(k.ripe_at) - now())::double precision
             FROM queen.cursors cu
             CROSS JOIN LATERAL (SELECT p.next_offset FROM queen.partitions p
                                 WHERE p.id = cu.partition_id OFFSET 0) p
             JOIN queen.queues q ON q.id = cu.queue_id
+            CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset,
+                                                  cu.next_offset, cu.lease_expires_at,
+                                                  cu.not_before, q.window_buffer_s,
+                                                  q.delayed_processing_s) k
             WHERE cu.queue_id = ANY (v_queues)
               AND cu.consumer_group = p_group
-              AND p.next_offset > cu.next_offset;
+              AND k.pending;
         END IF;
     END IF;
 END
