@@ -12,10 +12,11 @@ Three steps, each its own function:
   registry) started in a nursery of their own, each ready when ``start`` returns; then the
   supervised background loops in the loops' own nursery (the embedded server's watch, the
   database health probe, the maintenance switch and encrypted-queue refreshes, the push
-  listener, retention, the spool replay, the admin history's sampling, and with ``--workers N``
-  the publishing of this process's figures to the other workers). On exit, shutdown in
-  two phases: new pushes are refused at once and waiting pops answer "nothing", pushes
-  already accepted get ``shutdown_grace_s`` to finish, then everything left is cancelled.
+  listener, retention, the spool replay, the admin history's sampling, the per-queue flow's
+  flush, and with ``--workers N`` the publishing of this process's figures to the other
+  workers). On exit, shutdown in two phases: new pushes are refused at once and waiting pops
+  answer "nothing", pushes already accepted get ``shutdown_grace_s`` to finish, then
+  everything left is cancelled; the per-queue flow is flushed a last time.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from queen.budget import ByteBudget
 from queen.cipher import PayloadCipher, parse_key
 from queen.consume.service import ConsumeService
 from queen.encryption import QueueEncryption
+from queen.errors import StoreError
+from queen.flow import SharedFlow
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Figures, LocalFigures, Metrics, SharedFigures
@@ -108,6 +111,7 @@ class Parts:
     ops: Operations
     admin: AdminService
     broker: Broker
+    flow: SharedFlow | None = None  # every process's per-queue flow (None without PostgreSQL)
 
 
 def assemble(
@@ -228,6 +232,11 @@ def assemble(
         retention=retention,
         pool_stats=stores.pool_stats,
     )
+    flow = (
+        None
+        if stores.flow is None
+        else SharedFlow(push.flow, stores.flow, flush_s=settings.flow_flush_s)
+    )
     admin = AdminService(
         settings,
         metrics,
@@ -237,6 +246,7 @@ def assemble(
         consume=consume,
         push=push,
         figures=figures,
+        flow=flow,
     )
     broker = Broker(
         settings,
@@ -268,6 +278,7 @@ def assemble(
         ops=ops,
         admin=admin,
         broker=broker,
+        flow=flow,
     )
 
 
@@ -302,6 +313,8 @@ async def _running(parts: Parts, stores: Stores) -> AsyncIterator[Broker]:
             await loops.start("spool-replay", parts.spool.replayer.run)
         await loops.start("admin-history", parts.admin.history.run)
         await loops.start("group-lag-history", parts.admin.consumer_groups.run_lag_history)
+        if parts.flow is not None:
+            await loops.start("flow-flush", parts.flow.run)
         if parts.ops.figures.shared:
             await loops.start("metrics-publish", parts.ops.run_figures)
         try:
@@ -315,5 +328,23 @@ async def _running(parts: Parts, stores: Stores) -> AsyncIterator[Broker]:
             if grace.cancelled_caught:
                 log.warning("shutdown grace period over; cancelling unfinished pushes")
             nursery.cancel_scope.cancel()
+    if parts.flow is not None:
+        await _last_flush(parts.flow)
     if parts.ops.figures.shared:
         parts.ops.publish_figures()  # the last counts of this process stay in the service's
+
+
+LAST_FLUSH_S = 5.0  # how long the last flush of the per-queue flow may take on the way out
+
+
+async def _last_flush(flow: SharedFlow) -> None:
+    """Save what the per-queue flow changed since the loop's last turn (a restart loses
+    none of it), within :data:`LAST_FLUSH_S` even while the stop is a cancellation."""
+    with trio.move_on_after(LAST_FLUSH_S) as scope:
+        scope.shield = True
+        try:
+            await flow.flush()
+        except StoreError as exc:
+            log.warning("per-queue flow of the last seconds not saved: %s", exc)
+    if scope.cancelled_caught:
+        log.warning("per-queue flow of the last seconds not saved: no answer in time")

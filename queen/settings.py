@@ -251,6 +251,12 @@ class Settings:
     retention_max_batches: int = _setting(
         100, "QUEEN_RETENTION_MAX_BATCHES", "batches of each kind in one retention pass"
     )
+    flow_flush_s: float = _setting(
+        5.0,
+        "QUEEN_FLOW_FLUSH_S",
+        "how often each broker process saves its per-queue flow (the dashboard's per-queue "
+        "series) to the database, where every process's is added up",
+    )
     shutdown_grace_s: float = _setting(
         10.0, "QUEEN_SHUTDOWN_GRACE_S", "on shutdown, in-flight pushes get this long to finish"
     )

@@ -2,8 +2,8 @@
 
 Every loop started beside the routes (the embedded server's watch, the database health probe,
 the maintenance switch and encrypted-queue refreshes, retention, the spool replay, the push
-listener, the admin history, the group lag history and the publishing of this process's
-figures for the other workers) runs through :meth:`Loops.run`, in
+listener, the admin history, the group lag history, the per-queue flow's flush and the
+publishing of this process's figures for the other workers) runs through :meth:`Loops.run`, in
 the loops' own nursery (:meth:`Loops.host`).
 An exception (``Exception``, never a cancellation or ``KeyboardInterrupt``) is:
 

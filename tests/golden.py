@@ -610,7 +610,7 @@ RULES: dict[str, Rules] = {
         sums=("[].popCount",),
         differs={
             "[]": "the original writes a row per worker, queue and minute; here one per queue "
-            "and minute of the answering process (the pops are compared summed)"
+            "and minute of every process together (the pops are compared summed)"
         },
     ),
     "analytics-queue-ops": Rules(
@@ -621,7 +621,7 @@ RULES: dict[str, Rules] = {
         ),
         differs={
             "series": "the original writes a row per worker and minute; here one per queue and "
-            "minute of the answering process, and requests, transactions, partition counts "
+            "minute of every process together, and requests, transactions, partition counts "
             "and parked pops are not kept per queue (null)",
         },
     ),

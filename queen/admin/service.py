@@ -32,6 +32,7 @@ from queen.admin.messages import MessageReads
 from queen.admin.queues import QueueReads
 from queen.admin.system import SystemReads
 from queen.consume.service import ConsumeService
+from queen.flow import SharedFlow
 from queen.metrics import Figures, LocalFigures, Metrics
 from queen.operations import Operations
 from queen.push import PushService
@@ -52,11 +53,13 @@ class AdminService:
         history: History | None = None,
         push: PushService,
         figures: Figures | None = None,
+        flow: SharedFlow | None = None,
     ) -> None:
         """``database``: what the start-up line calls it; ``store`` and ``consume`` are None
         without PostgreSQL (the admin reads then raise
         :class:`queen.consume.errors.ConsumeUnavailable`); ``figures``: how the service's
-        counters are read (by default this process's)."""
+        counters are read (by default this process's); ``flow``: every process's per-queue
+        flow (None: this process's alone)."""
         self.ops = ops
         self.figures: Figures = figures or LocalFigures(metrics)
         self.history = history or History(self.figures, pool=self._pool)
@@ -72,6 +75,7 @@ class AdminService:
             queues=self.queues,
             store=store,
             consume=consume,
+            flow=flow,
         )
         self.database = DatabaseReads(settings, store, database=database)
         self.gauges = Gauges(store)

@@ -19,6 +19,7 @@ from queen.admin.params import Args, TimeRange
 from queen.admin.queues import QueueQuery, QueueReads, QueueSummary, queue_query
 from queen.consume.errors import ConsumeUnavailable
 from queen.consume.service import ConsumeService
+from queen.flow import FlowRow, SharedFlow
 from queen.metrics import Figures, Metrics
 from queen.operations import Operations
 from queen.settings import Settings
@@ -217,9 +218,8 @@ class RetentionFigures:
 
 @dataclass(frozen=True, slots=True)
 class QueueLagPoint:
-    """One minute of one queue in this process: the messages popped from it and how long
-    they had waited (milliseconds); messages stored, pops that found nothing, acks taken and
-    refused."""
+    """One minute of one queue: the messages popped from it and how long they had waited
+    (milliseconds); messages stored, pops that found nothing, acks taken and refused."""
 
     minute: datetime
     queue: str
@@ -235,10 +235,12 @@ class QueueLagPoint:
 @dataclass(frozen=True, slots=True)
 class QueueFlowSeries:
     """``GET /api/v1/analytics/queue-lag`` and ``/queue-ops``: per queue and minute over the
-    window."""
+    window; ``every_process``: the figures of every broker process on the database (else of
+    the answering process alone: the database did not answer, or there is none)."""
 
     window: TimeRange
     points: list[QueueLagPoint]
+    every_process: bool = False
 
 
 _METRIC_FIELDS = frozenset(Metrics().snapshot())
@@ -268,10 +270,11 @@ class SystemReads:
         queues: QueueReads,
         store: PgAdminStore | None,
         consume: ConsumeService | None,
+        flow: SharedFlow | None = None,
     ) -> None:
         """``store`` and ``consume`` are None without PostgreSQL (the reads that need them
         then raise :class:`ConsumeUnavailable`); ``figures``: how the service's counters are
-        read."""
+        read; ``flow``: every process's per-queue flow (None: this process's alone)."""
         self.settings = settings
         self.metrics = metrics
         self.ops = ops
@@ -280,6 +283,7 @@ class SystemReads:
         self.queues = queues
         self._store = store
         self._consume = consume
+        self._flow = flow
 
     @property
     def store(self) -> PgAdminStore:
@@ -425,13 +429,19 @@ class SystemReads:
             stored=self._stored(query.window, interval),
         )
 
-    def queue_flow(self, query: FlowQuery, *, popped_only: bool = False) -> QueueFlowSeries:
+    async def queue_flow(self, query: FlowQuery, *, popped_only: bool = False) -> QueueFlowSeries:
         """``GET /api/v1/analytics/queue-lag`` (``popped_only``: the minutes with pops) and
-        ``/queue-ops``: per queue and minute of the window, what this process stored, popped
-        and had acknowledged, and how long the popped had waited."""
+        ``/queue-ops``: per queue and minute of the window, what every broker process on the
+        database stored, popped and had acknowledged, and how long the popped had waited
+        (this process's alone while the database does not answer, or without PostgreSQL)."""
         since, until = query.window
-        flow = None if self._consume is None else self._consume.flow
-        rows = [] if flow is None else flow.rows(since.timestamp(), until.timestamp(), query.queue)
+        every = False
+        rows: list[FlowRow] = []
+        if self._flow is not None:
+            shared = await self._flow.rows(since.timestamp(), until.timestamp(), query.queue)
+            rows, every = shared.rows, shared.every
+        elif self._consume is not None:
+            rows = self._consume.flow.rows(since.timestamp(), until.timestamp(), query.queue)
         return QueueFlowSeries(
             query.window,
             [
@@ -449,6 +459,7 @@ class SystemReads:
                 for minute, name, f in rows
                 if f.pops or not popped_only
             ],
+            every_process=every,
         )
 
     async def retention(self, window: TimeRange) -> RetentionFigures:

@@ -19,7 +19,13 @@ from queen.admin.groups import group_detail_query, group_query, lagging_query
 from queen.admin.messages import message_query
 from queen.admin.queues import partition_query, queue_query
 from queen.admin.service import AdminService
-from queen.admin.system import flow_query, series_query, series_window, status_query
+from queen.admin.system import (
+    QueueFlowSeries,
+    flow_query,
+    series_query,
+    series_window,
+    status_query,
+)
 from queen.http import render_admin as render
 from queen.http.access import current_identity
 from queen.http.groups import GroupName
@@ -197,22 +203,35 @@ async def system_metrics() -> Response:
     return json_response(render.system_metrics(await admin().system.series(query)))
 
 
+FLOW_SCOPE_HEADER = "X-Queen-Flow-Scope"
+
+
+def _flow_response(series: QueueFlowSeries, body: Any) -> Response:
+    """``body`` with whose flow it is: ``every-process`` (every broker process on the
+    database) or ``this-process`` (the database did not answer, or there is none)."""
+    response = json_response(body)
+    response.headers[FLOW_SCOPE_HEADER] = (
+        "every-process" if series.every_process else "this-process"
+    )
+    return response
+
+
 @blueprint.get("/api/v1/analytics/queue-lag")
 async def queue_lag() -> Response:
-    query = flow_query(request.args)
-    return json_response(render.queue_lag(admin().system.queue_flow(query, popped_only=True)))
+    series = await admin().system.queue_flow(flow_query(request.args), popped_only=True)
+    return _flow_response(series, render.queue_lag(series))
 
 
 @blueprint.get("/api/v1/analytics/queue-ops")
 async def queue_ops() -> Response:
-    query = flow_query(request.args)
-    return json_response(render.queue_ops(admin().system.queue_flow(query)))
+    series = await admin().system.queue_flow(flow_query(request.args))
+    return _flow_response(series, render.queue_ops(series))
 
 
 @blueprint.get("/api/v1/analytics/queue-parked-replicas")
 async def queue_parked_replicas() -> Response:
-    query = flow_query(request.args)
-    return json_response(render.parked_replicas(admin().system.queue_flow(query)))
+    series = await admin().system.queue_flow(flow_query(request.args))
+    return _flow_response(series, render.parked_replicas(series))
 
 
 @blueprint.get("/api/v1/analytics/retention")

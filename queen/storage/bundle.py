@@ -27,6 +27,7 @@ from queen.storage.admin import PgAdminStore
 from queen.storage.base import StateStore, Store
 from queen.storage.consume import ConsumeStore, PgConsumeStore
 from queen.storage.database import EmbeddedWatch, open_database
+from queen.storage.flow import PgFlowStore
 from queen.storage.pool import ConnectionPool
 from queen.storage.postgres import ForeignSchemaError, PgStore
 from queen.storage.retention import PgRetentionStore
@@ -53,6 +54,7 @@ class Stores:
     retention: PgRetentionStore | None = None
     streams: PgStreamsStore | None = None
     admin: PgAdminStore | None = None
+    flow: PgFlowStore | None = None  # the per-queue flow of every process
     embedded: EmbeddedWatch | None = None  # the embedded server this process keeps running
 
 
@@ -110,6 +112,7 @@ async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
                 retention=PgRetentionStore(pool),
                 streams=PgStreamsStore(pool),
                 admin=PgAdminStore(pool),
+                flow=PgFlowStore(pool),
                 embedded=database.embedded,
             )
         finally:
