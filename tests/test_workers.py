@@ -677,3 +677,93 @@ def test_ctrl_c_stops_the_workers_quietly_even_twice(pg_url: str, tmp_path: Path
     assert "Traceback" not in stopping and "KeyboardInterrupt" not in stopping, stopping
     assert code == 0, stopping
     assert stopped_s < 10, (stopped_s, stopping)
+
+
+def _flow_totals(client: httpx.Client, queue: str) -> tuple[dict[str, int], int, str]:
+    """queue-ops's totals of ``queue`` over the last hour, queue-lag's pops, and whose
+    figures they are (the scope header), asked on ``client``'s connection."""
+    ops = client.get(f"/api/v1/analytics/queue-ops?queue={queue}")
+    lag = client.get(f"/api/v1/analytics/queue-lag?queue={queue}")
+    assert ops.status_code == lag.status_code == 200
+    keys = ("pushMessages", "popMessages", "popEmpty", "ackSuccess", "ackFailed")
+    totals = {k: sum(int(row[k]) for row in ops.json()["series"]) for k in keys}
+    assert ops.headers["x-queen-flow-scope"] == lag.headers["x-queen-flow-scope"]
+    return (
+        totals,
+        sum(int(row["popCount"]) for row in lag.json()),
+        ops.headers["x-queen-flow-scope"],
+    )
+
+
+@pytest.mark.timeout(150)
+def test_the_per_queue_flow_is_every_worker_s_whichever_answers(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Pushes, pops, empty pops and acks land on both workers (a new connection each time);
+    queue-ops and queue-lag, asked again and again of either worker, give the same totals:
+    what was done."""
+    port = _free_port()
+    env = _external_env(pg_url) | {"QUEEN_FLOW_FLUSH_S": "0.2"}
+    proc = subprocess.Popen(_serve_argv(port, tmp_path / "spool", "--workers", "2"), env=env)
+    base = f"http://127.0.0.1:{port}"
+    json_accept = {"Accept": "application/json"}
+    queue = f"flow-{uuid.uuid4().hex[:8]}"
+    done = dict.fromkeys(("pushMessages", "popMessages", "popEmpty", "ackSuccess", "ackFailed"), 0)
+    try:
+        pids = _process_ids(base, 2, time.monotonic() + 60)
+        assert len(pids) == 2
+        worked: dict[int, int] = dict.fromkeys(pids, 0)
+        sessions = 0
+        while min(worked.values()) < 2 and sessions < 200:
+            sessions += 1
+            with httpx.Client(base_url=base, timeout=10) as client:
+                who = client.get("/metrics", headers=json_accept).json()["processId"]
+                items = [
+                    {"queue": queue, "partition": f"p{sessions}", "payload": i} for i in range(3)
+                ]
+                assert client.post("/api/v1/push", json={"items": items}).status_code == 201
+                done["pushMessages"] += 3
+                popped = client.get(f"/api/v1/pop/queue/{queue}?batch=2&wait=false")
+                assert popped.status_code == 200
+                messages = popped.json()["messages"]
+                done["popMessages"] += len(messages)
+                for m in messages:
+                    ack = {
+                        "transactionId": m["transactionId"],
+                        "partitionId": m["partitionId"],
+                        "leaseId": m["leaseId"],
+                        "status": "completed",
+                    }
+                    answer = client.post("/api/v1/ack", json=ack)
+                    assert answer.status_code == 200
+                    done["ackSuccess" if answer.json()[0]["success"] else "ackFailed"] += 1
+                # the partition just pushed is leased by no one: this pop takes what is left
+                # of it, and the next finds nothing there
+                path = f"/api/v1/pop/queue/{queue}/partition/p{sessions}?batch=10&wait=false"
+                rest = client.get(path)
+                assert rest.status_code == 200
+                done["popMessages"] += len(rest.json()["messages"])
+                assert client.get(path).status_code == 204
+                done["popEmpty"] += 1
+                assert client.get("/metrics", headers=json_accept).json()["processId"] == who
+            worked[who] += 1
+        assert min(worked.values()) >= 2, f"the work never reached both workers: {worked}"
+        # every worker flushes every 0.2 s: ask until the sum is complete
+        deadline = time.monotonic() + 30
+        while True:
+            with httpx.Client(base_url=base, timeout=10) as client:
+                totals, lag_pops, scope = _flow_totals(client, queue)
+            if totals == done and lag_pops == done["popMessages"]:
+                break
+            assert time.monotonic() < deadline, f"{totals} (queue-lag {lag_pops}) never {done}"
+            time.sleep(0.05)
+        answered_by: set[int] = set()
+        for _ in range(20):  # either worker, always the sum
+            with httpx.Client(base_url=base, timeout=10) as client:
+                answered_by.add(client.get("/metrics", headers=json_accept).json()["processId"])
+                totals, lag_pops, scope = _flow_totals(client, queue)
+            assert (totals, lag_pops, scope) == (done, done["popMessages"], "every-process")
+        assert answered_by == pids, "both workers answered the reads"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
