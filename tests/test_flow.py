@@ -122,17 +122,20 @@ async def test_a_flush_the_database_does_not_take_keeps_the_entries_for_the_next
     flow = QueueFlow(clock)
     store = FailingStore(PgFlowStore(pool))
     shared = SharedFlow(flow, store, flush_s=1, process=f"p-{queue}")
+    quiet = f"{queue}-quiet"  # changed before the failed flush only
     flow.pushed(queue, 4)
+    flow.pushed(quiet, 2)
     with pytest.raises(StoreUnavailable):
         await shared.flush()
     flow.pushed(queue, 1)  # changed again meanwhile: listed once
-    assert len(flow.changed) == 1
+    assert sorted(q for _, q, _ in flow.changed) == [queue, quiet]
     # the read answers from memory, and says it is this process's alone
     read = await shared.rows(clock.now - 60, clock.now, queue)
     assert (read.every, [r[2].pushes for r in read.rows]) == (False, [5])
     store.down = False
-    assert await shared.flush() == 1
+    assert await shared.flush() == 2
     assert [r[0] for r in (await _saved(db, queue)).values()] == [5]
+    assert [r[0] for r in (await _saved(db, quiet)).values()] == [2]
     read = await shared.rows(clock.now - 60, clock.now, queue)
     assert (read.every, [r[2].pushes for r in read.rows]) == (True, [5])
 
