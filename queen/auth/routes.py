@@ -216,13 +216,21 @@ class RouteTable:
         # Longest prefix first, so the most specific family wins.
         self._families.sort(key=lambda family: len(family[1]), reverse=True)
         self._cache: dict[tuple[str, str], RoleSet | None] = {}
+        self._audited_cache: dict[tuple[str, str], bool] = {}
 
     def __iter__(self) -> Iterator[RouteAccess]:
         return iter(self.entries)
 
     def audited(self, method: str, rule: str) -> bool:
-        """Whether calls of (method, rule) are logged as an operator's action."""
-        return (method.upper(), normalize_rule(rule)) in self._audited
+        """Whether calls of (method, rule) are logged as an operator's action (asked at every
+        request: remembered per method and rule, as the roles are)."""
+        key = (method, rule)
+        found = self._audited_cache.get(key)
+        if found is None:
+            found = (method.upper(), normalize_rule(rule)) in self._audited
+            if len(self._audited_cache) < 4096:
+                self._audited_cache[key] = found
+        return found
 
     def required_roles(self, method: str, rule: str) -> RoleSet | None:
         key = (method, rule)
