@@ -59,7 +59,7 @@ import trio
 from trio_util import RepeatedEvent
 
 from queen.actors.messages import PushRequest
-from queen.errors import StoreError
+from queen.errors import QueenError, StoreError
 from queen.frames import concat
 from queen.health import DatabaseHealth
 from queen.maintenance import MaintenanceSwitch
@@ -80,7 +80,7 @@ Submit = Callable[[PartitionKey, PushRequest], Awaitable[None]]
 DeletedQueues = Callable[[list[str]], Awaitable[dict[str, int]]]
 
 
-class LockLost(Exception):
+class LockLost(QueenError):
     """The directory's ``replay.lock`` no longer names the file this process locked."""
 
 
