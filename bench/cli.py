@@ -100,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             render, run = peer_report, peer_run.run
         if args.render:
             doc = json.loads(args.render.read_text())
+            if (doc.get("kind") == "peer") != args.peer:
+                raise ValueError(f"{args.render}: a peer run's document goes with --peer, no other")
         else:
             doc = run(args)
             if not doc:
