@@ -15,6 +15,7 @@ the next one; a read it does not answer is this process's memory alone, and says
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -56,15 +57,7 @@ class Flow:
 
     def copy(self) -> Flow:
         """These figures, in a :class:`Flow` of their own."""
-        return Flow(
-            self.pushes,
-            self.pops,
-            self.lag_sum_s,
-            self.lag_max_s,
-            self.empty_pops,
-            self.acks,
-            self.acks_refused,
-        )
+        return dataclasses.replace(self, changed=False)
 
     def add(self, other: Flow) -> None:
         """Add ``other``'s figures to these (the longest wait is the longer one)."""

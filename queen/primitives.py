@@ -219,3 +219,14 @@ def require_turn(turn: object, keys: Iterable[PartitionKey], what: str) -> None:
     if missing:
         named = ", ".join(f"{k.queue}/{k.partition}" for k in sorted(missing))
         raise NoTurn(f"{what} writes partitions its turn does not hold: {named}")
+
+
+async def acquire_free(lock: trio.Semaphore | trio.CapacityLimiter) -> None:
+    """Take a slot of ``lock``: at once, with no checkpoint, when one is free (trio's
+    ``acquire`` passes through the scheduler even then), else wait for one. A released slot
+    goes straight to a waiting task, so a free slot means that none waits: nobody is
+    overtaken."""
+    try:
+        lock.acquire_nowait()
+    except trio.WouldBlock:
+        await lock.acquire()

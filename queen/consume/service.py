@@ -85,6 +85,7 @@ from queen.ids import millis_of, mint_id
 from queen.intake import decode_json
 from queen.maintenance import MaintenanceSwitch
 from queen.metrics import Metrics
+from queen.primitives import acquire_free
 from queen.push import PushService
 from queen.records import (
     AckItem,
@@ -326,10 +327,7 @@ class ConsumeService:
                     budget.limit_bytes,
                 )
                 raise AnswersBusy("too many answers in progress; retry later")
-            try:  # a free reading slot is taken without a trip through the scheduler
-                self._reading.acquire_nowait()
-            except trio.WouldBlock:
-                await self._reading.acquire()
+            await acquire_free(self._reading)
             try:
                 cut = min(self.settings.pop_max_bytes, budget.room)
                 if cut <= 0:
@@ -454,33 +452,28 @@ class ConsumeService:
         """One result per item, in order; a refused item has success false."""
         self.metrics.ack_requests += 1
         outcomes = await self.store.ack(items)
-        # one pass: the counters, one flow update per queue, the partitions whose lease an
-        # acknowledgment released (they may be claimed again: what is left of them)
+        # the counters and one flow update per queue, in one pass
         refused = dlq = 0
         per_queue: dict[str, list[int]] = {}  # queue -> [taken, refused]
-        released: set[tuple[str, str]] = set()
         for o in outcomes:
-            queue = o.queue
             if not o.success:
                 refused += 1
             if o.dlq:
                 dlq += 1
-            if queue:
-                counts = per_queue.get(queue)
+            if o.queue:
+                counts = per_queue.get(o.queue)
                 if counts is None:
-                    counts = per_queue[queue] = [0, 0]
+                    counts = per_queue[o.queue] = [0, 0]
                 counts[0] += 1
-                if not o.success:
-                    counts[1] += 1
-                if o.lease_released and o.partition is not None:
-                    released.add((queue, o.partition))
+                counts[1] += not o.success
         metrics = self.metrics
         metrics.acks += len(outcomes)
         metrics.acks_refused += refused
         metrics.acks_dlq += dlq
         for queue, (taken, refused_here) in per_queue.items():
             self.flow.acked(queue, taken, refused_here)
-        self.wakeups.fire_partitions(released)
+        # a released lease: its partition may be claimed again (what is left of it)
+        self.wakeups.fire_partitions(_released(outcomes))
         return outcomes
 
     async def extend_lease(self, lease_id: str, seconds: int | None = None) -> LeaseExtension:

@@ -17,13 +17,17 @@ from queen.flow import Flow, FlowRow
 from queen.storage.pool import ConnectionPool
 from queen.storage.postgres import SEP
 
-_SAVE_SQL = """
-WITH gone AS (
-    DELETE FROM queen.queue_flow
-     WHERE (minute, queue_name, process) IN (
-           SELECT minute, queue_name, process FROM queen.queue_flow
-            WHERE minute < to_timestamp(%(oldest)s) FOR UPDATE SKIP LOCKED)
-)
+# every process's rows of the minutes past the span; rows another process is deleting are
+# skipped, never waited for
+_DELETE_SQL = """
+DELETE FROM queen.queue_flow
+ WHERE (minute, queue_name, process) IN (
+       SELECT minute, queue_name, process FROM queen.queue_flow
+        WHERE minute < to_timestamp(%(oldest)s) FOR UPDATE SKIP LOCKED)
+"""
+
+_SAVE_SQL = f"""
+WITH gone AS ({_DELETE_SQL})
 INSERT INTO queen.queue_flow AS f (minute, queue_name, process, pushes, pops, lag_sum_s,
                                    lag_max_s, empty_pops, acks, acks_refused)
 SELECT to_timestamp(m), q, %(process)s, pushes, pops, lag_sum_s, lag_max_s, empty_pops, acks,
@@ -37,13 +41,6 @@ ON CONFLICT (minute, queue_name, process) DO UPDATE
    SET pushes = excluded.pushes, pops = excluded.pops, lag_sum_s = excluded.lag_sum_s,
        lag_max_s = excluded.lag_max_s, empty_pops = excluded.empty_pops,
        acks = excluded.acks, acks_refused = excluded.acks_refused
-"""
-
-_DELETE_SQL = """
-DELETE FROM queen.queue_flow
- WHERE (minute, queue_name, process) IN (
-       SELECT minute, queue_name, process FROM queen.queue_flow
-        WHERE minute < to_timestamp(%(oldest)s) FOR UPDATE SKIP LOCKED)
 """
 
 _READ_SQL = """

@@ -44,6 +44,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import RowFactory, kwargs_row, tuple_row
 
 from queen.errors import StoreDeadlock, StoreError, StoreUnavailable
+from queen.primitives import acquire_free
 
 log = logging.getLogger("queen.storage")
 
@@ -420,10 +421,7 @@ class ConnectionPool:
         self, name: str, sql: bytes, params: Sequence[bytes | None]
     ) -> list[tuple[bytes | None, ...]]:
         slots = self._slots
-        try:  # a free slot is taken without a trip through the scheduler (a freed slot goes
-            slots.acquire_nowait()  # straight to a waiter, so a free one means none waits)
-        except trio.WouldBlock:
-            await slots.acquire()
+        await acquire_free(slots)
         try:
             conn = self._idle.pop() if self._idle else None
             if conn is None or conn.closed or conn.broken:
