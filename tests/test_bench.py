@@ -660,3 +660,25 @@ def test_peer_report_leads_with_broker_cpu_per_message_beside_bare_hypercorn() -
     assert peer_report.terminal(doc).index("Broker CPU per message") < peer_report.terminal(
         doc
     ).index("ours ÷ original")
+
+
+def test_a_profile_sample_counts_for_the_innermost_component_below_the_scheduler() -> None:
+    from bench.profile import RUN_LOOP, component, shares
+
+    loop = "run (trio/_core/_run.py:2500);unrolled_run (trio/_core/_run.py:2866)"
+    route = "push (queen/http/push.py:40)"
+    # Trio's own frames inside a task count for the code that called them
+    assert component(f"{loop};{route};checkpoint (trio/_core/_run.py:2700)") == (
+        "push route, body, answer"
+    )
+    assert component(f"{loop};{route};write_segments (queen/storage/postgres.py:353)") == (
+        "storage, psycopg"
+    )
+    assert component(f"{loop};{route};send (trio/_socket.py:900)") == "socket send/recv"
+    assert component(f"{loop};handle (hypercorn/protocol/h11.py:120)") == "Hypercorn, h11"
+    # the scheduler's own work is not given to the program's start (queen/cli.py) outside it
+    assert component(f"main (queen/cli.py:10);{loop};get_events (trio/_core/_io_epoll.py:243)") == (
+        RUN_LOOP
+    )
+    raw = f"{loop};{route} 3\n{loop} 2\nnot a sample line\n"
+    assert shares(raw) == {"push route, body, answer": 3, RUN_LOOP: 2}
