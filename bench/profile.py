@@ -45,6 +45,8 @@ RUN_LOOP = "Trio scheduler, standard library"
 _FRAME = re.compile(r"\(([^:()]+):\d+\)")
 _LOOP = re.compile(r"^(unrolled_run|run) \(trio/_core/_run\.py:")
 _TRIO = re.compile(r"(^|/)trio/(?!_socket\.py)")
+# A thread of Trio's thread cache waiting for a job (py-spy does not see that wait as idle).
+_IDLE_WORKER = re.compile(r"(^|;)WorkerThread\._work \([^;]*$")
 _MATCHERS = [(name, re.compile(pattern)) for name, pattern in COMPONENTS]
 SERVERS = ("floor", "stack", "ours")
 
@@ -68,7 +70,7 @@ def shares(raw: str) -> Counter[str]:
     counts: Counter[str] = Counter()
     for line in raw.splitlines():
         stack, _, n = line.rpartition(" ")
-        if stack and n.isdigit():
+        if stack and n.isdigit() and not _IDLE_WORKER.search(stack):
             counts[component(stack)] += int(n)
     return counts
 
