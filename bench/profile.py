@@ -1,12 +1,7 @@
-"""Where a push request's CPU goes (``python -m bench.profile``; docs/benchmark.md, "Profile").
-
-Bare Hypercorn (the floor), our HTTP stack without a broker and ``queen serve`` take the same
-wrk load in turn; py-spy samples each over the measured window. A sample counts for the
-innermost frame of a listed component (Trio's and the standard library's frames count for the
-component that called them), and a component's share of the samples times the server's CPU over
-the window, divided by the messages pushed, is its µs per message. A process ready to run but
-waiting for a core is sampled too, so with the cores oversubscribed the shares lean towards the
-calls that woke another process; the totals come from /proc."""
+"""Where a push request's CPU goes (``python -m bench.profile``; docs/benchmark.md, "Profile"):
+bare Hypercorn, our stack without a broker and ``queen serve`` take the same wrk load in turn
+while py-spy samples each; a component's share of the samples times the server's CPU (/proc),
+per message pushed, is its µs per message."""
 
 from __future__ import annotations
 
@@ -17,7 +12,6 @@ import sys
 import tempfile
 import threading
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench import servers
@@ -27,7 +21,7 @@ from bench.servers import Meter
 from bench.wrk import ensure_wrk, run_wrk
 
 # (component, pattern of a frame's file): the first that matches names the frame's component.
-COMPONENTS: list[tuple[str, str]] = [
+COMPONENTS = [
     ("socket send/recv", r"trio/_socket\.py"),
     ("Hypercorn, h11", r"(^|/)(hypercorn|h11)/"),
     ("Quart, Werkzeug, Flask", r"(^|/)(quart|quart_trio|werkzeug|flask|blinker)/"),
@@ -48,20 +42,20 @@ _TRIO = re.compile(r"(^|/)trio/(?!_socket\.py)")
 # A thread of Trio's thread cache waiting for a job (py-spy does not see that wait as idle).
 _IDLE_WORKER = re.compile(r"(^|;)WorkerThread\._work \([^;]*$")
 _MATCHERS = [(name, re.compile(pattern)) for name, pattern in COMPONENTS]
-SERVERS = ("floor", "stack", "ours")
+SERVERS = {"floor": "bench.hypercorn_floor", "stack": "bench.http_ceiling", "ours": ""}
 
 
 def component(stack: str) -> str:
-    """The component a sample counts for: that of its innermost frame in one."""
+    """The component of the innermost frame that has one, below the scheduler; Trio's own
+    frames count for their caller."""
     for frame in reversed(stack.split(";")):
         if _LOOP.search(frame):
             break  # the scheduler itself (its callers are the program's start)
         found = _FRAME.search(frame)
-        if found is None or _TRIO.search(found[1]):
-            continue  # the rest of Trio counts for its caller
-        for name, pattern in _MATCHERS:
-            if pattern.search(found[1]):
-                return name
+        if found is not None and not _TRIO.search(found[1]):
+            for name, pattern in _MATCHERS:
+                if pattern.search(found[1]):
+                    return name
     return RUN_LOOP
 
 
@@ -75,70 +69,45 @@ def shares(raw: str) -> Counter[str]:
     return counts
 
 
-def sample(pid: int, args: argparse.Namespace, out: Path) -> None:
-    """py-spy's samples of ``pid`` and its child processes for ``args.duration`` into ``out``."""
-    spy = [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid)]
-    spy += ["--rate", str(args.rate), "--format", "raw", "--subprocesses"]
-    spy += ["--duration", str(int(args.duration)), "-o", str(out)]
-    subprocess.run(spy, check=True, capture_output=True)
+def sample(pid: int, args: argparse.Namespace, out: Path) -> Counter[str]:
+    """py-spy's samples of ``pid`` and its child processes over ``args.duration``, counted."""
+    spy = [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid), "--rate"]
+    spy += [str(args.rate), "--format", "raw", "--subprocesses", "--duration"]
+    subprocess.run([*spy, str(int(args.duration)), "-o", str(out)], check=True, capture_output=True)
+    return shares(out.read_text())
 
 
-def attach(args: argparse.Namespace, workdir: Path) -> None:
-    """Sample a running server (``--attach PID``; with its children): each component's share of
-    its samples, and the CPU it used meanwhile."""
-    out = workdir / f"attached-{args.attach}.txt"
-    meter = Meter(None, [args.attach])
-    sample(args.attach, args, out)
-    cpu, counts = meter.stop(), shares(out.read_text())
+def measure(which: str, db: servers.Database, shape: str, args: argparse.Namespace) -> list[float]:
+    """One server's µs per message by component (in ``COMPONENTS`` order, the scheduler last),
+    its whole µs per message and its requests per second."""
+    name, load, wrk = f"{which}-{shape}", SCENARIOS[shape].load, ensure_wrk()
+    if which == "ours":
+        server = servers.start_broker(db, workers=args.workers, workdir=args.workdir, name=name)
+    else:
+        module = SERVERS[which]
+        server = servers.start_http_stack(
+            module, workers=args.workers, workdir=args.workdir, name=name
+        )
+    try:
+        server.wait_ready()
+        run_wrk(wrk, server.base_url, load, args.warmup, f"prof_{shape.lower()}", f"w{which}")
+        meter, counts = Meter(db.postmaster_pid, server.pids), Counter[str]()
+        sampler = threading.Thread(
+            target=lambda: counts.update(sample(server.pids[0], args, args.workdir / f"{name}.txt"))
+        )
+        sampler.start()
+        report = run_wrk(wrk, server.base_url, load, args.duration, f"prof_{shape.lower()}", which)
+        cpu = meter.stop()
+        sampler.join()
+    finally:
+        server.stop()
+    per_message = cpu["server_cpu_s"] * 1e6 / max(1, report.requests * load.items)
     total = sum(counts.values()) or 1
-    rows = [[name, f"{100 * n / total:.1f}%"] for name, n in counts.most_common()]
-    print(f"pid {args.attach}: {cpu['server_cpu_s']:.1f} s of CPU in {cpu['wall_s']:.1f} s")
-    print(table(["component", "share of samples"], rows, markdown=args.markdown), flush=True)
-
-
-@dataclass(frozen=True, slots=True)
-class Figures:
-    requests_per_s: float
-    us: dict[str, float]  # per component, µs of process CPU per request
-    cpu_us: float  # all of it
-    other_cores: float  # the rest of the machine's load meanwhile
-
-
-def measure(
-    server: servers.Server, db_pid: int | None, shape: str, args: argparse.Namespace, workdir: Path
-) -> Figures:
-    load, wrk = SCENARIOS[shape].load, ensure_wrk()
-    server.wait_ready()
-    run_wrk(wrk, server.base_url, load, args.warmup, f"prof_{shape.lower()}", f"w{id(server)}")
-    out = workdir / f"{server.name.split()[0]}-{shape}.txt"
-    meter = Meter(db_pid, server.pids)
-    sampler = threading.Thread(target=sample, args=(server.pids[0], args, out))
-    sampler.start()
-    report = run_wrk(
-        wrk, server.base_url, load, args.duration, f"prof_{shape.lower()}", f"m{id(server)}"
-    )
-    cpu = meter.stop()
-    sampler.join()
-    counts = shares(out.read_text())
-    total, requests = sum(counts.values()) or 1, max(1, report.requests)
-    us = {name: cpu["server_cpu_s"] * 1e6 / requests * n / total for name, n in counts.items()}
-    per_request = cpu["server_cpu_s"] * 1e6 / requests
-    return Figures(report.requests / cpu["wall_s"], us, per_request, cpu["other_cores"])
-
-
-def render(shape: str, figures: dict[str, Figures], items: int, markdown: bool) -> str:
     names = [n for n, _ in COMPONENTS] + [RUN_LOOP]
-    rows = []
-    for name in names:
-        cells = [figures[s].us.get(name, 0.0) / items for s in SERVERS]
-        if any(cells):
-            rows.append([name, *(f"{c:.1f}" for c in cells), f"{cells[2] - cells[1]:+.1f}"])
-    totals = [figures[s].cpu_us / items for s in SERVERS]
-    rows.append(["**all**", *(f"{t:.1f}" for t in totals), f"{totals[2] - totals[1]:+.1f}"])
-    rate = " / ".join(f"{figures[s].requests_per_s:,.0f}" for s in SERVERS)
-    head = f"{shape}: µs of process CPU per message (requests/s floor / stack / ours: {rate})"
-    headers = ["component", "bare Hypercorn", "our stack", "ours", "ours above stack"]
-    return head + "\n\n" + table(headers, rows, markdown=markdown)
+    return [per_message * counts[n] / total for n in names] + [
+        per_message,
+        report.requests / cpu["wall_s"],
+    ]
 
 
 def main() -> int:
@@ -155,33 +124,31 @@ def main() -> int:
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="queen-bench-profile-") as tmp:
-        workdir = args.keep or Path(tmp)
-        if args.attach:
-            attach(args, workdir)
+        args.workdir = args.keep or Path(tmp)
+        if args.attach:  # each component's share of a running server's samples
+            meter = Meter(None, [args.attach])
+            counts = sample(args.attach, args, args.workdir / f"attached-{args.attach}.txt")
+            cpu, total = meter.stop(), sum(counts.values()) or 1
+            print(f"pid {args.attach}: {cpu['server_cpu_s']:.1f} s of CPU in {cpu['wall_s']:.1f} s")
+            rows = [[name, f"{100 * n / total:.1f}%"] for name, n in counts.most_common()]
+            print(table(["component", "share of samples"], rows, markdown=args.markdown))
             return 0
-        with servers.open_database(args.database_url, workdir, bin_dir=args.pg_bin) as db:
+        with servers.open_database(args.database_url, args.workdir, bin_dir=args.pg_bin) as db:
             for shape in pick(args.shapes, list(SCENARIOS)):
-                figures: dict[str, Figures] = {}
-                for which in SERVERS:
-                    if which == "ours":
-                        server = servers.start_broker(
-                            db, workers=args.workers, workdir=workdir, name=shape
-                        )
-                    else:
-                        module = (
-                            "bench.hypercorn_floor" if which == "floor" else "bench.http_ceiling"
-                        )
-                        server = servers.start_http_stack(
-                            module, workers=args.workers, workdir=workdir, name=f"{which}-{shape}"
-                        )
-                    try:
-                        figures[which] = measure(server, db.postmaster_pid, shape, args, workdir)
-                    finally:
-                        server.stop()
-                print(
-                    render(shape, figures, SCENARIOS[shape].load.items, args.markdown) + "\n",
-                    flush=True,
-                )
+                floor, stack, ours = (measure(which, db, shape, args) for which in SERVERS)
+                rows = [
+                    [
+                        name,
+                        *(f"{c[i]:.1f}" for c in (floor, stack, ours)),
+                        f"{ours[i] - stack[i]:+.1f}",
+                    ]
+                    for i, name in enumerate([n for n, _ in COMPONENTS] + [RUN_LOOP, "**all**"])
+                    if floor[i] or stack[i] or ours[i]
+                ]
+                rate = " / ".join(f"{c[-1]:,.0f}" for c in (floor, stack, ours))
+                print(f"{shape}: µs of server CPU per message (requests/s of each: {rate})\n")
+                headers = ["component", "bare Hypercorn", "our stack", "ours", "ours above stack"]
+                print(table(headers, rows, markdown=args.markdown) + "\n", flush=True)
     return 0
 
 
