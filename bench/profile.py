@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench import servers
 from bench.report import table
+from bench.runner import new_run_id
 from bench.scenarios import SCENARIOS, pick
 from bench.servers import Meter
 from bench.wrk import ensure_wrk, run_wrk
@@ -90,13 +91,14 @@ def measure(which: str, db: servers.Database, shape: str, args: argparse.Namespa
         )
     try:
         server.wait_ready()
-        run_wrk(wrk, server.base_url, load, args.warmup, f"prof_{shape.lower()}", f"w{which}")
+        queue, tag = f"prof_{shape.lower()}", f"{args.run_id}-{which}"  # a tag new to the queue
+        run_wrk(wrk, server.base_url, load, args.warmup, queue, f"{tag}-w")
         meter, counts = Meter(db.postmaster_pid, server.pids), Counter[str]()
         sampler = threading.Thread(
             target=lambda: counts.update(sample(server.pids[0], args, args.workdir / f"{name}.txt"))
         )
         sampler.start()
-        report = run_wrk(wrk, server.base_url, load, args.duration, f"prof_{shape.lower()}", which)
+        report = run_wrk(wrk, server.base_url, load, args.duration, queue, tag)
         cpu = meter.stop()
         sampler.join()
     finally:
@@ -124,7 +126,7 @@ def main() -> int:
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="queen-bench-profile-") as tmp:
-        args.workdir = args.keep or Path(tmp)
+        args.workdir, args.run_id = args.keep or Path(tmp), new_run_id()
         if args.attach:  # each component's share of a running server's samples
             meter = Meter(None, [args.attach])
             counts = sample(args.attach, args, args.workdir / f"attached-{args.attach}.txt")
