@@ -242,3 +242,26 @@ async def test_a_partitions_lag_is_written_once_and_inlined_into_the_reads(
         queue,
     )
     assert lag == 1  # offsets 1 and 2 from the start, 2 acked ahead
+
+
+async def test_the_oldest_waiting_time_is_written_once_and_inlined_into_the_reads(
+    api: Api, queue: str, db: Db
+) -> None:
+    """queen.stored_since is the one definition of when the first message a consumer still has
+    to do was stored, read by the queue, group list and group partition reads. Inlined, it is
+    the segment probes themselves; called per row it would be a function call per partition."""
+    await api.push(queue, "p", 1, 2, 3)
+    [[plan]] = await db.rows(
+        """EXPLAIN (FORMAT JSON)
+           SELECT (SELECT o.at FROM queen.stored_since(p.id, 1) o) FROM queen.partitions p"""
+    )
+    assert "stored_since" not in json.dumps(plan), plan
+    [[at, stored, beyond]] = await db.rows(
+        """SELECT (SELECT o.at FROM queen.stored_since(p.id, 1) o),
+                  (SELECT min(s.created_at) FROM queen.segments s WHERE s.partition_id = p.id),
+                  (SELECT o.at FROM queen.stored_since(p.id, p.next_offset) o)
+           FROM queen.partitions p
+           WHERE p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = %s)""",
+        queue,
+    )
+    assert at == stored and beyond is None

@@ -26,6 +26,26 @@
 --   most_done        the most one of them has done: held - its undone - the partition's
 --                    dead letters (a message any group dead-lettered is not done)
 --   most_dead        the partition's dead letters (every group's)
+-- When the first stored message at or above offset p_start was stored: the created_at of the
+-- segment holding p_start, or, when p_start falls in a gap, of the first segment above it
+-- (null when none). The one definition of a consumer's "oldest waiting" time, read by
+-- queen.admin_partition_stats, queen.admin_group_positions and queen.admin_group_partitions.
+-- A set-returning SQL function of one SELECT, so that the planner inlines it into the
+-- caller's query (the same index probes as if written there; see queen.stored_lag).
+CREATE OR REPLACE FUNCTION queen.stored_since(p_partition_id bigint, p_start bigint)
+RETURNS TABLE (at timestamptz)
+LANGUAGE sql STABLE AS $fn$
+    SELECT coalesce(
+        (SELECT y.created_at
+         FROM (SELECT s.created_at, s.last_offset FROM queen.segments s
+               WHERE s.partition_id = p_partition_id AND s.first_offset <= p_start
+               ORDER BY s.first_offset DESC LIMIT 1) y
+         WHERE y.last_offset >= p_start),
+        (SELECT s.created_at FROM queen.segments s      -- p_start is in a gap
+         WHERE s.partition_id = p_partition_id AND s.first_offset > p_start
+         ORDER BY s.first_offset LIMIT 1))
+$fn$;
+
 DO $do$
 BEGIN   -- earlier answers had no consumers column (and cannot be replaced in place)
     IF EXISTS (SELECT 1 FROM pg_proc
@@ -52,15 +72,8 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
            (SELECT count(*) FROM queen.failures f
             WHERE f.partition_id = p.id AND f.consumer_group = '__QUEUE_MODE__'),
            CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END,
-           CASE WHEN b.undone > 0 THEN coalesce(
-               (SELECT x.created_at
-                FROM (SELECT s.created_at, s.last_offset FROM queen.segments s
-                      WHERE s.partition_id = p.id AND s.first_offset <= st.start
-                      ORDER BY s.first_offset DESC LIMIT 1) x
-                WHERE x.last_offset >= st.start),
-               (SELECT s.created_at FROM queen.segments s      -- start is in a gap
-                WHERE s.partition_id = p.id AND s.first_offset > st.start
-                ORDER BY s.first_offset LIMIT 1)) END,
+           CASE WHEN b.undone > 0
+                THEN (SELECT o.at FROM queen.stored_since(p.id, st.start) o) END,
            (SELECT s.created_at FROM queen.segments s
             WHERE s.partition_id = p.id ORDER BY s.first_offset DESC LIMIT 1),
            w.consumers,
@@ -344,15 +357,8 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
         CROSS JOIN LATERAL queen.stored_lag(x.id, x.next_offset, x.start, x.acked) n
     )
     SELECT x.grp, x.qid, x.id, x.name, x.next_offset, x.start, x.cur, x.lag,
-           CASE WHEN x.lag > 0 THEN coalesce(
-               (SELECT y.created_at
-                FROM (SELECT s.created_at, s.last_offset FROM queen.segments s
-                      WHERE s.partition_id = x.id AND s.first_offset <= x.start
-                      ORDER BY s.first_offset DESC LIMIT 1) y
-                WHERE y.last_offset >= x.start),
-               (SELECT s.created_at FROM queen.segments s      -- start is in a gap
-                WHERE s.partition_id = x.id AND s.first_offset > x.start
-                ORDER BY s.first_offset LIMIT 1)) END,
+           CASE WHEN x.lag > 0
+                THEN (SELECT o.at FROM queen.stored_since(x.id, x.start) o) END,
            x.lease, x.delivered_at, x.done, CASE WHEN x.lag > 0 THEN x.expired END
     FROM pos x
 $fn$;
@@ -509,15 +515,9 @@ LANGUAGE sql STABLE SET jit = off AS $fn$
         SELECT z.*, queen.admin_stuck(z.lag, z.lease, z.expired, z.oldest_at, z.delivered_at,
                                       p_stuck_idle_s) AS stuck
         FROM (SELECT x.id, x.name, x.next_offset, x.start, x.cur, x.lag,
-                     CASE WHEN x.lag > 0 THEN coalesce(
-                         (SELECT y.created_at
-                          FROM (SELECT s.created_at, s.last_offset FROM queen.segments s
-                                WHERE s.partition_id = x.id AND s.first_offset <= x.start
-                                ORDER BY s.first_offset DESC LIMIT 1) y
-                          WHERE y.last_offset >= x.start),
-                         (SELECT s.created_at FROM queen.segments s      -- start is in a gap
-                          WHERE s.partition_id = x.id AND s.first_offset > x.start
-                          ORDER BY s.first_offset LIMIT 1)) END AS oldest_at,
+                     CASE WHEN x.lag > 0
+                          THEN (SELECT o.at FROM queen.stored_since(x.id, x.start) o)
+                     END AS oldest_at,
                      x.lease, x.delivered_at, CASE WHEN x.lag > 0 THEN x.expired END AS expired
               FROM counted x OFFSET 0) z   -- OFFSET 0: oldest_at computed once per row
     ) w
