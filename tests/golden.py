@@ -255,6 +255,13 @@ _MESSAGE_STATUS = (
     "message after queue mode's cursor processing while its lease lives, and in a partition "
     "no queue mode reads, a message completed once every group that read it consumed it"
 )
+_MESSAGE_DIFFERS = {  # a message's detail, dead-lettered or not
+    "consumerGroups[].consumed": "a message stored before a group subscribed to new messages is "
+    "behind its cursor here (consumed: it will never receive it); the original says not consumed "
+    "(billing's and audit's agree)",
+    "mode": "the original's summary of how the message's queue is consumed is not answered here",
+    "queueConfig.ttl": "the original's default ttl of a configured queue",
+}
 _SERIES_SUMS = (
     "ingested",
     "processed",
@@ -353,14 +360,7 @@ RULES: dict[str, Rules] = {
             "consumerGroups[].name",
         ),
         order={"consumerGroups[]": "name"},
-        differs={
-            "consumerGroups[].consumed": "a message stored before a group subscribed to new "
-            "messages is behind its cursor here (consumed: it will never receive it); the "
-            "original says not consumed (billing's and audit's agree)",
-            "mode": "the original's summary of how the message's queue is consumed is not "
-            "answered here",
-            "queueConfig.ttl": "the original's default ttl of a configured queue",
-        },
+        differs=_MESSAGE_DIFFERS,
     ),
     "message-dead-letter": Rules(
         equal=(
@@ -375,14 +375,7 @@ RULES: dict[str, Rules] = {
             "consumerGroups[].name",
         ),
         order={"consumerGroups[]": "name"},
-        differs={
-            "consumerGroups[].consumed": "a message stored before a group subscribed to new "
-            "messages is behind its cursor here (consumed: it will never receive it); the "
-            "original says not consumed (billing's and audit's agree)",
-            "mode": "the original's summary of how the message's queue is consumed is not "
-            "answered here",
-            "queueConfig.ttl": "the original's default ttl of a configured queue",
-        },
+        differs=_MESSAGE_DIFFERS,
     ),
     "message-delete": Rules(equal=("success", "transactionId")),
     "traces-by-name": Rules(
