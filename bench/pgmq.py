@@ -113,6 +113,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for r in range(1, args.rounds + 1):
             for shape in args.shapes:
                 for side in ("ours", "pgmq") if r % 2 else ("pgmq", "ours"):
+                    # every step starts after a checkpoint: none falls inside its window
+                    # (checkpoint_timeout), and the WAL files written before are there to reuse
+                    with db.connect() as conn:
+                        conn.execute("CHECKPOINT")
                     record = _step(side, shape, db, args, f"{run_id}-{shape}-{r}", workdir)
                     record.update(round=r, shape=shape, side=side)
                     steps.append(record)
