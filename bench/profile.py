@@ -37,6 +37,7 @@ COMPONENTS = [
     ("other queen code", r"queen/"),
 ]
 RUN_LOOP = "Trio scheduler, standard library"
+NAMES = [name for name, _ in COMPONENTS] + [RUN_LOOP]  # the order of a measurement's figures
 _FRAME = re.compile(r"\(([^:()]+):\d+\)")
 _LOOP = re.compile(r"^(unrolled_run|run) \(trio/_core/_run\.py:")
 _TRIO = re.compile(r"(^|/)trio/(?!_socket\.py)")
@@ -105,8 +106,7 @@ def measure(which: str, db: servers.Database, shape: str, args: argparse.Namespa
         server.stop()
     per_message = cpu["server_cpu_s"] * 1e6 / max(1, report.requests * load.items)
     total = sum(counts.values()) or 1
-    names = [n for n, _ in COMPONENTS] + [RUN_LOOP]
-    return [per_message * counts[n] / total for n in names] + [
+    return [per_message * counts[n] / total for n in NAMES] + [
         per_message,
         report.requests / cpu["wall_s"],
     ]
@@ -144,7 +144,7 @@ def main() -> int:
                         *(f"{c[i]:.1f}" for c in (floor, stack, ours)),
                         f"{ours[i] - stack[i]:+.1f}",
                     ]
-                    for i, name in enumerate([n for n, _ in COMPONENTS] + [RUN_LOOP, "**all**"])
+                    for i, name in enumerate([*NAMES, "**all**"])
                     if floor[i] or stack[i] or ours[i]
                 ]
                 rate = " / ".join(f"{c[-1]:,.0f}" for c in (floor, stack, ours))
