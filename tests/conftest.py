@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -33,6 +34,13 @@ pytest_plugins = ("tests.hang_guard",)
 # A `queen serve` a test starts is one process unless the test asks for more (`queen serve`
 # alone runs one per core: tests/test_workers.py checks that default).
 os.environ.setdefault("QUEEN_WORKERS", "1")
+
+# A harness that starts the suite as a background job (a non-interactive shell's `&`) starts it
+# with SIGINT ignored; every child would inherit that, and Python installs no Ctrl-C handler in a
+# process that starts with SIGINT ignored. The tests that press Ctrl-C stand for a terminal,
+# where it is heard: a handler here (not inherited across exec) gives children the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 FIRST = "test_hypercorn_contract.py"
 """Run before the rest: after an upgrade of Hypercorn, h11 or Quart-Trio it says which
