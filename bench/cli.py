@@ -40,8 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--pg-connections", type=int, help="writers (default: QUEEN_WRITE_CONCURRENCY)")
     add("--wrk-threads", type=int, default=1, help="wrk threads")
     add("--output", type=Path, help="JSON results (default bench/results/<run>.json)")
-    results = HERE / "RESULTS.md"
-    into = "also as Markdown, into PATH or bench/RESULTS.md"
+    results, into = HERE / "RESULTS.md", "also as Markdown, into PATH or bench/RESULTS.md"
     add("--write-results", nargs="?", const=results, type=Path, metavar="PATH", help=into)
     add("--render", type=Path, metavar="JSON", help="report a saved run; run nothing")
     peer = p.add_argument_group("beside the original C++ server (--peer)").add_argument
@@ -94,9 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 from bench import peer_report, peer_run  # peer_run needs httpx, of the test extra
             except ImportError as exc:
-                raise RuntimeError(
-                    f"the peer run needs {exc.name}: pip install -e '.[test]'"
-                ) from None
+                needs = f"the peer run needs {exc.name}: pip install -e '.[test]'"
+                raise RuntimeError(needs) from None
             render, run = peer_report, peer_run.run
         if args.render:
             doc = json.loads(args.render.read_text())
@@ -112,8 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(json.dumps(doc, indent=2) + "\n")
             print(f"\nresults: {output}")
-        print()
-        print(render.terminal(doc))
+        print("\n" + render.terminal(doc))
         if args.write_results:
             path: Path = args.write_results
             path.write_text(render.merge(path.read_text() if path.exists() else None, doc))

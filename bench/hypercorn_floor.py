@@ -31,18 +31,17 @@ def push_results(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     results = []
     for index, (item, message_id) in enumerate(zip(items, mint_ids(len(items)), strict=True)):
         transaction_id = item.get("transactionId") or message_id
-        results.append(
-            {
-                "index": index,
-                "message_id": message_id,
-                "messageId": message_id,
-                "transaction_id": transaction_id,
-                "transactionId": transaction_id,
-                "queueName": item.get("queue"),
-                "partition": item.get("partition", DEFAULT_PARTITION),
-                "status": "queued",
-            }
-        )
+        result = {
+            "index": index,
+            "message_id": message_id,
+            "messageId": message_id,
+            "transaction_id": transaction_id,
+            "transactionId": transaction_id,
+            "queueName": item.get("queue"),
+            "partition": item.get("partition", DEFAULT_PARTITION),
+            "status": "queued",
+        }
+        results.append(result)
     return results
 
 

@@ -12,10 +12,10 @@ import math
 import os
 import sys
 import tempfile
-import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -25,6 +25,7 @@ import trio
 import trio.lowlevel
 
 from bench import servers
+from bench.report import table
 from bench.scenarios import CONSUME, EMBEDDED, SCENARIOS, ConsumeLoad, Load
 from bench.servers import Meter, per_100k
 from queen import open_broker, tune_gc
@@ -35,6 +36,9 @@ DRAIN_LIMIT_S = 300.0  # a drain that takes longer is reported unfinished
 SINGLE_POPS = 100  # C2: single pops timed before the drain
 FILL_TASKS = 8
 FILL_ITEMS = 100
+Push = Callable[[list[dict[str, Any]]], Awaitable[None]]  # push items, raise where one failed
+Pop = Callable[[], Awaitable[list[Any]]]
+Ack = Callable[[list[Any]], Awaitable[int]]  # ack messages, answer how many were acked
 
 
 def percentiles(samples: Sequence[float]) -> dict[str, float]:
@@ -83,14 +87,12 @@ async def embedded(
                 queued = sum(1 for r in results if r.status == "queued")
                 done, failed = done + queued, failed + len(results) - queued
 
-    meter = Meter(args.db_pid)
     async with trio.open_nursery() as nursery:
         for _ in range(load.connections):
             nursery.start_soon(producer)
         await trio.sleep(args.warmup)
         before = broker.metrics.snapshot()
-        measuring = True
-        meter.start()
+        measuring, meter = True, Meter(args.db_pid)
         await trio.sleep(args.duration)
         measuring = False
         window = meter.stop()
@@ -111,13 +113,7 @@ async def embedded(
     }
 
 
-async def fill(
-    push: Callable[[list[dict[str, Any]]], Awaitable[None]],
-    queue: str,
-    messages: int,
-    partitions: int,
-    tag: str,
-) -> None:
+async def fill(push: Push, queue: str, messages: int, partitions: int, tag: str) -> None:
     """Push ``messages`` items (:func:`item`), 100 per push from 8 tasks."""
     pushes = math.ceil(messages / FILL_ITEMS)
 
@@ -142,12 +138,7 @@ class Drain:
     ack_ms: list[float] = field(default_factory=list)
 
 
-async def drain(
-    pop: Callable[[], Awaitable[list[Any]]],
-    ack: Callable[[list[Any]], Awaitable[int]],
-    total: int,
-    consumers: int,
-) -> Drain:
+async def drain(pop: Pop, ack: Ack, total: int, consumers: int) -> Drain:
     """``consumers`` tasks ``pop`` and ``ack`` (answering how many it acked) until ``total``
     messages are acked or :data:`DRAIN_LIMIT_S` passed; the others are then cancelled."""
     state = Drain()
@@ -192,9 +183,8 @@ async def consume(broker: Broker, load: ConsumeLoad, args: argparse.Namespace) -
     group: str | None = None
 
     async def pop() -> list[Any]:
-        return (
-            await broker.pop(queue, batch=load.batch, consumer_group=group, autopilot=True)
-        ).messages
+        popped = await broker.pop(queue, batch=load.batch, consumer_group=group, autopilot=True)
+        return popped.messages
 
     async def ack(messages: list[Any]) -> int:
         bad = [a for a in await broker.ack(messages) if not a.success]
@@ -217,7 +207,6 @@ async def consume(broker: Broker, load: ConsumeLoad, args: argparse.Namespace) -
         total -= len(single)
         record["single_pop_ms"] = percentiles(single)
     meter = Meter(args.db_pid)
-    meter.start()
     state = await drain(pop, ack, total, load.consumers)
     window = meter.stop()
     return {
@@ -288,27 +277,20 @@ def calls_by_group(profile: cProfile.Profile) -> dict[str, int]:
 def _post_lanes(port: int, lanes: list[list[bytes]]) -> None:
     """Each lane's bodies one after another on one keep-alive connection, from a client
     thread of its own (threads cProfile does not see)."""
-    errors: list[BaseException] = []
 
     def post_all(bodies: list[bytes]) -> None:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port)
-            for body in bodies:
-                conn.request("POST", "/api/v1/push", body, {"Content-Type": "application/json"})
-                answer = conn.getresponse()
-                if answer.status != 201 or b'"failed"' in answer.read():
-                    raise RuntimeError(f"push answered {answer.status}")
-            conn.close()
-        except BaseException as exc:
-            errors.append(exc)
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        for body in bodies:
+            conn.request("POST", "/api/v1/push", body, {"Content-Type": "application/json"})
+            answer = conn.getresponse()
+            if answer.status != 201 or b'"failed"' in answer.read():
+                raise RuntimeError(f"push answered {answer.status}")
+        conn.close()
 
-    clients = [threading.Thread(target=post_all, args=(bodies,)) for bodies in lanes]
-    for client in clients:
-        client.start()
-    for client in clients:
-        client.join()
-    if errors:
-        raise errors[0]
+    with ThreadPoolExecutor(len(lanes)) as clients:  # every lane runs to its end
+        lanes_done = [clients.submit(post_all, bodies) for bodies in lanes]
+    for lane in lanes_done:
+        lane.result()  # a lane's error, raised
 
 
 async def count_calls(broker: Broker, shape: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -359,6 +341,7 @@ async def count_calls(broker: Broker, shape: str, args: argparse.Namespace) -> d
     groups = calls_by_group(profile)
     groups.pop("bench", None)
     items = args.requests * size
+    per_item = {k: round(v / items, 1) for k, v in sorted(groups.items(), key=lambda g: -g[1])}
     if args.profile_to:
         profile.dump_stats(f"{args.profile_to}-{shape}.prof")
     return {
@@ -370,27 +353,21 @@ async def count_calls(broker: Broker, shape: str, args: argparse.Namespace) -> d
         "segments": delta.get("push_segments", 0),
         "calls_per_item": sum(groups.values()) / items,
         "calls_per_request": sum(groups.values()) / args.requests,
-        "per_item": {
-            k: round(v / items, 1) for k, v in sorted(groups.items(), key=lambda g: -g[1])
-        },
+        "per_item": per_item,
     }
 
 
 def calls_table(records: list[dict[str, Any]]) -> str:
     columns = [*dict.fromkeys(name for _, name in CALL_GROUPS if name != "bench"), "other"]
     shown = [c for c in columns if any(c in r["per_item"] for r in records)]
-    lines = [
-        "| shape | tasks | calls/item | calls/request | segments/tx | " + " | ".join(shown) + " |",
-        "|---" * (5 + len(shown)) + "|",
-    ]
+    headers = ["shape", "tasks", "calls/item", "calls/request", "segments/tx", *shown]
+    rows = []
     for r in records:
         per_tx = r["segments"] / r["transactions"] if r["transactions"] else 0
-        cells = [str(r["per_item"].get(c, 0)) for c in shown]
-        lines.append(
-            f"| {r['shape']} | {r['tasks']} | {r['calls_per_item']:.1f} | "
-            f"{r['calls_per_request']:.1f} | {per_tx:.1f} | " + " | ".join(cells) + " |"
-        )
-    return "\n".join(lines)
+        figures = [f"{v:.1f}" for v in (r["calls_per_item"], r["calls_per_request"], per_tx)]
+        calls = [str(r["per_item"].get(c, 0)) for c in shown]
+        rows.append([r["shape"], str(r["tasks"]), *figures, *calls])
+    return table(headers, rows, markdown=True, left=len(headers))  # every column "---"
 
 
 def in_process(

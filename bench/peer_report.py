@@ -8,11 +8,13 @@ from statistics import mean
 from typing import Any
 
 from bench import report
-from bench.report import _n, columns, get, merge_results, table
+from bench.report import Doc, _n, columns, merge_results, table
+from bench.scenarios import get
 
-Doc = Mapping[str, Any]
+Steps = Sequence[Mapping[str, Any]]  # one side's steps of a shape
 SIDES = ("original", "ours")
 CEILINGS = ("stack", "hypercorn")  # the HTTP stack alone (see bench.peer_run)
+_STAGES = ("worker", "analytics", "log")  # of the pipeline
 
 METHOD = """\
 - **Alternation**: every shape runs original, ours, original, ours, ... (`--rounds` each), each
@@ -47,12 +49,12 @@ METHOD = """\
 """
 
 
-def _values(steps: Sequence[Mapping[str, Any]], *keys: str) -> list[float]:
+def _values(steps: Steps, *keys: str) -> list[float]:
     values = (get(step, *keys) for step in steps)
     return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
 
 
-def avg(steps: Sequence[Mapping[str, Any]], *keys: str) -> float | None:
+def avg(steps: Steps, *keys: str) -> float | None:
     values = _values(steps, *keys)
     return mean(values) if values else None
 
@@ -68,7 +70,7 @@ def step_line(name: str, r: Mapping[str, Any]) -> str:
     return report.step_line(r, _latency(name), "broker", "" if note == "-" else note)
 
 
-def notes(name: str, steps: Sequence[Mapping[str, Any]]) -> str:
+def notes(name: str, steps: Steps) -> str:
     out = []
     errors = sum(_values(steps, "errors")) + sum(_values(steps, "failed_acks"))
     if errors:
@@ -88,15 +90,11 @@ def notes(name: str, steps: Sequence[Mapping[str, Any]]) -> str:
 
 def pipeline_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The figures of one ``analyze.js`` summary the tables show."""
-    rate = summary.get("throughput") or {}
-    done = summary.get("completeness") or {}
-    dup = summary.get("duplicates") or {}
-    lat = summary.get("latency_ms") or {}
+    rate, done = summary.get("throughput") or {}, summary.get("completeness") or {}
+    dup, lat = summary.get("duplicates") or {}, summary.get("latency_ms") or {}
     produced = int(done.get("producedTxids") or 0)
-    lost = {
-        stage: produced - int(done.get(f"reached{stage.title()}") or 0)
-        for stage in ("worker", "analytics", "log")
-    }
+    lost = {stage: produced - int(done.get(f"reached{stage.title()}") or 0) for stage in _STAGES}
+    duplicates = {stage: int(dup.get(stage) or 0) for stage in _STAGES}
 
     def stats(key: str) -> dict[str, Any]:
         s = lat.get(key) or {}
@@ -110,8 +108,8 @@ def pipeline_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
         "produced_steady": produced,
         "lost_at": lost,
         "lost": max(lost["analytics"], lost["log"]),
-        "duplicates_at": {k: int(dup.get(k) or 0) for k in ("worker", "analytics", "log")},
-        "duplicates": sum(int(dup.get(k) or 0) for k in ("worker", "analytics", "log")),
+        "duplicates_at": duplicates,
+        "duplicates": sum(duplicates.values()),
         "e2e_ms": {"analytics": stats("end_to_end_analytics"), "log": stats("end_to_end_log")},
     }
 
@@ -120,12 +118,13 @@ def _pair(a: float | None, b: float | None, spec: str) -> str:
     return f"{_n(a, spec)} / {_n(b, spec)}"
 
 
+def _both(a: Steps, b: Steps, key: str, spec: str = ".2f") -> str:
+    """The means at ``key`` of the steps ``a`` and ``b``, as :func:`_pair`'s ``a / b``."""
+    return _pair(avg(a, key), avg(b, key), spec)
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a is not None and b else "-"
-
-
-def _rounds(steps: Sequence[Mapping[str, Any]]) -> str:
-    return ", ".join(_n(v) for v in _values(steps, "msg_per_s"))
 
 
 def _by_shape(doc: Doc) -> list[tuple[str, Mapping[str, Any], list[Any], list[Any]]]:
@@ -145,14 +144,12 @@ def throughput_rows(doc: Doc, *, markdown: bool = True) -> list[list[str]]:
     rows = []
     for name, _, o, u in _by_shape(doc):
         mo, mu, lk = avg(o, "msg_per_s"), avg(u, "msg_per_s"), _latency(name).split(".")
-        ratio = (
-            "-" if not mo or mu is None else f"**{mu / mo:.2f}**" if markdown else f"{mu / mo:.2f}"
-        )
+        bold = "**" if markdown else ""
+        ratio = "-" if not mo or mu is None else f"{bold}{mu / mo:.2f}{bold}"
         latency = [_pair(avg(s, *lk, "p50"), avg(s, *lk, "p99"), ".1f") for s in (o, u)]
-        rounds = f"{_rounds(o)}; {_rounds(u)}"
-        rows.append(
-            [name, _n(mo), _n(mu), ratio, *latency, rounds, f"{notes(name, o)}; {notes(name, u)}"]
-        )
+        rounds = "; ".join(", ".join(_n(v) for v in _values(s, "msg_per_s")) for s in (o, u))
+        note = f"{notes(name, o)}; {notes(name, u)}"
+        rows.append([name, _n(mo), _n(mu), ratio, *latency, rounds, note])
     return rows
 
 
@@ -160,21 +157,16 @@ CPU_HEADERS = columns(
     "shape|broker|PG backends of its database|PG server (all processes)|clients|"
     "broker + PG server|broker cores|other load (cores)"
 )
+_PER_100K = {k: f"{k}_cpu_s_per_100k" for k in ("server", "db_backends", "db", "client")}
 
 
 def cpu_rows(doc: Doc) -> list[list[str]]:
     rows = []
     for name, _, o, u in _by_shape(doc):
-        cells = [name]
-        for key in ("server", "db_backends", "db", "client"):
-            cells.append(
-                _pair(avg(o, f"{key}_cpu_s_per_100k"), avg(u, f"{key}_cpu_s_per_100k"), ".2f")
-            )
-        totals = [[avg(s, f"{k}_cpu_s_per_100k") for k in ("server", "db")] for s in (o, u)]
-        cells.append(_pair(*(sum(v for v in t if v is not None) for t in totals), ".2f"))
-        cells.append(_pair(avg(o, "server_cores"), avg(u, "server_cores"), ".2f"))
-        cells.append(_pair(avg(o, "other_cores"), avg(u, "other_cores"), ".2f"))
-        rows.append(cells)
+        cpu = [_both(o, u, key) for key in _PER_100K.values()]
+        total = [sum(avg(s, _PER_100K[k]) or 0.0 for k in ("server", "db")) for s in (o, u)]
+        cpu.append(_pair(total[0], total[1], ".2f"))  # broker + PG server
+        rows.append([name, *cpu, _both(o, u, "server_cores"), _both(o, u, "other_cores")])
     return rows
 
 
@@ -194,11 +186,10 @@ def ceiling_rows(doc: Doc) -> list[list[str]]:
             continue
         mo, mu, ms, mh = (avg(steps.get(side, []), "msg_per_s") for side in (*SIDES, *CEILINGS))
         bound = hypercorn_bound(steps, (doc.get("machine") or {}).get("cores"))
-        cores = _pair(*(avg(steps.get(side, []), "server_cores") for side in CEILINGS), ".2f")
+        cores = _both(steps.get("stack", []), steps.get("hypercorn", []), "server_cores")
         ratios = [_ratio(mu, ms), _ratio(ms, mo), _ratio(mh, mo)]
-        rows.append(
-            [name, *map(_n, (mo, mu, ms, mh)), *ratios, cores, _n(bound), _ratio(bound, mo)]
-        )
+        held = [_n(bound), _ratio(bound, mo)]
+        rows.append([name, *map(_n, (mo, mu, ms, mh)), *ratios, cores, *held])
     return rows
 
 
@@ -207,8 +198,7 @@ def hypercorn_bound(steps: Mapping[str, Any], cores: int | None) -> float | None
     cores x 100k ÷ (bare Hypercorn's CPU and its load generator's per 100k messages +
     PostgreSQL's, as cheap as the cheaper of the two servers made it)."""
     floor = steps.get("hypercorn", [])
-    http = avg(floor, "server_cpu_s_per_100k")
-    client = avg(floor, "client_cpu_s_per_100k")
+    http, client = (avg(floor, _PER_100K[k]) for k in ("server", "client"))
     pg = [avg(steps.get(side, []), "db_cpu_s_per_100k") for side in SIDES]
     known = [v for v in pg if v is not None]
     if not cores or http is None or client is None or not known:
@@ -226,9 +216,7 @@ def per_message_rows(doc: Doc) -> list[list[str]]:
     """Broker CPU µs per message per side, ours ÷ bare Hypercorn and its range over the rounds."""
     rows = []
     for name, steps, o, u in _by_shape(doc):
-        per_100k = [
-            avg(steps.get(side, []), "server_cpu_s_per_100k") for side in (*SIDES, *CEILINGS)
-        ]
+        per_100k = [avg(steps.get(side, []), _PER_100K["server"]) for side in (*SIDES, *CEILINGS)]
         us = [None if v is None else v * 10 for v in per_100k]
         rounds = [
             a["server_cpu_s_per_100k"] / b["server_cpu_s_per_100k"]
@@ -236,7 +224,7 @@ def per_message_rows(doc: Doc) -> list[list[str]]:
             if a.get("server_cpu_s_per_100k") and b.get("server_cpu_s_per_100k")
         ]
         spread = f"{min(rounds):.2f}-{max(rounds):.2f}" if rounds else "-"
-        msg = _pair(avg(o, "msg_per_s"), avg(u, "msg_per_s"), ",.0f")
+        msg = _both(o, u, "msg_per_s", ",.0f")
         rows.append([name, *map(_n, us), _ratio(us[1], us[3]), spread, msg])
     return rows
 
@@ -268,19 +256,15 @@ def pipeline_bound_rows(doc: Doc) -> list[list[str]]:
         return []
     rows = []
     for label, _, steps, original in _pipelines(doc):
-        client = avg(steps, "client_cpu_s_per_100k")
-        db = avg(steps, "db_cpu_s_per_100k")
-        broker = avg(steps, "server_cpu_s_per_100k")
+        client, db, broker = (avg(steps, _PER_100K[k]) for k in ("client", "db", "server"))
         if client is None or db is None:
             continue
         bound = cores * 100_000 / (client + db) if client + db > 0 else None
         total = client + db + (broker or 0.0)
         held = _n(cores * 100_000 / total if total else None)
         costs = [_n(client, ".0f"), _n(db, ".0f"), _n(broker, ".0f")]
-        measured = _n(avg(steps, "msg_per_s"))
-        rows.append(
-            [label, *costs, held, measured, _n(bound), _ratio(bound, avg(original, "msg_per_s"))]
-        )
+        measured, that = _n(avg(steps, "msg_per_s")), _ratio(bound, avg(original, "msg_per_s"))
+        rows.append([label, *costs, held, measured, _n(bound), that])
     return rows
 
 
@@ -289,7 +273,6 @@ PIPELINE_HEADERS = columns(
     "lost worker/analytics/log|duplicates worker/analytics/log|e2e analytics p50/p99/max ms|"
     "e2e log p50/p99/max ms|missing, whole run|drain s"
 )
-_STAGES = ("worker", "analytics", "log")
 
 
 def pipeline_rows(doc: Doc) -> list[list[str]]:
@@ -299,16 +282,15 @@ def pipeline_rows(doc: Doc) -> list[list[str]]:
             rates = ("producer_msg_per_s", "worker_msg_per_s", "msg_per_s", "produced_steady")
             counts = [s.get("lost_at") or {}, s.get("duplicates_at") or {}]
             e2e = [get(s, "e2e_ms", stage) or {} for stage in ("analytics", "log")]
-            rows.append(
-                [
-                    f"{label} {number}",
-                    *(_n(s.get(k)) for k in rates),
-                    *("/".join(_n(c.get(k)) for k in _STAGES) for c in counts),
-                    *(" / ".join(_n(e.get(k)) for k in ("p50", "p99", "max")) for e in e2e),
-                    _n(s.get("missing_all")),
-                    _n(s.get("drain_s"), ".0f"),
-                ]
-            )
+            row = [
+                f"{label} {number}",
+                *(_n(s.get(k)) for k in rates),
+                *("/".join(_n(c.get(k)) for k in _STAGES) for c in counts),
+                *(" / ".join(_n(e.get(k)) for k in ("p50", "p99", "max")) for e in e2e),
+                _n(s.get("missing_all")),
+                _n(s.get("drain_s"), ".0f"),
+            ]
+            rows.append(row)
     return rows
 
 
@@ -337,6 +319,9 @@ def _conditions(doc: Doc) -> list[str]:
     ]
 
 
+_PER_MESSAGE_INTRO = (
+    "Broker CPU per message (µs; bare Hypercorn: a bare ASGI callable answering the push):"
+)
 _CEILING_INTRO = """\
 The push shapes against the HTTP stack alone (same wrk load, ours' process count, no
 broker, no database): our Quart-Trio app and serving layer answering the push
@@ -354,13 +339,9 @@ the consumers fell behind while the producer ran and caught up in the drain:"""
 
 
 def _tables(doc: Doc, *, markdown: bool) -> list[str]:
-    """Each table after its introduction; the last three only where they have rows."""
+    """Each table after its introduction, as blocks; the last three only where they have rows."""
     tables = [
-        (
-            "Broker CPU per message (µs; bare Hypercorn: a bare ASGI callable answering the push):",
-            PER_MESSAGE_HEADERS,
-            per_message_rows(doc),
-        ),
+        (_PER_MESSAGE_INTRO, PER_MESSAGE_HEADERS, per_message_rows(doc)),
         ("", THROUGHPUT_HEADERS, throughput_rows(doc, markdown=markdown)),
         ("CPU seconds per 100k messages (original / ours):", CPU_HEADERS, cpu_rows(doc)),
         (_CEILING_INTRO, CEILING_HEADERS, ceiling_rows(doc)),
@@ -370,46 +351,32 @@ def _tables(doc: Doc, *, markdown: bool) -> list[str]:
     out: list[str] = []
     for number, (intro, headers, rows) in enumerate(tables):
         if rows or number < 3:
-            out += ["", *([intro, ""] if intro else []), table(headers, rows, markdown=markdown)]
-    return out[1:]
+            out += [*([intro] if intro else []), table(headers, rows, markdown=markdown)]
+    return out
 
 
 def terminal(doc: Doc) -> str:
-    return "\n".join(["Beside the original", *_tables(doc, markdown=False)])
+    return "Beside the original\n" + "\n\n".join(_tables(doc, markdown=False))
 
 
 def markdown(doc: Doc) -> str:
     version = (doc.get("database") or {}).get("version") or "PostgreSQL"
     legend = [f"- {n}: {s.get('description')}" for n, s in (doc.get("shapes") or {}).items()]
-    return "\n".join(
-        [
-            f"## Beside the original: {version}",
-            "",
-            f"Run `{doc.get('run_id')}`, {doc.get('started_at')} to {doc.get('finished_at')}, "
-            f"produced by `{doc.get('command') or './bench/run.sh --peer'}`. Absolute figures",
-            "on this shared machine swing by up to 2x within minutes: read the ratios of one",
-            "alternating run, not the msg/s.",
-            "",
-            *_conditions(doc),
-            "",
-            *legend,
-            "",
-            *_tables(doc, markdown=True),
-            "",
-            "How these figures are measured:",
-            "",
-            METHOD,
-        ]
+    intro = (
+        f"Run `{doc.get('run_id')}`, {doc.get('started_at')} to {doc.get('finished_at')}, "
+        f"produced by `{doc.get('command') or './bench/run.sh --peer'}`. Absolute figures\n"
+        "on this shared machine swing by up to 2x within minutes: read the ratios of one\n"
+        "alternating run, not the msg/s."
     )
-
-
-def markers(doc: Doc) -> tuple[str, str]:
-    found = re.search(r"PostgreSQL (\d+)", str((doc.get("database") or {}).get("version") or ""))
-    key = f"PostgreSQL {found.group(1)}" if found else "PostgreSQL"
-    head = f"<!-- generated by ./bench/run.sh --peer --write-results ({key})"
-    return f"{head}: begin -->", f"{head}: end -->"
+    conditions = "\n".join([*_conditions(doc), "", *legend])
+    blocks = [f"## Beside the original: {version}", intro, conditions, *_tables(doc, markdown=True)]
+    return "\n\n".join([*blocks, "How these figures are measured:", METHOD])
 
 
 def merge(existing: str | None, doc: Doc) -> str:
     """The results file with this run's section, one per PostgreSQL major version."""
-    return merge_results(existing, markdown(doc), markers(doc), append=True)
+    found = re.search(r"PostgreSQL (\d+)", str((doc.get("database") or {}).get("version") or ""))
+    key = f"PostgreSQL {found.group(1)}" if found else "PostgreSQL"
+    head = f"<!-- generated by ./bench/run.sh --peer --write-results ({key})"
+    markers = (f"{head}: begin -->", f"{head}: end -->")
+    return merge_results(existing, markdown(doc), markers, append=True)

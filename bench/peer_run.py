@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -91,13 +91,8 @@ def fresh_database(server: Database, dbname: str) -> Iterator[Database]:
         conn.execute(drop)
         conn.execute(create)
     try:
-        yield Database(
-            urlunsplit(urlsplit(server.conninfo)._replace(path="/" + dbname)),
-            f"{server.description}, database {dbname}",
-            server.postmaster_pid,
-            server.version,
-            server.settings,
-        )
+        url = urlunsplit(urlsplit(server.conninfo)._replace(path="/" + dbname))
+        yield replace(server, conninfo=url, description=f"{server.description}, database {dbname}")
     finally:
         with server.connect() as conn:
             conn.execute(drop)
@@ -105,11 +100,9 @@ def fresh_database(server: Database, dbname: str) -> Iterator[Database]:
 
 def stored_messages(db: Database, original: bool) -> int:
     """Messages stored in ``db`` by the original (its message table) or by ours."""
-    query = (
-        "SELECT count(*) FROM queen.messages"
-        if original
-        else "SELECT coalesce(sum(next_offset), 0) FROM queen.partitions"
-    )
+    query = "SELECT coalesce(sum(next_offset), 0) FROM queen.partitions"
+    if original:
+        query = "SELECT count(*) FROM queen.messages"
     with db.connect() as conn:
         row = conn.execute(query).fetchone()
     return int(row[0]) if row else 0
@@ -152,22 +145,22 @@ class Backends(threading.Thread):
         return sum(self.last[pid] - self.first[pid] for pid in self.last)
 
 
-class Window:
+class Window(Meter):
     """One peer step's measured window: :class:`bench.servers.Meter`'s figures, and the CPU of
     the backends of the step's own database ``dbname``."""
 
     def __init__(self, server: Server, db: Database, dbname: str) -> None:
-        self.meter = Meter(db.postmaster_pid, server.pids)
+        super().__init__(db.postmaster_pid, server.pids)
         self.db, self.dbname = db, dbname
         self.backends: Backends | None = None
 
     def start(self) -> None:
-        if self.db.postmaster_pid is not None:
+        if self.db_pid is not None:
             self.backends = Backends(self.db, self.dbname)
-        self.meter.start()
+        super().start()
 
     def stop(self) -> dict[str, Any]:
-        figures = self.meter.stop()
+        figures = super().stop()
         figures["db_backends_cpu_s"] = self.backends.stop() if self.backends else None
         return figures
 
@@ -190,10 +183,8 @@ def describe(name: str, pipelines: dict[str, PipelineShape] | None = None) -> st
     if name in CONSUME:
         load, groups = CONSUME[name]
         mode = f"{groups} consumer groups at once ({load.consumers} each)" if groups else ""
-        return (
-            f"consume over HTTP: {load.messages:,} messages in {load.partitions:,} partitions, "
-            f"{load.consumers} consumers, batch={load.batch}, {mode or 'queue mode'}"
-        )
+        what = replace(load, fan_out=False).describe()  # its groups read the queue at once here
+        return f"consume over HTTP: {what}, {mode or 'queue mode'}"
     return (pipelines or {}).get(name, PIPELINE).describe()
 
 
@@ -219,9 +210,7 @@ class PeerRun:
         self.run_id = new_run_id()
         self.skipped: dict[str, str] = {}
         self.steps: dict[str, dict[str, list[dict[str, Any]]]] = {}
-        self.pipelines = {
-            shape.name: shape for shape in map(PipelineShape.at, options.pipeline_partitions)
-        }
+        self.pipelines = {s.name: s for s in map(PipelineShape.at, options.pipeline_partitions)}
 
     def _usable(self) -> list[str]:
         shapes = list(self.options.shapes)
@@ -271,32 +260,28 @@ class PeerRun:
             "original": _original(),
             "skipped": self.skipped,
             "shapes": {
-                name: {
-                    "description": describe(name, self.pipelines),
-                    "steps": self.steps.get(name, {}),
-                }
-                for name in shapes
+                n: {"description": describe(n, self.pipelines), "steps": self.steps.get(n, {})}
+                for n in shapes
             },
         }
 
     def _sides(self, name: str) -> tuple[str, ...]:
         return SIDES + CEILINGS if name in PUSH and self.options.ceilings else SIDES
 
-    def _step(
-        self, name: str, side: str, rnd: int, server_db: Database, workdir: Path
-    ) -> dict[str, Any]:
+    def _step(self, name: str, side: str, rnd: int, pg: Database, workdir: Path) -> dict[str, Any]:
+        """One step on a fresh database of ``pg``, the run's PostgreSQL server."""
         workers = self.options.ours_workers
         dbname = f"peer_{name.lower()}_{rnd + 1}_{side}"
         if side in CEILINGS:
-            return self._ceiling(name, side, dbname, server_db, workdir)
-        with fresh_database(server_db, dbname) as db:
+            return self._ceiling(name, side, dbname, pg, workdir)
+        with fresh_database(pg, dbname) as db:
             if side == "original":
                 server = start_original(db, workdir=workdir, name=dbname)
             else:
                 server = servers.start_broker(db, workers=workers, workdir=workdir, name=dbname)
             try:
                 server.wait_ready()
-                meter = Window(server, server_db, dbname)
+                meter = Window(server, pg, dbname)
                 if name in PUSH:
                     record = self._push(name, server, meter, dbname)
                     record["stored"] = stored_messages(db, side == "original")
@@ -309,7 +294,7 @@ class PeerRun:
         return record
 
     def _ceiling(
-        self, name: str, side: str, label: str, server_db: Database, workdir: Path
+        self, name: str, side: str, label: str, pg: Database, workdir: Path
     ) -> dict[str, Any]:
         """The push shape against the HTTP stack alone (no broker, no database)."""
         processes = ours_processes(self.options.ours_workers)
@@ -317,7 +302,7 @@ class PeerRun:
         server = servers.start_http_stack(module, workers=processes, workdir=workdir, name=label)
         try:
             server.wait_ready()
-            return self._push(name, server, Window(server, server_db, label), label)
+            return self._push(name, server, Window(server, pg, label), label)
         finally:
             server.stop()
 
@@ -356,8 +341,7 @@ class PeerRun:
             seconds=o.pipeline_s,
             warmup_s=o.pipeline_warmup_s,
             workdir=workdir,
-            start=meter.start,
-            stop=meter.stop,
+            meter=meter,
         )
         record.update(peer_report.pipeline_figures(record["summary"]), partitions=shape.partitions)
         return per_100k(record, record["pushed"], CPU_KEYS)
@@ -411,9 +395,8 @@ async def _group(
             }
             for m in messages
         ]
-        reply = await client.post(
-            "/api/v1/ack/batch", json={"acknowledgments": acks, "consumerGroup": group}
-        )
+        body = {"acknowledgments": acks, "consumerGroup": group}
+        reply = await client.post("/api/v1/ack/batch", json=body)
         reply.raise_for_status()
         answer = reply.json()
         rows = answer if isinstance(answer, list) else (answer or {}).get("results") or []

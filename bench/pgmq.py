@@ -21,9 +21,8 @@ from bench.inproc import in_process, item, percentiles
 from bench.report import _n, table
 from bench.runner import describe_machine, head, new_run_id, scratch
 from bench.scenarios import EMBEDDED, Load, pick
-from bench.servers import Meter, per_100k
+from bench.servers import ROOT, Meter, per_100k
 
-ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {1: 3.0, 10: 1.5}  # items per call: ours ÷ PGMQ, msg/s and CPU per message
 STEP_LIMIT_S = 300.0
 
@@ -61,9 +60,7 @@ async def _drive(args: argparse.Namespace, load: Load) -> dict[str, Any]:
     ]
     tasks = [asyncio.create_task(sender(c)) for c in conns]
     await asyncio.sleep(args.warmup)
-    meter = Meter(args.db_pid)
-    measuring = True
-    meter.start()
+    measuring, meter = True, Meter(args.db_pid)
     await asyncio.sleep(args.duration)
     measuring = False
     window = meter.stop()
@@ -85,14 +82,6 @@ async def _drive(args: argparse.Namespace, load: Load) -> dict[str, Any]:
     }
 
 
-def install(db: servers.Database, sql: bytes, shapes: Sequence[str]) -> None:
-    """PGMQ's SQL-only install, and a queue per shape."""
-    with db.connect() as conn:
-        conn.execute(sql)
-        for shape in shapes:
-            conn.execute("SELECT pgmq.create(%s)", (queue_name(shape),))
-
-
 def _step(
     side: str, shape: str, db: servers.Database, args: argparse.Namespace, tag: str, logs: Path
 ) -> Any:
@@ -109,7 +98,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         scratch("queen-bench-pgmq-", print) as workdir,
         servers.open_database(None, workdir, bin_dir=args.pg_bin) as db,
     ):
-        install(db, sql, args.shapes)
+        with db.connect() as conn:  # PGMQ's SQL-only install, and a queue per shape
+            conn.execute(sql)
+            for shape in args.shapes:
+                conn.execute("SELECT pgmq.create(%s)", (queue_name(shape),))
         for r in range(1, args.rounds + 1):
             for shape in args.shapes:
                 for side in ("ours", "pgmq") if r % 2 else ("pgmq", "ours"):
@@ -198,19 +190,15 @@ SUMMARY_HEADERS = [*_SUMMARY.split("|"), "msg/s held", "CPU held"]
 def render(doc: Mapping[str, Any], *, markdown: bool = False) -> str:
     db = doc.get("database") or {}
     head = f"Beside PGMQ: {db.get('version', 'PostgreSQL')} ({db.get('description', '')})"
+    run = f"Run `{doc.get('run_id')}`; pgmq.sql sha256 {doc['pgmq_sql']['sha256']}."
     shapes = [f"- {k}: {v}" for k, v in (doc.get("shapes") or {}).items()]
     steps = [step_row(s) for s in doc.get("steps", [])]
-    return "\n".join(
+    return "\n\n".join(  # blocks, a blank line between
         [
             f"## {head}" if markdown else head,
-            "",
-            f"Run `{doc.get('run_id')}`; pgmq.sql sha256 {doc['pgmq_sql']['sha256']}.",
-            *shapes,
-            "",
+            "\n".join([run, *shapes]),
             table(STEP_HEADERS, steps, markdown=markdown, left=3),
-            "",
             "Medians over rounds (min-max); a target holds where the median ratio reaches it.",
-            "",
             table(SUMMARY_HEADERS, summary_rows(doc), markdown=markdown, left=2),
         ]
     )

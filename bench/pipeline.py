@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.servers import ROOT, output_of, spawn, stop_all
+from bench.servers import ROOT, Meter, output_of, spawn, stop_all
 
 REPO_ENV = "QUEEN_PEER_REPO"
 DEFAULT_REPO = ROOT.parent / ".mirror" / "queen-mq+queen" / "repo"
@@ -74,9 +74,8 @@ def repo() -> Path:
 
 
 def _prepared(where: Path) -> bool:
-    return (where / "queen" / "analyze.js").exists() and (
-        where / "node_modules" / "queen-mq" / "package.json"
-    ).exists()
+    installed = where / "node_modules" / "queen-mq" / "package.json"
+    return (where / "queen" / "analyze.js").exists() and installed.exists()
 
 
 def missing() -> str | None:
@@ -159,9 +158,6 @@ class Tail:
         reached = self.txids.get("analytics", set()) & self.txids.get("log", set())
         return len(produced - reached)
 
-    def complete(self) -> bool:
-        return self.missing() == 0
-
 
 def _once(script: str, env: dict[str, str], where: Path, log_path: Path) -> str:
     return output_of(["node", script], env, log_path, STEP_LIMIT_S, cwd=where / "queen")
@@ -196,11 +192,10 @@ def run(
     seconds: float,
     warmup_s: float,
     workdir: Path,
-    start: Callable[[], None],
-    stop: Callable[[], dict[str, Any]],
+    meter: Meter,
 ) -> dict[str, Any]:
-    """One pipeline against ``base_url``; ``start``/``stop`` bracket the measured part (the
-    stages, from their start to the end of the drain)."""
+    """One pipeline against ``base_url``; ``meter`` measures the stages, from their start to the
+    end of the drain."""
     where = home()
     results = Path(tempfile.mkdtemp(prefix="pipeline-", dir=workdir))
     log_path = results / "node.log"
@@ -210,7 +205,7 @@ def run(
     base["NUM_PARTITIONS"] = str(shape.partitions)
     _once("configure.js", base, where, log_path)
     _once("warmup-partitions.js", base, where, log_path)
-    start()
+    meter.start()
     procs = [
         spawn(["node", env.pop("SCRIPT")], env, log_path, cwd=where / "queen")
         for env in _stages(shape, base, seconds)
@@ -220,19 +215,18 @@ def run(
     try:
         for proc in producers:
             proc.wait(timeout=seconds + 120)
-        drained_at = time.monotonic()
-        quiet_since = drained_at
+        drained_at = quiet_since = time.monotonic()
         while time.monotonic() - drained_at < DRAIN_LIMIT_S:
             if tail.read():
                 quiet_since = time.monotonic()
-            if tail.complete() or time.monotonic() - quiet_since > QUIET_S:
+            if tail.missing() == 0 or time.monotonic() - quiet_since > QUIET_S:
                 break
             time.sleep(1.0)
         drain_s = time.monotonic() - drained_at
     finally:
         stop_all(consumers, 30.0)
         stop_all(producers, 30.0)
-    window = stop()
+    window = meter.stop()
     tail.read()
     env = {**base, "WARMUP_SEC": str(round(warmup_s))}
     summary: dict[str, Any] = json.loads(_once("analyze.js", env, where, log_path))

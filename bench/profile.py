@@ -83,13 +83,11 @@ def measure(which: str, db: servers.Database, shape: str, args: argparse.Namespa
     """One server's µs per message by component (in ``COMPONENTS`` order, the scheduler last),
     its whole µs per message and its requests per second."""
     name, load, wrk = f"{which}-{shape}", SCENARIOS[shape].load, ensure_wrk()
+    where = {"workers": args.workers, "workdir": args.workdir, "name": name}
     if which == "ours":
-        server = servers.start_broker(db, workers=args.workers, workdir=args.workdir, name=name)
+        server = servers.start_broker(db, **where)
     else:
-        module = SERVERS[which]
-        server = servers.start_http_stack(
-            module, workers=args.workers, workdir=args.workdir, name=name
-        )
+        server = servers.start_http_stack(SERVERS[which], **where)
     try:
         server.wait_ready()
         queue, tag = f"prof_{shape.lower()}", f"{args.run_id}-{which}"  # a tag new to the queue
@@ -106,10 +104,8 @@ def measure(which: str, db: servers.Database, shape: str, args: argparse.Namespa
         server.stop()
     per_message = cpu["server_cpu_s"] * 1e6 / max(1, report.requests * load.items)
     total = sum(counts.values()) or 1
-    return [per_message * counts[n] / total for n in NAMES] + [
-        per_message,
-        report.requests / cpu["wall_s"],
-    ]
+    parts = [per_message * counts[n] / total for n in NAMES]
+    return [*parts, per_message, report.requests / cpu["wall_s"]]
 
 
 def main() -> int:
@@ -137,17 +133,14 @@ def main() -> int:
             return 0
         with servers.open_database(args.database_url, args.workdir, bin_dir=args.pg_bin) as db:
             for shape in pick(args.shapes, list(SCENARIOS)):
-                floor, stack, ours = (measure(which, db, shape, args) for which in SERVERS)
+                measured = [measure(which, db, shape, args) for which in SERVERS]
+                floor, stack, ours = measured
                 rows = [
-                    [
-                        name,
-                        *(f"{c[i]:.1f}" for c in (floor, stack, ours)),
-                        f"{ours[i] - stack[i]:+.1f}",
-                    ]
+                    [name, *(f"{c[i]:.1f}" for c in measured), f"{ours[i] - stack[i]:+.1f}"]
                     for i, name in enumerate([*NAMES, "**all**"])
                     if floor[i] or stack[i] or ours[i]
                 ]
-                rate = " / ".join(f"{c[-1]:,.0f}" for c in (floor, stack, ours))
+                rate = " / ".join(f"{c[-1]:,.0f}" for c in measured)
                 print(f"{shape}: µs of server CPU per message (requests/s of each: {rate})\n")
                 headers = ["component", "bare Hypercorn", "our stack", "ours", "ours above stack"]
                 print(table(headers, rows, markdown=args.markdown) + "\n", flush=True)

@@ -11,6 +11,7 @@ from bench.scenarios import TARGETS, evaluate, get
 Doc = Mapping[str, Any]
 Cell = Callable[[Mapping[str, Any]], str]
 BUSY_CORES = 0.15  # other load (cores) above which a warning says the figures are distorted
+TITLES = {"scenarios": "Scenarios", "embedded": "Embedding API", "consume": "Consume"}  # by group
 
 METHOD = """\
 - **Scenarios**: a fresh `queen serve` (1 or 2 processes) per scenario on one database for
@@ -253,9 +254,7 @@ def rendered(doc: Doc, group: str, *, markdown: bool) -> str:
 
 def records(doc: Doc) -> dict[str, Any]:
     """Every scenario record of a run (HTTP, embedding API, consume) by name."""
-    return {
-        k: v for g in ("scenarios", "embedded", "consume") for k, v in (doc.get(g) or {}).items()
-    }
+    return {k: v for group in TITLES for k, v in (doc.get(group) or {}).items()}
 
 
 def fraction_rows(doc: Doc) -> tuple[list[str], list[list[str]]]:
@@ -312,8 +311,7 @@ BUDGET_HEADERS = columns(
 def budget_rows(doc: Doc) -> list[list[str]]:
     """For every throughput target: the msg/s it asks for and the CPU that would take at the
     CPU per message this run measured (a broker process uses one core at most)."""
-    scenarios = doc.get("scenarios", {})
-    ceilings = doc.get("http_ceilings", {})
+    scenarios, ceilings = doc.get("scenarios", {}), doc.get("http_ceilings", {})
     cores = (doc.get("machine") or {}).get("cores")
     rows = []
     for target in TARGETS:
@@ -346,12 +344,8 @@ def budget_rows(doc: Doc) -> list[list[str]]:
 
 def other_load(doc: Doc) -> float | None:
     """Mean CPU (cores) that processes outside the benchmark used during the wrk windows."""
-    values = [
-        r["other_cores"]
-        for group in ("scenarios", "embedded", "consume", "http_ceilings")
-        for r in doc.get(group, {}).values()
-        if isinstance(r.get("other_cores"), int | float)
-    ]
+    windows = [*records(doc).values(), *doc.get("http_ceilings", {}).values()]
+    values = [r["other_cores"] for r in windows if isinstance(r.get("other_cores"), int | float)]
     return sum(values) / len(values) if values else None
 
 
@@ -368,8 +362,7 @@ def busy_warning(doc: Doc) -> str | None:
 def terminal(doc: Doc) -> str:
     """The tables printed at the end of a run."""
     parts: list[str] = []
-    titles = {"scenarios": "Scenarios", "embedded": "Embedding API", "consume": "Consume"}
-    for group, title in titles.items():
+    for group, title in TITLES.items():
         if doc.get(group):
             parts += [title, rendered(doc, group, markdown=False), ""]
     parts = parts[:-1]
@@ -377,9 +370,8 @@ def terminal(doc: Doc) -> str:
         parts += ["", "HTTP ceilings", rendered(doc, "http_ceilings", markdown=False)]
     if doc.get("pg_ceilings"):
         parts += ["", "PostgreSQL ceilings", rendered(doc, "pg_ceilings", markdown=False)]
-        headers, rows = fraction_rows(doc)
-        parts += ["", "Broker msg/s as a fraction of each ceiling"]
-        parts += [table(headers, rows, markdown=False, left=2)]
+        fractions = table(*fraction_rows(doc), markdown=False, left=2)
+        parts += ["", "Broker msg/s as a fraction of each ceiling", fractions]
     parts += ["", "Targets", table(TARGET_HEADERS, target_rows(doc), markdown=False, left=2)]
     budget = budget_rows(doc)
     if budget:
@@ -390,9 +382,7 @@ def terminal(doc: Doc) -> str:
 
 
 def _machine_lines(doc: Doc) -> list[str]:
-    m = doc.get("machine", {})
-    db = doc.get("database", {})
-    o = doc.get("options", {})
+    m, db, o = (doc.get(part, {}) for part in ("machine", "database", "options"))
     packages = ", ".join(f"{k} {v}" for k, v in m.get("packages", {}).items())
     settings = ", ".join(f"{k}={v}" for k, v in db.get("settings", {}).items())
     env = ", ".join(f"{k}={v}" for k, v in doc.get("broker_env", {}).items()) or "none"
@@ -413,53 +403,39 @@ def _machine_lines(doc: Doc) -> list[str]:
     ]
 
 
-def _section(doc: Doc, title: str, group: str) -> list[str]:
+def _section(doc: Doc, title: str, group: str) -> str:
     legend = [
         f"- {name}: {r.get('description', '')}" + (f" ({r['note']})" if r.get("note") else "")
         for name, r in (doc.get(group) or {}).items()
     ]
-    return [f"## {title}", "", *legend, "", rendered(doc, group, markdown=True), ""]
+    return "\n".join([f"## {title}", "", *legend, "", rendered(doc, group, markdown=True)])
 
 
 def markdown(doc: Doc, *, command: str) -> str:
     """RESULTS.md for a run."""
-    headers, rows = fraction_rows(doc)
     warning = busy_warning(doc)
-    out = [
-        "# Push benchmark results",
-        "",
+    intro = [
         f"Run `{doc.get('run_id')}`, started {doc.get('started_at')}, produced by `{command}`.",
         "Broker, database and load generator share the machine.",
         *([f"**{warning}**"] if warning else []),
-        "",
+    ]
+    blocks = [  # a blank line between
+        "# Push benchmark results",
+        "\n".join(intro),
         "## Machine",
-        "",
-        *_machine_lines(doc),
-        "",
-        *_section(doc, "Scenarios", "scenarios"),
-        *_section(doc, "Embedding API", "embedded"),
-        *_section(doc, "Consume", "consume"),
+        "\n".join(_machine_lines(doc)),
+        *(_section(doc, title, group) for group, title in TITLES.items()),
         "## Targets",
-        "",
         table(TARGET_HEADERS, target_rows(doc), markdown=True, left=2),
-        "",
-        "What the throughput targets would take, at the CPU per message measured in this run",
+        "What the throughput targets would take, at the CPU per message measured in this run\n"
         "(a broker process runs Python on one core at most):",
-        "",
         table(BUDGET_HEADERS, budget_rows(doc), markdown=True, left=2),
-        "",
         "## Ceilings measured in the same run",
-        "",
         rendered(doc, "http_ceilings", markdown=True),
-        "",
         rendered(doc, "pg_ceilings", markdown=True),
-        "",
         "Broker msg/s as a fraction of each ceiling:",
-        "",
-        table(headers, rows, markdown=True, left=2),
-        "",
+        table(*fraction_rows(doc), markdown=True, left=2),
         "## How the figures are measured",
-        "",
         METHOD,
     ]
-    return "\n".join(out)
+    return "\n\n".join(blocks)

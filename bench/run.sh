@@ -5,9 +5,7 @@ set -eu
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
-fi
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 if ! .venv/bin/python -c "import queen" >/dev/null 2>&1; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[embedded]'
 fi

@@ -51,15 +51,10 @@ VARIANT = "fn-merged"  # the PostgreSQL ceiling, as the report and the targets c
 ABOUT = "G batches packed into one push_segments call (one segment per partition)"
 _SHOWN_OPTIONS = "duration_s warmup_s pg_duration_s pg_warmup_s pg_group pg_connections wrk_threads"
 _PACKAGES = ("queen-trio", "trio", "hypercorn", "quart", "quart-trio", "psycopg", "orjson")
-COUNTERS = (  # queen_<name>_total: the ones the report reads
-    "push_items",
-    "push_items_failed",
-    "push_items_buffered",
-    "push_transactions",
-    "push_segments",
-    "push_requests_committed",
-)
+_PUSH = "items items_failed items_buffered transactions segments requests_committed"
+COUNTERS = [f"push_{name}" for name in _PUSH.split()]  # queen_<name>_total: what the report reads
 SETTLE_S = 1.2  # a worker publishes its counters every second: then a reading has them all
+Wrk = Callable[[float, str, int], WrkReport]  # a wrk run of a step: seconds, tag suffix, start
 
 
 def new_run_id() -> str:
@@ -110,6 +105,8 @@ def describe_machine() -> dict[str, Any]:
 
 def head(run_id: str, started: datetime, before: dict[str, Any], wrk: str) -> dict[str, Any]:
     """What every results document begins with: the run, the machine, the broker's settings."""
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("QUEEN_")}
+    env.pop("QUEEN_WORKER_ID", None)
     return {
         "format": 1,
         "run_id": run_id,
@@ -118,11 +115,7 @@ def head(run_id: str, started: datetime, before: dict[str, Any], wrk: str) -> di
         "machine": before,
         "load_average_after": [round(v, 2) for v in os.getloadavg()],
         "wrk": wrk_version(wrk) if wrk else "not used",
-        "broker_env": {
-            k: v
-            for k, v in sorted(os.environ.items())
-            if k.startswith("QUEEN_") and k not in ("DATABASE_URL", "QUEEN_WORKER_ID")
-        },
+        "broker_env": env,
     }
 
 
@@ -167,13 +160,10 @@ def plan(options: Options) -> list[Step]:
         if isinstance(s, ConsumeLoad):
             steps.append(Step("consume", s.name))
             continue
-        if isinstance(s, Embedded):
-            steps.append(Step("embedded", s.name))
-        else:
-            if options.http_ceilings and s.http not in seen:
-                seen.add(s.http)
-                steps.append(Step("http", s.http))
-            steps.append(Step("broker", s.name))
+        if not isinstance(s, Embedded) and options.http_ceilings and s.http not in seen:
+            seen.add(s.http)
+            steps.append(Step("http", s.http))
+        steps.append(Step("embedded" if isinstance(s, Embedded) else "broker", s.name))
         if options.pg_ceilings and s.pg not in seen:
             seen.add(s.pg)
             steps.append(Step("pg", s.pg))
@@ -430,12 +420,7 @@ class Run:
         return per_100k(record, messages)
 
     def _cover_partitions(
-        self,
-        server: Server,
-        load: Load,
-        wrk: Callable[[float, str, int], WrkReport],
-        warm: WrkReport,
-        processes: int,
+        self, server: Server, load: Load, wrk: Wrk, warm: WrkReport, processes: int
     ) -> None:
         """Warm up on until (nearly) every partition has an actor, so the window measures
         the steady state rather than the creation of partitions (S4 has 10,000)."""

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n:,} {one if n == 1 else many}"
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +24,8 @@ class Load:
     duplicates: bool = False  # every request is sent twice: half of the items are duplicates
 
     def describe(self) -> str:
-        text = (
-            f"{_count(self.items, 'item', 'items')}/request, {self.connections} connections, "
-            f"{_count(self.partitions, 'partition', 'partitions')}"
-        )
+        items, partitions = _count(self.items, "item"), _count(self.partitions, "partition")
+        text = f"{items}/request, {self.connections} connections, {partitions}"
         return text + (", every request twice" if self.duplicates else "")
 
 
@@ -40,7 +38,7 @@ class HttpCeiling:
     workers: int = 1
 
     def describe(self) -> str:
-        items = _count(self.load.items, "item", "items")
+        items = _count(self.load.items, "item")
         text = f"{items}/request, {self.load.connections} connections"
         return text + (f", {self.workers} processes" if self.workers > 1 else "")
 
@@ -54,8 +52,8 @@ class PgShape:
     partitions: int
 
     def describe(self) -> str:
-        items = _count(self.items, "item", "items")
-        segments = _count(min(self.items, self.partitions), "segment", "segments")
+        items = _count(self.items, "item")
+        segments = _count(min(self.items, self.partitions), "segment")
         return f"{items}/batch in {segments} (of {self.partitions} partitions)"
 
 
@@ -83,11 +81,9 @@ class Embedded:
     note: str = ""
 
     def describe(self) -> str:
-        return (
-            f"broker.push(): {_count(self.load.items, 'item', 'items')}/call, "
-            f"{self.load.connections} tasks, "
-            f"{_count(self.load.partitions, 'partition', 'partitions')}"
-        )
+        load = self.load
+        items, partitions = _count(load.items, "item"), _count(load.partitions, "partition")
+        return f"broker.push(): {items}/call, {load.connections} tasks, {partitions}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +101,8 @@ class ConsumeLoad:
     note: str = ""
 
     def describe(self) -> str:
-        text = (
-            f"{_count(self.messages, 'message', 'messages')} in "
-            f"{_count(self.partitions, 'partition', 'partitions')}, "
-            f"{self.consumers} consumers, batch={self.batch}"
-        )
+        text = f"{_count(self.messages, 'message')} in {_count(self.partitions, 'partition')}, "
+        text += f"{self.consumers} consumers, batch={self.batch}"
         return text + (", a second group after a first drained it" if self.fan_out else "")
 
 

@@ -49,15 +49,12 @@ class Database:
 
     def connect(self) -> psycopg.Connection[Any]:
         # the broker's own session settings (jit off), no statement timeout
-        return psycopg.connect(
-            self.conninfo, autocommit=True, options=session_options(self.conninfo, 0)
-        )
+        options = session_options(self.conninfo, 0)
+        return psycopg.connect(self.conninfo, autocommit=True, options=options)
 
 
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 _SHOWN_SETTINGS = ("fsync", "synchronous_commit", "shared_buffers", "max_wal_size", "wal_level")
-
-
 WAL_PRIME_ROWS = 250_000  # of ~1 kB: about 260 MB of WAL
 
 
@@ -147,7 +144,8 @@ class Server:
         return [p.pid for p in self.processes]
 
     def rss_bytes(self) -> int:
-        return tree_rss_bytes(self.pids)
+        """Resident memory of the processes' trees (shared pages once per process)."""
+        return 1024 * sum(map(_rss_kib, descendants(self.pids, all_stats())))
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         """Until every listener is up and /health answers 200."""
@@ -322,11 +320,6 @@ def _rss_kib(pid: int) -> int:
         return 0
 
 
-def tree_rss_bytes(roots: Iterable[int]) -> int:
-    """Resident memory of the trees under ``roots`` (shared pages once per process)."""
-    return 1024 * sum(map(_rss_kib, descendants(roots, all_stats())))
-
-
 def machine_busy_s(text: str | None = None) -> float:
     """CPU seconds all cores have spent busy since boot (from ``/proc/stat``)."""
     if text is None:
@@ -370,8 +363,7 @@ class Meter:
     process and its reaped children), and of the rest of the machine ("other")."""
 
     def __init__(self, db_pid: int | None = None, pids: Sequence[int] = ()) -> None:
-        self.db_pid = db_pid
-        self.pids = list(pids)
+        self.db_pid, self.pids = db_pid, list(pids)
         self._start = self._read()
 
     def _read(self) -> tuple[float, float, float | None, float, float]:
@@ -383,10 +375,8 @@ class Meter:
         self._start = self._read()
 
     def stop(self) -> dict[str, Any]:
-        (t0, server0, db0, client0, busy0), (t1, server1, db1, client1, busy1) = (
-            self._start,
-            self._read(),
-        )
+        t0, server0, db0, client0, busy0 = self._start
+        t1, server1, db1, client1, busy1 = self._read()
         wall, server, client = t1 - t0, server1 - server0, client1 - client0
         db = None if db0 is None or db1 is None else db1 - db0
         other = busy1 - busy0 - (db or 0.0) - client - (server if self.pids else 0.0)
