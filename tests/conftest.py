@@ -35,10 +35,12 @@ pytest_plugins = ("tests.hang_guard",)
 # alone runs one per core: tests/test_workers.py checks that default).
 os.environ.setdefault("QUEEN_WORKERS", "1")
 
-# A harness that starts the suite as a background job (a non-interactive shell's `&`) starts it
-# with SIGINT ignored; every child would inherit that, and Python installs no Ctrl-C handler in a
-# process that starts with SIGINT ignored. The tests that press Ctrl-C stand for a terminal,
-# where it is heard: a handler here (not inherited across exec) gives children the default.
+# A harness may start the suite with SIGINT ignored (a background job of a non-interactive shell)
+# or blocked (a supervisor that reads its signals from a signalfd). Children inherit both, and a
+# child that cannot hear SIGINT cannot stand for a command at a terminal, as the Ctrl-C tests'
+# children do. So SIGINT is unblocked here, and handled (a handler, unlike SIG_IGN, is not
+# inherited across exec: children start with the default and Python installs its own).
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 

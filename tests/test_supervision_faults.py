@@ -139,6 +139,12 @@ async def test_full_spool_disk_during_replay_does_not_end_the_broker(
 # --- the open-file limit -------------------------------------------------------------------
 
 
+def _lowest_free_descriptor(pid: int) -> int:
+    """The number the process's next open descriptor would take."""
+    used = {int(name) for name in os.listdir(f"/proc/{pid}/fd")}
+    return min(set(range(len(used) + 1)) - used)
+
+
 async def test_idle_connections_past_the_open_file_limit_do_not_end_the_broker(
     own_pg: EmbeddedPostgres, tmp_path: Path
 ) -> None:
@@ -175,13 +181,15 @@ async def test_idle_connections_past_the_open_file_limit_do_not_end_the_broker(
             for _ in range(60):  # far past the limit: the rest wait in the listen backlog
                 idle.append(await trio.open_tcp_stream("127.0.0.1", broker.port))
             # A descriptor freed meanwhile (a connection shed or timed out) could let the
-            # replay's listing through: pin the limit at what is open until the listing fails.
+            # replay's listing through: the limit bounds a new descriptor's number, and a new
+            # one takes the lowest number free. Pin the limit at that number until the listing
+            # fails.
             with trio.move_on_after(60) as waited:
                 while not replay_failed.is_set():
                     if broker.proc.returncode is not None:
                         break
-                    open_now = len(os.listdir(f"/proc/{pid}/fd"))
-                    resource.prlimit(pid, resource.RLIMIT_NOFILE, (min(open_now, in_use + 8), hard))
+                    free = _lowest_free_descriptor(pid)
+                    resource.prlimit(pid, resource.RLIMIT_NOFILE, (min(free, in_use + 8), hard))
                     with trio.move_on_after(1):
                         await replay_failed.wait()
             if waited.cancelled_caught:  # say what the broker did instead, and stop it
@@ -194,7 +202,9 @@ async def test_idle_connections_past_the_open_file_limit_do_not_end_the_broker(
                     f"{in_use + 8}):\n" + "\n".join(broker.log[-40:])
                 )
 
-            # out of descriptors: alive, and a connection it already has is still served
+            # out of descriptors (the limit back where it was set first, the idle clients still
+            # queued past it): alive, and a connection it already has is still served
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 8, hard))
             assert broker.proc.returncode is None
             during = await kept.get(f"{broker.base}/health")
             assert during.status_code == 200, "\n".join([during.text, *broker.log])

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import click
 import httpx
 
 DEFAULT_URL = "http://127.0.0.1:6632"
+INTERRUPT_CHECK_S = 0.2
+
+T = TypeVar("T")
 
 
 def default_url() -> str:
@@ -125,13 +129,15 @@ class BrokerClient:
         query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
         timeout = httpx.Timeout(self.timeout_s + wait_s, connect=self.timeout_s)
         try:
-            resp = self._http.request(
-                method,
-                path,
-                params=query,
-                json=body,
-                headers=dict(headers or {}),
-                timeout=timeout,
+            resp = interruptible(
+                lambda: self._http.request(
+                    method,
+                    path,
+                    params=query,
+                    json=body,
+                    headers=dict(headers or {}),
+                    timeout=timeout,
+                )
             )
         except httpx.TimeoutException:
             raise CtlError(
@@ -147,6 +153,32 @@ class BrokerClient:
         if resp.is_success or resp.status_code in accept:
             return answer
         raise _refusal(method, path, answer)
+
+
+def interruptible(call: Callable[[], T]) -> T:
+    """``call()`` in a daemon thread, waited for in slices of :data:`INTERRUPT_CHECK_S`: Ctrl-C
+    ends a command within that time, whatever the request is doing. (Python runs a signal's
+    handler between bytecodes, or when a blocking system call is interrupted; a SIGINT that
+    lands between the last check and the receive of a long poll would otherwise wait for the
+    poll's whole timeout.) The request's thread is abandoned to the exit."""
+    outcome: list[Any] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="queen-request", daemon=True).start()
+    while not done.wait(INTERRUPT_CHECK_S):
+        pass
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
 
 
 def _param(value: Any) -> str:
