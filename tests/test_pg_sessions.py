@@ -115,6 +115,47 @@ async def test_a_table_is_analysed_each_time_it_has_doubled_since_its_statistics
     assert rest[4] == 1 and rest[5] >= 2 * pages
 
 
+def _pushes_before_analysed(url: str) -> dict[int, int]:
+    """For pushes of 64 items and of 1: the sidecar grown (by plain inserts) past twice the
+    pages its statistics record, how many pushes of that size go by before one analyses it."""
+    found: dict[int, int] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate_sync(conn)
+        conn.execute("SELECT setseed(0.5)")  # this session's random(): the same every run
+        row = conn.execute("SELECT queen.ensure_partition('q', 'p')").fetchone()
+        assert row is not None
+        pid = int(row[0])
+        relpages = "SELECT relpages FROM pg_class WHERE oid = 'queen.dedup'::regclass"
+        for frames in (64, 1):
+            conn.execute("ANALYZE queen.dedup")
+            before = conn.execute(relpages).fetchone()
+            assert before is not None
+            conn.execute(
+                "INSERT INTO queen.dedup (key_hash, partition_id, transaction_id, msg_offset) "
+                "SELECT g, 0, 'grown-' || g, g FROM generate_series(1, 4000 + 200 * %s) g",
+                (before[0],),
+            )
+            for pushes in range(1, 1001):
+                mids = SEP.join(str(uuid.uuid4()) for _ in range(frames))
+                payloads = SEP.join(["{}"] * frames)
+                args = (str(pid), str(frames), mids, mids, payloads, None, None, None)
+                conn.execute(PUSH_SQL_PSYCOPG, args)
+                if conn.execute(relpages).fetchone() != before:
+                    found[frames] = pushes
+                    break
+    return found
+
+
+async def test_a_push_checks_the_sidecars_statistics_always_when_large_now_and_then_when_small(
+    pg_url: str,
+) -> None:
+    """The check costs a tenth of a small push transaction: a push of 64 items or more makes
+    it every time, a smaller one once in 16 at random (so not the first push, nor 1,000)."""
+    found = await trio.to_thread.run_sync(_in_own_database, pg_url, _pushes_before_analysed)
+    assert found.get(64) == 1, found
+    assert 1 < found.get(1, 0) <= 1000, found  # (21 with this seed)
+
+
 def _grow_after_empty_statistics(url: str) -> list[str]:
     """Statistics taken on empty tables, plans kept by a session while they are tiny, then
     10,000 partitions created and 12,000 frames pushed through that session: the plans of a
