@@ -61,19 +61,23 @@ class BrokerProcess:
     async def _read_log(self, listening: trio.Event) -> None:
         assert self.proc is not None and self.proc.stderr is not None
         pending = b""
-        async for chunk in self.proc.stderr:
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for raw in lines:
-                line = raw.decode(errors="replace")
-                self.log.append(line)
-                for pattern, seen in self._watchers:
-                    if pattern.search(line):
-                        seen.set()
-                match = _LISTENING.search(line)
-                if match and not listening.is_set():
-                    self.port = int(match.group(1))
-                    listening.set()
+        try:
+            async for chunk in self.proc.stderr:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    line = raw.decode(errors="replace")
+                    self.log.append(line)
+                    for pattern, seen in self._watchers:
+                        if pattern.search(line):
+                            seen.set()
+                    match = _LISTENING.search(line)
+                    if match and not listening.is_set():
+                        self.port = int(match.group(1))
+                        listening.set()
+        except BaseException:  # the test failed (its nursery cancels this): no broker outlives it
+            self.kill()
+            raise
         if not listening.is_set():
             raise RuntimeError("broker exited before listening:\n" + "\n".join(self.log[-30:]))
 
