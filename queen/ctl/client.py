@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import click
 import httpx
+import outcome
 
 DEFAULT_URL = "http://127.0.0.1:6632"
 INTERRUPT_CHECK_S = 0.2
@@ -161,24 +162,17 @@ def interruptible(call: Callable[[], T]) -> T:
     handler between bytecodes, or when a blocking system call is interrupted; a SIGINT that
     lands between the last check and the receive of a long poll would otherwise wait for the
     poll's whole timeout.) The request's thread is abandoned to the exit."""
-    outcome: list[Any] = []
+    result: list[outcome.Outcome[T]] = []
     done = threading.Event()
 
     def run() -> None:
-        try:
-            outcome.append((True, call()))
-        except BaseException as exc:  # handed to the waiting thread, which raises it
-            outcome.append((False, exc))
-        finally:
-            done.set()
+        result.append(outcome.capture(call))  # an exception too, raised by the waiting thread
+        done.set()
 
     threading.Thread(target=run, name="queen-request", daemon=True).start()
     while not done.wait(INTERRUPT_CHECK_S):
         pass
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value  # type: ignore[no-any-return]
+    return result[0].unwrap()
 
 
 def _param(value: Any) -> str:
