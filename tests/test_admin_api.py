@@ -104,6 +104,17 @@ async def test_messages_browse_view_and_delete(client: Any, queue: str) -> None:
     assert sorted(m["transactionId"] for m in left["messages"]) == ["m1", "m3"]
 
 
+async def test_a_pop_after_deleted_messages_still_fills_its_batch(client: Any, queue: str) -> None:
+    await push(client, queue, "p", "m1", "m2", "m3", "m4", "m5", "m6")
+    listed = await (await client.get(f"/api/v1/messages?queue={queue}")).get_json()
+    pid = listed["messages"][0]["partitionId"]
+    for txid in ("m2", "m4", "m5"):  # two gaps inside the batch's first reach
+        assert (await client.delete(f"/api/v1/messages/{pid}/{txid}")).status_code == 200
+    got = [m["transactionId"] for m in await pop(client, queue, 3)]
+    assert got == ["m1", "m3", "m6"]  # three messages, not only those of the first 3 offsets
+    assert await pop(client, queue, 3) == []
+
+
 async def test_a_leased_message_is_not_deleted(client: Any, queue: str) -> None:
     await push(client, queue, "p", "only")
     [msg] = await pop(client, queue, 1)

@@ -197,7 +197,7 @@ async def test_a_deleted_message_and_gaps_from_before_they_were_booked_are_not_c
     pid = (await api.messages(queue, "p", batch=1, autoAck=True))[0]["partitionId"]  # "a"
     status, _ = await api.delete(f"/api/v1/messages/{pid}/c")
     assert status == 200
-    assert data_of(await api.messages(queue, "p", batch=3)) == ["b", "d"]  # leased
+    assert data_of(await api.messages(queue, "p", batch=2)) == ["b", "d"]  # leased, past "c"
     status, body = await api.delete(f"/api/v1/queues/{queue}/clear?partition=p")
     assert (status, body["cleared"], body["kept"]) == (200, 1, 4)  # "f" removed
     wanted = {"total": 4, "pending": 3, "processing": 2, "depth": 3}

@@ -387,6 +387,7 @@ DECLARE
     v_from      bigint;
     v_until     bigint;
     v_upto      bigint;
+    v_gap       record;
     v_n         integer;
     v_qid       bigint;
     v_mark      xid8;
@@ -625,6 +626,19 @@ BEGIN
 
         -- Nothing at or past v_upto is needed: the budget, plus offsets already acked.
         v_upto := v_from + v_left + cardinality(c.acked);
+        -- Offsets removed inside that reach (a deleted message; a clear, retention or eviction
+        -- that kept a write below them: queen.gaps, usually empty) hold no message, so the
+        -- reach grows by as many. v_from is a stored offset: no gap holds it.
+        IF EXISTS (SELECT 1 FROM queen.gaps g
+                   WHERE g.partition_id = c.pid AND g.first_offset > v_from
+                     AND g.first_offset < v_upto) THEN
+            FOR v_gap IN SELECT g.first_offset, g.last_offset FROM queen.gaps g
+                         WHERE g.partition_id = c.pid AND g.first_offset > v_from
+                         ORDER BY g.first_offset LOOP
+                EXIT WHEN v_gap.first_offset >= v_upto;
+                v_upto := v_upto + (v_gap.last_offset - v_gap.first_offset + 1);
+            END LOOP;
+        END IF;
         IF c.delayed_processing_s > 0 THEN   -- stop at the first segment not yet visible
             SELECT s.first_offset INTO v_until
             FROM queen.segments s
