@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,32 @@ from queen.cipher import parse_key
 _ENV = "env"
 MAX_DEFAULT_WORKERS = 4
 _HELP = "help"
+
+
+def _millis_to_seconds(raw: str) -> str:
+    return str(float(raw) / 1000)
+
+
+def _same(raw: str) -> str:
+    return raw
+
+
+def _log_level(raw: str) -> str:
+    return {"trace": "debug", "warn": "warning"}.get(raw.lower(), raw.lower())
+
+
+# Read when our variable is unset, so a deployment of the original keeps its settings.
+ORIGINAL_NAMES: dict[str, tuple[str, Callable[[str], str], str]] = {
+    # field: (the original's variable, to our unit, its unit)
+    "host": ("HOST", _same, ""),
+    "port": ("PORT", _same, ""),
+    "log_level": ("LOG_LEVEL", _log_level, ""),
+    "db_connect_timeout_s": ("DB_CONNECTION_TIMEOUT", _millis_to_seconds, "ms"),
+    "db_statement_timeout_ms": ("DB_STATEMENT_TIMEOUT", _same, "ms"),
+    "db_tcp_user_timeout_ms": ("DB_TCP_USER_TIMEOUT_MS", _same, "ms"),
+    "retention_interval_s": ("RETENTION_INTERVAL", _millis_to_seconds, "ms"),
+    "retention_batch_limit": ("RETENTION_BATCH_SIZE", _same, ""),
+}
 
 
 def _setting(default: Any, env: str, help: str, *, secret: bool = False) -> Any:
@@ -331,6 +357,8 @@ class Settings:
             raw = env.get(f.metadata[_ENV])
             if raw is not None and raw != "":
                 values[f.name] = _convert(f, raw)
+            elif f.name in ORIGINAL_NAMES:
+                values.update(_from_original(f, env))
         for name, value in overrides.items():
             if value is not None:
                 values[name] = value
@@ -426,6 +454,20 @@ def _convert(f: dataclasses.Field[Any], raw: str) -> Any:
     return raw
 
 
+def _from_original(f: dataclasses.Field[Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """``{name: value}`` from the original broker's variable for ``f``, if it is set."""
+    variable, to_ours, _unit = ORIGINAL_NAMES[f.name]
+    raw = env.get(variable)
+    if raw is None or raw == "":
+        return {}
+    try:
+        return {f.name: _convert(f, to_ours(raw))}
+    except ValueError:
+        raise ValueError(
+            f"{variable}={raw!r} (the original broker's name for {f.metadata[_ENV]}) is not valid"
+        ) from None
+
+
 def _kind(f: dataclasses.Field[Any]) -> type:
     text = str(f.type)
     if text.startswith("bool"):
@@ -443,4 +485,8 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 def describe() -> Iterator[tuple[str, str, type, Any, str]]:
     """Yield ``(field name, env var, type, default, help)`` for every setting."""
     for f in dataclasses.fields(Settings):
-        yield f.name, f.metadata[_ENV], _kind(f), f.default, f.metadata[_HELP]
+        text = f.metadata[_HELP]
+        if f.name in ORIGINAL_NAMES:
+            variable, _to_ours, unit = ORIGINAL_NAMES[f.name]
+            text += f" (unset: the original broker's {variable}{', in ' + unit if unit else ''})"
+        yield f.name, f.metadata[_ENV], _kind(f), f.default, text

@@ -26,7 +26,7 @@ import trio
 from queen import open_broker
 from queen.broker import Broker
 from queen.http.app import create_app
-from queen.settings import Settings
+from queen.settings import ORIGINAL_NAMES, Settings
 from queen.storage.embedded import EmbeddedPostgres
 
 pytest_plugins = ("tests.hang_guard",)
@@ -34,6 +34,10 @@ pytest_plugins = ("tests.hang_guard",)
 # A `queen serve` a test starts is one process unless the test asks for more (`queen serve`
 # alone runs one per core: tests/test_workers.py checks that default).
 os.environ.setdefault("QUEEN_WORKERS", "1")
+# The original broker's names for our settings (HOST, PORT, RETENTION_INTERVAL, ...) are read
+# where ours are unset; whatever the machine exports under them is not the tests' setting.
+for _variable, _to_ours, _unit in ORIGINAL_NAMES.values():
+    os.environ.pop(_variable, None)
 
 # A harness may start the suite with SIGINT ignored (a background job of a non-interactive shell)
 # or blocked (a supervisor that reads its signals from a signalfd). Children inherit both, and a

@@ -169,6 +169,30 @@ def test_settings_from_env_and_overrides() -> None:
         Settings.from_env({"QUEEN_DB_POOL_SIZE": "4", "QUEEN_WRITE_CONCURRENCY": "4"})
 
 
+def test_the_original_brokers_variables_are_read_where_ours_are_unset() -> None:
+    original = {
+        "HOST": "127.0.0.2",
+        "PORT": "7100",
+        "LOG_LEVEL": "warn",
+        "RETENTION_INTERVAL": "2000",  # ms
+        "RETENTION_BATCH_SIZE": "50",
+        "DB_CONNECTION_TIMEOUT": "1500",  # ms
+        "DB_STATEMENT_TIMEOUT": "9000",
+        "DB_TCP_USER_TIMEOUT_MS": "8000",
+    }
+    settings = Settings.from_env(original)
+    assert (settings.host, settings.port, settings.log_level) == ("127.0.0.2", 7100, "warning")
+    assert (settings.retention_interval_s, settings.retention_batch_limit) == (2.0, 50)
+    assert settings.db_connect_timeout_s == 1.5
+    assert (settings.db_statement_timeout_ms, settings.db_tcp_user_timeout_ms) == (9000, 8000)
+    ours = Settings.from_env({**original, "QUEEN_PORT": "7200", "QUEEN_RETENTION_INTERVAL_S": "3"})
+    assert (ours.port, ours.retention_interval_s) == (7200, 3.0)  # ours wins
+    assert Settings.from_env(original, port=7300).port == 7300  # and a flag over both
+    with pytest.raises(ValueError, match=r"RETENTION_INTERVAL='soon' .*QUEEN_RETENTION_INTERVAL_S"):
+        Settings.from_env({"RETENTION_INTERVAL": "soon"})
+    assert Settings.from_env({"NUM_WORKERS": "10", "DB_POOL_SIZE": "150"}) == Settings.from_env({})
+
+
 def test_connection_settings_that_cannot_work_are_refused() -> None:
     with pytest.raises(ValueError, match="QUEEN_MAX_DECODING_BYTES must be at least"):
         Settings.from_env({"QUEEN_MAX_BODY_BYTES": "2048", "QUEEN_MAX_DECODING_BYTES": "1024"})
