@@ -39,7 +39,8 @@ METHOD = """\
   smaller of the analytics and log rates `analyze.js` reports for the steady state (after its
   warm-up cut); p50/p99 = its end-to-end latency, producer push to analytics done; lost =
   producer txids of the steady state that `analyze.js` finds missing at analytics or log (the
-  larger); duplicates = its worker + analytics + log duplicate counts.
+  larger); duplicates = its worker + analytics + log duplicate counts; requests per message =
+  the Node processes' own requests by route (`bench/count_requests.cjs`) ÷ messages pushed.
 - **CPU** (from `/proc`, user + system, over the measured window: the push window, the drain,
   or the pipeline from the start of its stages to the end of the drain), per 100k messages
   (pushed, delivered, or produced in the pipeline): the broker's process (the original's
@@ -271,7 +272,7 @@ def pipeline_bound_rows(doc: Doc) -> list[list[str]]:
 PIPELINE_HEADERS = columns(
     "run|producer msg/s|worker msg/s|end to end msg/s|produced (steady)|"
     "lost worker/analytics/log|duplicates worker/analytics/log|e2e analytics p50/p99/max ms|"
-    "e2e log p50/p99/max ms|missing, whole run|drain s"
+    "e2e log p50/p99/max ms|missing, whole run|drain s|requests per message push/pop/ack"
 )
 
 
@@ -289,9 +290,17 @@ def pipeline_rows(doc: Doc) -> list[list[str]]:
                 *(" / ".join(_n(e.get(k)) for k in ("p50", "p99", "max")) for e in e2e),
                 _n(s.get("missing_all")),
                 _n(s.get("drain_s"), ".0f"),
+                _per_message(s.get("requests"), s.get("pushed")),
             ]
             rows.append(row)
     return rows
+
+
+def _per_message(requests: Mapping[str, int] | None, pushed: int | None) -> str:
+    """Requests per pushed message by route (the Node processes' counts): push / pop / ack."""
+    if not requests or not pushed:
+        return "-"
+    return " / ".join(f"{requests.get(route, 0) / pushed:.2f}" for route in ("push", "pop", "ack"))
 
 
 def _conditions(doc: Doc) -> list[str]:

@@ -205,9 +205,16 @@ def run(
     base["NUM_PARTITIONS"] = str(shape.partitions)
     _once("configure.js", base, where, log_path)
     _once("warmup-partitions.js", base, where, log_path)
+    counted = results / "requests"  # each stage's requests by route (count_requests.cjs)
+    counted.mkdir()
     meter.start()
     procs = [
-        spawn(["node", env.pop("SCRIPT")], env, log_path, cwd=where / "queen")
+        spawn(
+            ["node", env.pop("SCRIPT")],
+            {**env, **_counting(counted)},
+            log_path,
+            cwd=where / "queen",
+        )
         for env in _stages(shape, base, seconds)
     ]
     producers, consumers = procs[: shape.producers], procs[shape.producers :]
@@ -236,5 +243,20 @@ def run(
         "push_errors": tail.errors,
         "missing_all": tail.missing(),
         "drain_s": drain_s,
+        "requests": requests_counted(counted),
         **window,
     }
+
+
+def _counting(into: Path) -> dict[str, str]:
+    script = Path(__file__).with_name("count_requests.cjs")
+    return {"NODE_OPTIONS": f"--require {script}", "QUEEN_BENCH_COUNTS": str(into)}
+
+
+def requests_counted(directory: Path) -> dict[str, int]:
+    """The stages' HTTP requests by route, added up over their processes' files."""
+    total: dict[str, int] = {}
+    for path in directory.glob("*.json"):
+        for route, count in json.loads(path.read_text() or "{}").items():
+            total[route] = total.get(route, 0) + int(count)
+    return total

@@ -1,14 +1,17 @@
 """The pipeline benchmark's partition count as a dimension: one shape per count, reported
-apart, so a collapse at many partitions shows beside the same run at few."""
+apart, so a collapse at many partitions shows beside the same run at few; and its requests per
+message, counted in the Node processes."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench import peer_report
+from bench import peer_report, pipeline
 from bench.peer_run import PeerRun, options
 from bench.pipeline import PipelineShape
 
@@ -71,3 +74,20 @@ def test_the_report_gives_each_partition_count_its_rows() -> None:
     bound = {r[0]: r for r in peer_report.pipeline_bound_rows(doc)}
     assert bound["ours"][5] == "120" and bound["ours, PIPE-1000"][5] == "12"
     assert "PIPE-1000" in peer_report.terminal(doc)
+
+
+def test_the_pipelines_requests_are_added_up_and_shown_per_message(tmp_path: Path) -> None:
+    # what count_requests.cjs leaves: one file per Node process, its requests by route
+    (tmp_path / "101.json").write_text(json.dumps({"push": 100, "pop": 0, "ack": 0, "other": 2}))
+    (tmp_path / "102.json").write_text(json.dumps({"push": 45, "pop": 126, "ack": 125}))
+    (tmp_path / "103.json").write_text("")  # a process stopped before its first count
+    counted = pipeline.requests_counted(tmp_path)
+    assert counted == {"push": 145, "pop": 126, "ack": 125, "other": 2}
+    step = {"pushed": 100, "requests": counted, "e2e_ms": {}}
+    doc = {"shapes": {"PIPE": {"description": "100", "steps": {"ours": [step]}}}}
+    [row] = peer_report.pipeline_rows(doc)
+    assert row[-1] == "1.45 / 1.26 / 1.25"
+    [older] = peer_report.pipeline_rows(
+        {"shapes": {"PIPE": {"description": "", "steps": {"ours": [{"pushed": 100}]}}}}
+    )
+    assert older[-1] == "-"  # a run saved before requests were counted
