@@ -1,14 +1,16 @@
 """How the app serves one request (:mod:`queen.http.asgi`) and which per-request hooks it
 installs: the app runs in the task the server started for the request (one task fewer than
-Quart-Trio's own connection class), a client that leaves still cancels its route, an answer
-still ends the body feeder; the access gate and CORS add hooks only when they have something
-to decide."""
+Quart-Trio's own connection class; none of its own where the server hands the request's
+messages over, as ours does), a client that leaves still cancels its route, an answer still
+ends the exchange; the access gate and CORS add hooks only when they have something to
+decide."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import trio
+import trio.testing
 from quart import Response, request
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
@@ -16,6 +18,7 @@ from quart_trio.asgi import TrioASGIHTTPConnection
 from queen.auth import AccessGate
 from queen.http import access, cors
 from queen.http.asgi import RequestConnection
+from queen.serving.inbox import LISTEN, RequestInbox
 
 
 class _SpawnCounter(trio.abc.Instrument):
@@ -132,6 +135,104 @@ async def test_an_answer_ends_the_exchange_while_the_client_stays() -> None:
         )
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 201
     assert sent[-1]["type"] == "http.response.body" and not sent[-1].get("more_body", False)
+
+
+# --- as our server runs it: the request's messages handed over as they arrive ---------------
+
+
+def _listening(scope: dict[str, Any]) -> RequestInbox:
+    """The request's inbox, offered to the app in its scope as the server offers it."""
+    inbox = RequestInbox()
+    scope["extensions"][LISTEN] = {"listen": inbox.listen}
+    return inbox
+
+
+async def _serve_listening(
+    app: QuartTrio,
+    scope: dict[str, Any],
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One exchange through a :class:`RequestInbox`: ``before`` arrives before the app runs,
+    ``after`` once the app is waiting; returns what the app sent."""
+    inbox = _listening(scope)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    for message in before:
+        await inbox.put(message)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(app, scope, inbox.receive, send)
+        await trio.testing.wait_all_tasks_blocked()
+        for message in after:
+            await inbox.put(message)  # type: ignore[arg-type]
+    return sent
+
+
+async def test_a_request_whose_messages_are_handed_over_starts_no_task() -> None:
+    app = _app(RequestConnection, [])
+    scope = _scope("POST", "/echo", b"hello")
+    inbox = _listening(scope)
+    await inbox.put({"type": "http.request", "body": b"hello", "more_body": False})
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    counter = _SpawnCounter()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        with trio.fail_after(10):
+            await app(scope, inbox.receive, send)  # type: ignore[arg-type]
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    assert sent[0]["status"] == 201 and sent[1]["body"] == b"hello"
+    assert counter.spawned == 0
+
+
+async def test_a_body_arriving_while_its_route_waits_for_it_is_read_whole() -> None:
+    app = _app(RequestConnection, [])
+    with trio.fail_after(10):
+        sent = await _serve_listening(
+            app,
+            _scope("POST", "/echo", b"hello world"),
+            [{"type": "http.request", "body": b"hello ", "more_body": True}],
+            [{"type": "http.request", "body": b"world", "more_body": False}],
+        )
+    assert sent[0]["status"] == 201 and sent[1]["body"] == b"hello world"
+
+
+async def test_a_client_that_leaves_cancels_its_route_when_messages_are_handed_over() -> None:
+    events: list[str] = []
+    app = _app(RequestConnection, events)
+    with trio.fail_after(10):
+        sent = await _serve_listening(
+            app,
+            _scope("GET", "/hang"),
+            [{"type": "http.request", "body": b"", "more_body": False}],
+            [{"type": "http.disconnect"}],
+        )
+    assert events == ["route cancelled"]
+    assert sent == []
+
+
+async def test_once_answered_a_request_takes_no_more_messages() -> None:
+    # What arrives after the answer (the disconnect of a closing connection) is not the
+    # finished request's: it stays queued for whoever reads the inbox next.
+    app = _app(RequestConnection, [])
+    scope = _scope("POST", "/echo", b"x")
+    inbox = _listening(scope)
+    await inbox.put({"type": "http.request", "body": b"x", "more_body": False})
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    with trio.fail_after(10):
+        await app(scope, inbox.receive, send)  # type: ignore[arg-type]
+        await inbox.put({"type": "http.disconnect"})
+        assert await inbox.receive() == {"type": "http.disconnect"}
 
 
 def _hooks(app: QuartTrio) -> tuple[int, int]:

@@ -1,8 +1,10 @@
 """What the serving code assumes of Hypercorn, h11 and Quart-Trio internals, checked one by one.
 
-``queen/serving/connection.py`` subclasses Hypercorn's TCP server (overriding its reader, its
-idle timer, its close and its ``protocol_send``) and holds h11's response heads;
-``queen/serving/__init__.py`` drives Hypercorn's lifespan and worker context itself; and
+``queen/serving/connection.py`` subclasses Hypercorn's TCP server (taking the place of its
+``run``, overriding its reader, its idle timer, its close and its ``protocol_send``) and holds
+h11's response heads; ``queen/serving/inbox.py`` subclasses its per-connection task group to
+hand each request's messages over without a channel; ``queen/serving/__init__.py`` drives
+Hypercorn's lifespan and worker context itself; and
 ``queen/http/asgi.py`` subclasses Quart-Trio's HTTP connection. None of that is public API:
 ``pyproject.toml`` pins the versions these tests pass with. After an upgrade, each assumption
 that no longer holds fails here with its own message (these tests run first), rather than as
@@ -25,14 +27,18 @@ from hypercorn.config import Config
 from hypercorn.events import Closed, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.h11 import H11Protocol
-from hypercorn.trio import tcp_server
+from hypercorn.protocol.http_stream import HTTPStream
+from hypercorn.trio import task_group, tcp_server
 from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper
+from hypercorn.utils import parse_socket_addr
 from quart.asgi import ASGIHTTPConnection
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
+from quart_trio.wrappers.request import TrioBody
 
 
 def _params(function: Callable[..., Any]) -> list[str]:
@@ -121,11 +127,68 @@ ASSUMPTIONS = (
         lambda: _is_coroutine(TCPServer, "_initiate_server_close", []),
     ),
     Assumption(
-        "tcpserver-run-calls-the-overrides",
-        "TCPServer.run sets self.protocol, starts self._idle_timeout once as the idle timer, "
-        "reads through self._read_data and ends with self._close: Connection's watchdog, "
-        "reader and lingering close take those places",
-        lambda: _uses(TCPServer.run, "protocol", "_idle_timeout", "_read_data", "_close"),
+        "tcpserver-run-steps",
+        "TCPServer.run serves a plain connection as Connection._serve does: a task group, "
+        "self.protocol (a ProtocolWrapper) initiated, self._idle_timeout started once as the "
+        "idle timer through idle_task, reading through self._read_data, ending with "
+        "self._close (Connection._serve takes run's place, with its own task group)",
+        lambda: _uses(
+            TCPServer.run,
+            "TaskGroup",
+            "ProtocolWrapper",
+            "protocol",
+            "initiate",
+            "idle_task",
+            "_idle_timeout",
+            "_read_data",
+            "_close",
+        ),
+    ),
+    Assumption(
+        "protocol-wrapper-init",
+        "ProtocolWrapper(app, config, context, task_group, state, ssl, client, server, send, "
+        "alpn_protocol) and hypercorn.utils.parse_socket_addr(family, address): how "
+        "Connection._serve builds the protocol",
+        lambda: (
+            _params(ProtocolWrapper.__init__)
+            == [
+                "self",
+                "app",
+                "config",
+                "context",
+                "task_group",
+                "state",
+                "ssl",
+                "client",
+                "server",
+                "send",
+                "alpn_protocol",
+            ]
+            and _params(parse_socket_addr) == ["family", "address"]
+        ),
+    ),
+    Assumption(
+        "task-group-spawn-app",
+        "Hypercorn's trio TaskGroup holds its nursery in _nursery and starts a request's app "
+        "with spawn_app(app, config, scope, send), returning how to put a message to the app; "
+        "task_group._handle(app, config, scope, receive, send, sync_spawn, call_soon) runs it: "
+        "RequestTasks replaces the app's channel with a RequestInbox",
+        lambda: (
+            _is_coroutine(TaskGroup, "spawn_app", ["app", "config", "scope", "send"])
+            and _uses(TaskGroup.__aenter__, "_nursery")
+            and _params(task_group._handle)
+            == ["app", "config", "scope", "receive", "send", "sync_spawn", "call_soon"]
+        ),
+    ),
+    Assumption(
+        "http-stream-app-put",
+        "HTTPStream.handle starts the app with spawn_app and hands it body chunks and the "
+        "disconnect through what spawn_app returned (app_put), its scope carrying an "
+        "extensions dict: RequestTasks offers the inbox's listen there",
+        lambda: (
+            _uses(HTTPStream.handle, "spawn_app", "app_put")
+            and "extensions" in HTTPStream.handle.__code__.co_consts
+        ),
     ),
     Assumption(
         "tcpserver-protocol-send",
@@ -229,9 +292,10 @@ ASSUMPTIONS = (
     Assumption(
         "quart-trio-connection",
         "Quart-Trio's HTTP connection is QuartTrio.asgi_http_class, built as (app, scope), "
-        "with _create_request_from_scope(send), handle_messages(nursery, request, receive) "
-        "and handle_request(nursery, request, send): queen/http/asgi.py's RequestConnection "
-        "runs them in Hypercorn's task",
+        "with _create_request_from_scope(send), handle_messages(nursery, request, receive), "
+        "handle_request(nursery, request, send) and _send_response(send, response); the app's "
+        "handle_request(request) answers, and a request's body takes append(data) and "
+        "set_complete(): queen/http/asgi.py's RequestConnection runs them in Hypercorn's task",
         lambda: (
             QuartTrio.asgi_http_class is TrioASGIHTTPConnection
             and _params(ASGIHTTPConnection.__init__) == ["self", "app", "scope"]
@@ -242,6 +306,10 @@ ASSUMPTIONS = (
             and _is_coroutine(
                 TrioASGIHTTPConnection, "handle_request", ["nursery", "request", "send"]
             )
+            and _is_coroutine(TrioASGIHTTPConnection, "_send_response", ["send", "response"])
+            and _is_coroutine(QuartTrio, "handle_request", ["request"])
+            and _params(TrioBody.append) == ["self", "data"]
+            and _params(TrioBody.set_complete) == ["self"]
         ),
     ),
 )
@@ -277,7 +345,7 @@ def test_a_server_that_changed_what_connection_overrides_is_reported(
 ) -> None:
     overrides, calls = (
         _assumption("tcpserver-overridden-methods"),
-        _assumption("tcpserver-run-calls-the-overrides"),
+        _assumption("tcpserver-run-steps"),
     )
     assert failure(overrides) is None and failure(calls) is None
 

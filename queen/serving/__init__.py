@@ -36,6 +36,7 @@ from queen.serving.capacity import (
 )
 from queen.serving.connection import ClientEnd, Connection, client_end
 from queen.serving.guard import ConnectionGuard
+from queen.serving.inbox import Listener, request_listener
 from queen.settings import Settings
 
 __all__ = [
@@ -43,10 +44,12 @@ __all__ = [
     "ClientEnd",
     "ConnectionCapacity",
     "ConnectionGuard",
+    "Listener",
     "capacity_for",
     "client_end",
     "hypercorn_config",
     "raise_descriptor_limit",
+    "request_listener",
     "serve_app",
 ]
 

@@ -50,17 +50,21 @@ from typing import Any
 import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.protocol import ProtocolWrapper
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import (
     AppWrapper,
     ASGIReceiveCallable,
     ASGISendCallable,
+    ConnectionState,
     LifespanState,
     Scope,
 )
+from hypercorn.utils import parse_socket_addr
 
 from queen.serving.capacity import ConnectionCapacity
+from queen.serving.inbox import RequestTasks
 
 # A lingering close ends when nothing has arrived for LINGER_S, and after LINGER_MAX_S at most.
 LINGER_S = 2.0
@@ -183,9 +187,38 @@ class Connection(TCPServer):
             await self._refuse_busy()
             return
         try:
-            await super().run()
+            await self._serve()
         finally:
             self._capacity.release(self)
+
+    async def _serve(self) -> None:
+        """Hypercorn's serving of a plain TCP connection, with each request's app fed by a
+        :class:`~queen.serving.inbox.RequestInbox` (:class:`RequestTasks`)."""
+        try:
+            sock = self._raw.socket
+            client = parse_socket_addr(sock.family, sock.getpeername())
+            server = parse_socket_addr(sock.family, sock.getsockname())
+            async with RequestTasks() as task_group:
+                self._task_group = task_group
+                self.protocol = ProtocolWrapper(
+                    self.app,
+                    self.config,
+                    self.context,
+                    task_group,
+                    ConnectionState(self.state),
+                    False,
+                    client,
+                    server,
+                    self.protocol_send,
+                    "http/1.1",
+                )
+                await self.protocol.initiate()
+                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                await self._read_data()
+        except OSError:
+            pass
+        finally:
+            await self._close()
 
     def _shed(self) -> None:
         """The capacity needs room: close now (only ever called while idle)."""

@@ -35,6 +35,7 @@ from hypercorn.typing import (
 )
 
 from queen.budget import ByteBudget
+from queen.serving.inbox import LISTEN, Listener, request_listener
 
 log = logging.getLogger("queen.http")
 
@@ -92,6 +93,10 @@ class _Exchange:
         self.scope = scope
         self._receive = receive
         self._send = send
+        # The inbox's listen, offered to the app through this guard in its place.
+        self._listen = request_listener(scope)
+        if self._listen is not None:
+            scope["extensions"][LISTEN] = {"listen": self.listen}
         has_body, self.declared = _body_framing(scope["headers"])
         self.body_received = not has_body
         self.received = 0
@@ -117,7 +122,28 @@ class _Exchange:
             budget.release(self.charged, trim=True)
 
     async def receive(self) -> ASGIReceiveEvent:
-        message = await self._receive()
+        while True:
+            message = self._passed(await self._receive())
+            if message is not None:
+                return message
+
+    def listen(self, listener: Listener | None) -> None:
+        """The inbox's :meth:`~queen.serving.inbox.RequestInbox.listen`, through this guard."""
+        assert self._listen is not None
+        if listener is None:
+            self._listen(None)
+            return
+
+        def passed(message: ASGIReceiveEvent) -> None:
+            given = self._passed(message)
+            if given is not None:
+                listener(given)
+
+        self._listen(passed)
+
+    def _passed(self, message: ASGIReceiveEvent) -> ASGIReceiveEvent | None:
+        """What the app is given for ``message``: it, a disconnect in its place (a chunked
+        body the budget refuses), or nothing."""
         if message["type"] == "http.request":
             self.received += len(message.get("body", b""))
             if self.declared is None:
@@ -136,7 +162,7 @@ class _Exchange:
             # Hypercorn says the exchange is over while the app's last send() is still
             # closing the connection or arming its idle timer: the app must not be cancelled
             # now. It is cancelled anyway as soon as that send() returns.
-            await trio.sleep_forever()
+            return None
         return message
 
     async def send(self, message: ASGISendEvent) -> None:
