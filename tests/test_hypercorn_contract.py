@@ -197,6 +197,15 @@ ASSUMPTIONS = (
         lambda: _uses(TCPServer.protocol_send, "send_all", "_close", "handle"),
     ),
     Assumption(
+        "tcpserver-send-lock",
+        "TCPServer.__init__ makes self.send_lock and protocol_send writes under it: "
+        "Connection._send_raw writes answers under the same lock",
+        lambda: (
+            _uses(TCPServer.__init__, "send_lock", "Lock")
+            and _uses(TCPServer.protocol_send, "send_lock")
+        ),
+    ),
+    Assumption(
         "tcpserver-max-recv",
         "hypercorn.trio.tcp_server.MAX_RECV, the read size Connection's reader uses",
         lambda: isinstance(tcp_server.MAX_RECV, int) and tcp_server.MAX_RECV > 0,

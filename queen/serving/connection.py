@@ -233,13 +233,14 @@ class Connection(TCPServer):
             return -math.inf  # shed, client gone or shutting down: an idle one goes now
         return trio.current_time() + self.config.keep_alive_timeout
 
-    def _data_arrived(self) -> None:
+    def _data_arrived(self) -> float | None:
+        """The header deadline of the request whose first byte just arrived (None if a
+        request had begun already); the connection is no longer one to shed."""
         if self._idle and not self._request_started:
-            # The first byte of the next request: its headers now have a deadline of their own,
-            # and the connection is no longer one to shed.
             self._request_started = True
             self._capacity.turned_busy(self)
-            self._watch.deadline = trio.current_time() + self._header_timeout_s
+            return trio.current_time() + self._header_timeout_s
+        return None
 
     async def _read_data(self) -> None:
         """Hypercorn's reader, noting the first byte of each request and the end of the
@@ -284,8 +285,13 @@ class Connection(TCPServer):
             if self._discarding:
                 self._received += len(data)
                 continue
-            self._data_arrived()
+            due = self._data_arrived()
             await handle(RawData(data))
+            if due is not None and self._idle and self._request_started and not self._must_close:
+                # The first byte of a request came and its head is not complete yet: the
+                # headers now have a deadline of their own. (A head complete in that read
+                # has turned the connection busy, which lifts every deadline.)
+                self._watch.deadline = due
 
     async def protocol_send(self, event: Event) -> None:
         kind = type(event)  # (exact types: Hypercorn's events are final, and an ABC check costs)
@@ -339,7 +345,24 @@ class Connection(TCPServer):
             data = held + data
         elif not data:
             return
-        await super().protocol_send(RawData(data))
+        await self._send_raw(data)
+
+    async def _send_raw(self, data: bytes) -> None:
+        """Hypercorn's write of ``data`` (under the connection's send lock, shielded, a broken
+        connection told to the protocol), the lock taken without a trip through the scheduler
+        when no one holds it: the ``send`` that follows is one."""
+        lock = self.send_lock
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            with trio.CancelScope(shield=True):
+                await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await self.protocol.handle(Closed())
+        finally:
+            lock.release()
 
     async def _idle_timeout(self) -> None:
         """The connection's watchdog (started once, by Hypercorn, as its idle timer): closes
