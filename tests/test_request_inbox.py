@@ -140,3 +140,23 @@ async def test_the_guard_keeps_a_disconnect_after_the_answer_from_a_listening_ap
     with trio.fail_after(5):
         await guard(_scope([(b"content-length", b"0")], inbox), inbox.receive, send)
     assert heard == [END]
+
+
+async def test_a_reader_woken_for_a_message_a_listener_took_waits_for_the_next() -> None:
+    inbox = RequestInbox()
+    got: list[Any] = []
+    heard: list[Any] = []
+
+    async def reader() -> None:
+        got.append(await inbox.receive())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        await trio.testing.wait_all_tasks_blocked()
+        await inbox.put(BODY)  # type: ignore[arg-type]  # wakes the reader...
+        inbox.listen(heard.append)  # ...but a listener takes it before the reader runs
+        inbox.listen(None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [] and heard == [BODY]
+        await inbox.put(END)  # type: ignore[arg-type]
+    assert got == [END]

@@ -61,7 +61,9 @@ class RequestInbox:
 
     async def receive(self) -> ASGIReceiveEvent:
         """The next message, waiting for it if none is queued (one reader at a time)."""
-        if not self._queue:
+        if self._queue:
+            await trio.lowlevel.checkpoint()
+        while not self._queue:  # (a listener may have taken what woke this reader)
             if self._waiting is not None:
                 raise trio.BusyResourceError("another task is already receiving")
             self._waiting = trio.lowlevel.current_task()
@@ -71,8 +73,6 @@ class RequestInbox:
                 return trio.lowlevel.Abort.SUCCEEDED
 
             await trio.lowlevel.wait_task_rescheduled(abort)
-        else:
-            await trio.lowlevel.checkpoint()
         return self._queue.popleft()
 
     def listen(self, listener: Listener | None) -> None:
