@@ -21,6 +21,10 @@ END = {"type": "http.request", "body": b"", "more_body": False}
 GONE = {"type": "http.disconnect"}
 
 
+async def _receive_into(inbox: RequestInbox, got: list[Any]) -> None:
+    got.append(await inbox.receive())
+
+
 async def test_receive_gives_what_was_queued_in_order_then_waits_for_more() -> None:
     inbox = RequestInbox()
     await inbox.put(BODY)  # type: ignore[arg-type]
@@ -29,11 +33,8 @@ async def test_receive_gives_what_was_queued_in_order_then_waits_for_more() -> N
     assert await inbox.receive() == END
     got: list[Any] = []
 
-    async def reader() -> None:
-        got.append(await inbox.receive())
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(reader)
+        nursery.start_soon(_receive_into, inbox, got)
         await trio.testing.wait_all_tasks_blocked()
         assert got == []
         await inbox.put(GONE)  # type: ignore[arg-type]
@@ -147,11 +148,8 @@ async def test_a_reader_woken_for_a_message_a_listener_took_waits_for_the_next()
     got: list[Any] = []
     heard: list[Any] = []
 
-    async def reader() -> None:
-        got.append(await inbox.receive())
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(reader)
+        nursery.start_soon(_receive_into, inbox, got)
         await trio.testing.wait_all_tasks_blocked()
         await inbox.put(BODY)  # type: ignore[arg-type]  # wakes the reader...
         inbox.listen(heard.append)  # ...but a listener takes it before the reader runs
