@@ -9,11 +9,10 @@ import logging
 import orjson
 import trio
 from quart import Response, request
-from quart_trio import QuartTrio
 
 from bench.hypercorn_floor import push_results
 from queen.gctune import tune_gc
-from queen.http.asgi import RequestConnection
+from queen.http.asgi import App
 from queen.http.responses import error_response, json_response
 from queen.server import listen_socket
 from queen.serving import serve_app
@@ -21,9 +20,8 @@ from queen.settings import Settings
 from queen.supervision import stop_signals
 
 
-def create_app(max_body_bytes: int) -> QuartTrio:
-    app = QuartTrio("queen-http-ceiling")
-    app.asgi_http_class = RequestConnection  # as queen serve's app
+def create_app(max_body_bytes: int) -> App:
+    app = App("queen-http-ceiling")  # queen serve's app class
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
 
     @app.post("/api/v1/push")

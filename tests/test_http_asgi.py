@@ -2,8 +2,9 @@
 installs: the app runs in the task the server started for the request (one task fewer than
 Quart-Trio's own connection class; none of its own where the server hands the request's
 messages over, as ours does), a client that leaves still cancels its route, an answer still
-ends the exchange; the access gate and CORS add hooks only when they have something to
-decide."""
+ends the exchange; a body that has all arrived is read without a wait; the app works out
+each function's async form once and keeps the blueprints' hooks to their routes; the access
+gate and CORS add hooks only when they have something to decide."""
 
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from quart import Response, request
+from quart import Blueprint, Response, request
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
+from quart_trio.wrappers.request import TrioBody
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from queen.auth import AccessGate
 from queen.http import access, cors
-from queen.http.asgi import RequestConnection
+from queen.http.asgi import App, RequestConnection, arrived_body
+from queen.http.responses import read_body
 from queen.serving.inbox import LISTEN, RequestInbox
 
 
@@ -246,3 +250,81 @@ def test_cors_answers_preflights_always_and_decorates_answers_only_with_origins(
     with_origins = QuartTrio("with", static_folder=None)
     cors.install(with_origins, "https://ops.example")
     assert _hooks(with_origins) == (1, 1)
+
+
+async def test_a_body_that_has_all_arrived_is_taken_once_without_a_copy() -> None:
+    body = TrioBody(None, None)
+    body.append(b'{"items":')
+    assert arrived_body(body) is None  # more may come: nothing is taken
+    body.append(b"[]}")
+    body.set_complete()
+    held = body._data
+    whole = arrived_body(body)
+    assert whole == b'{"items":[]}' and whole is held  # the framework's buffer itself
+    assert await body == b""  # taken: the request's body now reads as empty
+    refused = TrioBody(10, 4)  # declared over the limit: left to the reader, which raises
+    refused.set_complete()
+    assert arrived_body(refused) is None
+
+
+async def test_a_route_reads_a_body_that_has_arrived_without_a_checkpoint() -> None:
+    app = App("arrived", static_folder=None)
+    async with app.test_request_context("/p", method="POST", data=b'{"a":1}'):
+        with trio.testing.assert_no_checkpoints():
+            assert await read_body() == b'{"a":1}'
+    async with app.test_request_context("/p", method="POST", data=b'{"a":1}'):
+        # the limit still holds for a body that declared no length
+        app.config["MAX_CONTENT_LENGTH"] = 4
+        request.content_length = None  # type: ignore[misc]
+        with pytest.raises(RequestEntityTooLarge):
+            await read_body()
+
+
+def test_the_app_works_out_a_functions_async_form_once() -> None:
+    app = App("forms", static_folder=None)
+
+    def plain() -> int:
+        return 1
+
+    async def coroutine() -> int:
+        return 2
+
+    assert app.ensure_async(coroutine) is coroutine
+    wrapped = app.ensure_async(plain)
+    assert wrapped is not plain and app.ensure_async(plain) is wrapped
+    assert trio.run(wrapped) == 1  # (run in a worker thread, as Quart runs sync functions)
+    bound = app.ensure_async(app.config.get)  # a bound method: worked out anew, not kept
+    assert bound is not app.ensure_async(app.config.get) and plain in app._async_forms
+
+
+async def test_blueprint_hooks_run_for_the_blueprints_routes_only() -> None:
+    app, seen = App("blueprints", static_folder=None), []
+    inner = Blueprint("inner", __name__)
+
+    @inner.before_request
+    async def inner_before() -> None:
+        seen.append(("before", request.path))
+
+    @inner.after_request
+    async def inner_after(response: Response) -> Response:
+        seen.append(("after", request.path))
+        return response
+
+    @inner.teardown_request
+    async def inner_teardown(exc: BaseException | None) -> None:
+        seen.append(("teardown", request.path))
+
+    @inner.get("/in")
+    async def inside() -> str:
+        return "in"
+
+    @app.get("/out")
+    async def outside() -> str:
+        return "out"
+
+    app.register_blueprint(inner)
+    client = app.test_client()
+    assert (await client.get("/in")).status_code == 200
+    assert (await client.get("/out")).status_code == 200
+    assert (await client.get("/in")).status_code == 200
+    assert seen == [("before", "/in"), ("after", "/in"), ("teardown", "/in")] * 2

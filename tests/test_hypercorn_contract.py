@@ -5,7 +5,8 @@
 h11's response heads; ``queen/serving/inbox.py`` subclasses its per-connection task group to
 hand each request's messages over without a channel; ``queen/serving/__init__.py`` drives
 Hypercorn's lifespan and worker context itself; and
-``queen/http/asgi.py`` subclasses Quart-Trio's HTTP connection. None of that is public API:
+``queen/http/asgi.py`` subclasses Quart-Trio's HTTP connection, app and request, and takes a
+request's body that has all arrived out of it. None of that is public API:
 ``pyproject.toml`` pins the versions these tests pass with. After an upgrade, each assumption
 that no longer holds fails here with its own message (these tests run first), rather than as
 a hung or misbehaving connection in the serving tests.
@@ -35,10 +36,27 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper
 from hypercorn.utils import parse_socket_addr
+from quart import Quart
 from quart.asgi import ASGIHTTPConnection
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
-from quart_trio.wrappers.request import TrioBody
+from quart_trio.wrappers.request import TrioBody, TrioRequest
+
+
+def _body_keeps_what_arrived() -> bool:
+    body = TrioBody(None, None)
+    body.append(b"ab")
+    body.append(b"cd")
+    if body._complete.is_set() or body._must_raise is not None:
+        return False
+    body.set_complete()
+    refused = TrioBody(10, 4)
+    return (
+        type(body._data) is bytearray
+        and body._data == b"abcd"
+        and body._complete.is_set()
+        and refused._must_raise is not None
+    )
 
 
 def _params(function: Callable[..., Any]) -> list[str]:
@@ -319,6 +337,28 @@ ASSUMPTIONS = (
             and _is_coroutine(QuartTrio, "handle_request", ["request"])
             and _params(TrioBody.append) == ["self", "data"]
             and _params(TrioBody.set_complete) == ["self"]
+        ),
+    ),
+    Assumption(
+        "quart-body-internals",
+        "a request's TrioBody keeps what arrived in _data (a bytearray), says it is all there "
+        "with _complete.is_set(), and holds a refusal in _must_raise: queen/http/asgi.py's "
+        "arrived_body takes a body that has all arrived from it",
+        _body_keeps_what_arrived,
+    ),
+    Assumption(
+        "quart-app-hooks",
+        "Quart asks the app's ensure_async(func) for every hook and route it runs, and a "
+        "request's blueprints is a property worked out from its url_rule: queen/http/asgi.py's "
+        "App keeps each function's async form and AppRequest the blueprints of a rule",
+        lambda: (
+            _params(Quart.ensure_async) == ["self", "func"]
+            and all(
+                _uses(getattr(Quart, name), "ensure_async")
+                for name in ("preprocess_request", "dispatch_request", "process_response")
+            )
+            and isinstance(inspect.getattr_static(TrioRequest, "blueprints"), property)
+            and _uses(inspect.getattr_static(TrioRequest, "blueprints").fget, "blueprint")
         ),
     ),
 )

@@ -1,8 +1,10 @@
 """How an answer reaches the socket (:class:`queen.serving.connection.Connection`): one write
-per answer on a kept-alive connection, an informational ``100 Continue`` at once (before the
-client sends its body), a whole answer before the server closes, and the close of a connection
-whose client leaves as soon as it has read its answer. Served by the real serving loop on a
-real socket; the server's writes are counted where they happen."""
+per answer on a kept-alive connection, written straight to the socket; an informational ``100
+Continue`` at once (before the client sends its body); a whole answer before the server
+closes; what the socket cannot take at once sent through Trio; a long streamed answer that
+still goes through Trio (and so lets other tasks run) every ``UNYIELDED_WRITE_BYTES``; and the
+close of a connection whose client leaves as soon as it has read its answer. Served by the
+real serving loop on a real socket; the server's writes are counted where they happen."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from quart_trio import QuartTrio
 
 from queen.http.asgi import RequestConnection
 from queen.server import listen_socket
-from queen.serving import ConnectionCapacity, serve_app
+from queen.serving import ConnectionCapacity, connection, serve_app
+from queen.serving.connection import Connection
 from queen.settings import Settings
 
 
@@ -43,13 +46,32 @@ def _app(gate: trio.Event) -> QuartTrio:
     async def echo() -> Response:
         return Response(await request.get_data(), status=201, content_type="application/json")
 
+    @app.get("/big")
+    async def big() -> Response:
+        return Response(BIG, content_type="application/octet-stream")
+
+    @app.get("/stream")
+    async def stream() -> Response:
+        async def chunks() -> AsyncIterator[bytes]:
+            for n in range(STREAM_CHUNKS):
+                yield bytes([n]) * STREAM_CHUNK
+
+        return Response(chunks(), content_type="application/octet-stream")
+
     return app
+
+
+# An answer larger than what a socket's buffers take at once; a streamed answer of 64 chunks.
+BIG = bytes(range(256)) * (32 * 1024)
+STREAM_CHUNK, STREAM_CHUNKS = 4 * 1024, 64
 
 
 class Served:
     def __init__(self, port: int) -> None:
         self.port = port
         self.writes: list[bytes] = []
+        # How each write went: "direct" (straight to the socket) or "trio" (send_all).
+        self.paths: list[str] = []
         self.capacity = ConnectionCapacity(16)
         self.gate = trio.Event()
 
@@ -58,14 +80,22 @@ class Served:
 async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
     sock = listen_socket("127.0.0.1", 0)
     found = Served(sock.getsockname()[1])
-    original = trio.SocketStream.send_all
+    original, original_now = trio.SocketStream.send_all, Connection._write_now
 
     async def counted(self: trio.SocketStream, data: Any) -> None:
         if self.socket.getsockname()[1] == found.port:  # the server's side only
             found.writes.append(bytes(data))
+            found.paths.append("trio")
         await original(self, data)
 
+    def counted_now(self: Connection, data: bytes) -> int:
+        sent = original_now(self, data)
+        found.writes.append(data[:sent])
+        found.paths.append("direct")
+        return sent
+
     monkeypatch.setattr(trio.SocketStream, "send_all", counted)
+    monkeypatch.setattr(Connection, "_write_now", counted_now)
     settings = Settings(host="127.0.0.1", port=found.port, shutdown_grace_s=1)
     async with trio.open_nursery() as nursery:
         await nursery.start(
@@ -116,6 +146,47 @@ async def test_each_answer_is_one_write_on_a_kept_alive_connection(served: Serve
     assert len(served.writes) == 3
     for write in served.writes:  # head and body together
         assert write.startswith(b"HTTP/1.1 200 ") and write.endswith(b'\r\n\r\n{"ok":true}')
+    assert served.paths == ["direct"] * 3  # each straight to the socket
+
+
+async def test_what_the_socket_cannot_take_at_once_goes_through_trio(served: Served) -> None:
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", served.port)
+        await stream.send_all(b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        await trio.testing.wait_all_tasks_blocked(0.05)  # the server waits for the client to read
+        received = bytearray()
+        while chunk := await stream.receive_some(1 << 20):  # until the server closes
+            received += chunk
+        await stream.aclose()
+    head, body = bytes(received).split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 ") and body == BIG  # whole, in order
+    assert served.paths[:2] == ["direct", "trio"]  # a part at once, the rest through Trio
+    assert 0 < len(served.writes[0]) < len(BIG)
+
+
+async def test_a_long_streamed_answer_goes_through_trio_every_so_often(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    allowance = 16 * 1024  # (well under what the sockets' buffers hold: a run could pass it)
+    monkeypatch.setattr(connection, "UNYIELDED_WRITE_BYTES", allowance)
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", served.port)
+        parser = _client()
+        await stream.send_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        parser.send(h11.Request(method="GET", target="/stream", headers=[("host", "x")]))
+        parser.send(h11.EndOfMessage())
+        status, body = await _answer(stream, parser)
+        await stream.aclose()
+    assert status == 200
+    assert body == b"".join(bytes([n]) * STREAM_CHUNK for n in range(STREAM_CHUNKS))
+    # Never more than the allowance (and the write that crossed it) straight to the socket
+    # between two writes through Trio: the streaming task checkpoints at least that often.
+    run = longest = 0
+    for path, write in zip(served.paths, served.writes, strict=True):
+        run = run + len(write) if path == "direct" else 0
+        longest = max(longest, run)
+    assert longest < allowance + STREAM_CHUNK + 1024
+    assert served.paths.count("trio") >= STREAM_CHUNKS * STREAM_CHUNK // (allowance + STREAM_CHUNK)
 
 
 async def test_a_100_continue_goes_out_before_the_client_sends_its_body(served: Served) -> None:

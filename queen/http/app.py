@@ -12,7 +12,6 @@ import logging
 from pathlib import Path
 
 from quart import Response
-from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from queen.auth import AccessGate, build_gate
@@ -39,20 +38,19 @@ from queen.http import (
     traces,
     webapp,
 )
-from queen.http.asgi import RequestConnection
+from queen.http.asgi import App
 from queen.http.responses import error_response
 from queen.push import BrokerClosed, PartitionsBusy
 
 log = logging.getLogger("queen.http")
 
 
-def create_app(broker: Broker, *, gate: AccessGate | None = None) -> QuartTrio:
+def create_app(broker: Broker, *, gate: AccessGate | None = None) -> App:
     """The app over ``broker``. ``gate`` decides access; without one it is built from the
     broker's settings (raising :class:`queen.auth.AuthConfigError` if they cannot work)."""
     # No static files of Quart's: every route of the app is one of ours, and in the access
     # table (an operator's built dashboard too: queen.http.webapp).
-    app = QuartTrio("queen", static_folder=None)
-    app.asgi_http_class = RequestConnection
+    app = App("queen", static_folder=None)
     app.config["QUEEN_BROKER"] = broker
     # The push route must answer 413 itself at QUEEN_MAX_BODY_BYTES; Quart's own limit
     # (16 MiB by default) must not answer first.

@@ -20,14 +20,17 @@ client left, an error).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import cast
+from types import FunctionType
+from typing import Any, cast
 
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGIReceiveEvent, ASGISendCallable
-from quart.wrappers import Request, Response
+from quart.wrappers import Body, Request, Response
+from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
+from quart_trio.wrappers import TrioRequest
 
 from queen.budget import Charge
 from queen.http.paths import routing_path
@@ -45,6 +48,17 @@ def release_when_sent(charge: Charge) -> None:
         charge.release()
     else:
         held.append(charge)
+
+
+def arrived_body(body: Body) -> bytearray | None:
+    """The whole of ``body`` when all of it has arrived and none of it was read, taken out of
+    the request (it reads as empty afterwards); else None, and nothing changes. A small
+    request's body usually arrives with its head: it is then read without a wait, a cancel
+    scope or a copy."""
+    if not body._complete.is_set() or body._must_raise is not None:
+        return None
+    whole, body._data = body._data, bytearray()
+    return whole
 
 
 class RequestConnection(TrioASGIHTTPConnection):
@@ -98,3 +112,39 @@ class RequestConnection(TrioASGIHTTPConnection):
                 await self._send_response(send, response)
             finally:
                 listen(None)
+
+
+class AppRequest(TrioRequest):
+    """Quart-Trio's request, its blueprints worked out once per matched rule: Quart asks for
+    them when it runs the before-request hooks, the after-request hooks and the teardown."""
+
+    @property
+    def blueprints(self) -> list[str]:
+        rule = self.url_rule
+        known: tuple[object, list[str]] | None = self.__dict__.get("_blueprints_of")
+        if known is not None and known[0] is rule:
+            return known[1]
+        names = super().blueprints
+        self.__dict__["_blueprints_of"] = (rule, names)
+        return names
+
+
+class App(QuartTrio):
+    """The Quart-Trio app every route of the broker runs in: requests served by
+    :class:`RequestConnection` as :class:`AppRequest`, and each function's async form (Quart
+    asks for it for every hook and route of every request) worked out once."""
+
+    asgi_http_class = RequestConnection
+    request_class = AppRequest
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._async_forms: dict[FunctionType, Callable[..., Awaitable[Any]]] = {}
+
+    def ensure_async(self, func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+        if type(func) is not FunctionType:  # (a bound method or a partial may be made anew)
+            return super().ensure_async(func)
+        form = self._async_forms.get(func)
+        if form is None:
+            form = self._async_forms[func] = super().ensure_async(func)
+        return form

@@ -11,6 +11,7 @@ from quart import Response, current_app, request
 from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
 from queen.consume.errors import InvalidRequest
+from queen.http.asgi import arrived_body
 from queen.intake import decode_json
 from queen.model import InvalidPush
 
@@ -30,12 +31,19 @@ async def read_body() -> bytearray:
     408 after ``BODY_TIMEOUT``).
 
     With a ``Content-Length`` the buffer is allocated once at that size and filled in place:
-    the body is held once, not once by the framework and once more as a copy.
+    the body is held once, not once by the framework and once more as a copy. A body that has
+    all arrived when the route reads it (a small one comes with its request's head) is taken
+    as it is, with no wait.
     """
     declared = request.content_length
     limit = current_app.config["MAX_CONTENT_LENGTH"]
     if declared is not None and limit is not None and declared > limit:
         raise RequestEntityTooLarge()
+    whole = arrived_body(request.body)
+    if whole is not None:
+        if limit is not None and len(whole) > limit:
+            raise RequestEntityTooLarge()
+        return whole
     timeout = current_app.config["BODY_TIMEOUT"]
     with trio.move_on_after(math.inf if timeout is None else timeout):
         if declared is None:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import fcntl
 import math
+import os
 import sys
 import termios
 from collections.abc import Iterator, Mapping
@@ -69,6 +70,9 @@ from queen.serving.inbox import RequestTasks
 # A lingering close ends when nothing has arrived for LINGER_S, and after LINGER_MAX_S at most.
 LINGER_S = 2.0
 LINGER_MAX_S = 30.0
+# How many bytes a connection writes straight to its socket, without a trip through the
+# scheduler, before one of its writes goes through Trio's send_all (which checkpoints).
+UNYIELDED_WRITE_BYTES = 256 * 1024
 # The ASGI scope extension under which a request finds its connection's ClientEnd (client_end).
 CLIENT_END = "queen.client_end"
 
@@ -178,6 +182,8 @@ class Connection(TCPServer):
         # what follows it, and empty writes are skipped.
         self._awaiting_head = False
         self._held: bytes | None = None
+        # Bytes written directly since a write last went through Trio's send_all.
+        self._unyielded = 0
         self._raw = stream
         with_end = _WithClientEnd(app, self._client_end)
         super().__init__(with_end, config, context, state, stream)  # type: ignore[arg-type]
@@ -350,19 +356,43 @@ class Connection(TCPServer):
     async def _send_raw(self, data: bytes) -> None:
         """Hypercorn's write of ``data`` (under the connection's send lock, shielded, a broken
         connection told to the protocol), the lock taken without a trip through the scheduler
-        when no one holds it: the ``send`` that follows is one."""
+        when no one holds it.
+
+        What the socket takes at once is written directly, with no trip through the scheduler
+        either (a small answer: all of it); the rest goes through Trio's ``send_all``, which
+        waits for the socket and checkpoints. So that a long streamed answer still lets other
+        tasks run, the direct writes stop after ``UNYIELDED_WRITE_BYTES`` until a write has
+        gone through Trio's."""
         lock = self.send_lock
         try:
             lock.acquire_nowait()
         except trio.WouldBlock:
             await lock.acquire()
         try:
-            with trio.CancelScope(shield=True):
-                await self.stream.send_all(data)
+            sent = 0
+            if self._unyielded < UNYIELDED_WRITE_BYTES:
+                try:
+                    sent = self._write_now(data)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    await self.protocol.handle(Closed())
+                    return
+                self._unyielded += sent
+            if sent < len(data):
+                self._unyielded = 0
+                with trio.CancelScope(shield=True):
+                    await self.stream.send_all(memoryview(data)[sent:] if sent else data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             await self.protocol.handle(Closed())
         finally:
             lock.release()
+
+    def _write_now(self, data: bytes) -> int:
+        """Write what the socket takes of ``data`` now, without waiting; how many bytes it
+        took (``BlockingIOError``: none; another ``OSError``: the connection is broken or
+        closed, its descriptor then reading -1)."""
+        return os.write(self._raw.socket.fileno(), data)
 
     async def _idle_timeout(self) -> None:
         """The connection's watchdog (started once, by Hypercorn, as its idle timer): closes
