@@ -196,6 +196,25 @@ async def test_keep_alive_connection_serves_requests_then_times_out_when_idle(
     assert await client.closed_by_server()
 
 
+async def test_a_connection_in_use_past_its_keep_alive_closes_that_long_after_its_last_answer(
+    server: Any, opened: list[trio.SocketStream]
+) -> None:
+    keep_alive = 0.5
+    port = await server(keep_alive_timeout_s=keep_alive, header_timeout_s=LONG_S)
+    client = await Client.connect(port, opened)
+    start = trio.current_time()
+    while trio.current_time() - start < 3 * keep_alive:  # used well past the first timeout
+        await client.send(get("/health"))
+        status, _, _ = await client.response()
+        assert status == 200
+        await trio.sleep(keep_alive * 0.6)  # (a client's pace: never idle a whole timeout)
+    await client.send(get("/health"))
+    assert (await client.response())[0] == 200
+    answered = trio.current_time()
+    assert await client.closed_by_server()
+    assert trio.current_time() - answered >= keep_alive * 0.9  # counted from the last answer
+
+
 async def test_headers_trickled_byte_by_byte_are_cut_off(
     server: Any, opened: list[trio.SocketStream]
 ) -> None:

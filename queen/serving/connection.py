@@ -6,8 +6,10 @@ Hypercorn keeps an idle timer per connection, from the moment the connection is 
 opened, or its last response sent) until a request's headers are complete; at
 ``keep_alive_timeout`` or at shutdown it closes the connection. Hypercorn starts a new timer
 task after every response and cancels it at every request; this class keeps one watchdog task
-for the life of the connection instead and moves its deadline (starting and cancelling a task
-per request was the largest single cost of a small request). It also adds:
+for the life of the connection instead (starting and cancelling a task per request was the
+largest single cost of a small request), and moves its deadline only to make it earlier: a
+later one is taken up when the earlier passes, so a connection in use moves none per
+request. It also adds:
 
 - **Header deadline.** Once the first byte of a request arrives, its headers must be complete
   within ``header_timeout_s``, however slowly the bytes come (Hypercorn's own read timeout
@@ -160,10 +162,15 @@ class Connection(TCPServer):
     ) -> None:
         self._header_timeout_s = header_timeout_s
         self._capacity = capacity
-        # The watchdog's deadline: keep-alive while idle, the header deadline once a request's
-        # first byte arrived, none while a request is being served, now once the connection
-        # has to go (shed, or its client gone).
+        # When the watchdog closes the connection (_due): keep-alive while idle, the header
+        # deadline once a request's first byte arrived, never while a request is being served,
+        # now once the connection has to go (shed, or its client gone). Its cancel scope's
+        # deadline (_armed) is never later than that, and is moved only to make it earlier:
+        # when it passes before _due, the watchdog arms a new scope for _due. A request
+        # then moves no deadline of Trio's, as long as the connection goes on being used
+        # more often than its keep-alive timeout.
         self._watch = trio.CancelScope()
+        self._due = self._armed = math.inf
         self._idle = True
         self._request_started = False
         self._closed = False
@@ -232,7 +239,13 @@ class Connection(TCPServer):
 
     def _close_now(self) -> None:
         self._must_close = True
-        self._watch.deadline = -math.inf
+        self._set_due(-math.inf)
+
+    def _set_due(self, due: float) -> None:
+        """The watchdog closes the connection at ``due``, unless told otherwise before."""
+        self._due = due
+        if due < self._armed:
+            self._armed = self._watch.deadline = due
 
     def _idle_deadline(self) -> float:
         if self._must_close or self.context.terminated.is_set():
@@ -297,7 +310,7 @@ class Connection(TCPServer):
                 # The first byte of a request came and its head is not complete yet: the
                 # headers now have a deadline of their own. (A head complete in that read
                 # has turned the connection busy, which lifts every deadline.)
-                self._watch.deadline = due
+                self._set_due(due)
 
     async def protocol_send(self, event: Event) -> None:
         kind = type(event)  # (exact types: Hypercorn's events are final, and an ABC check costs)
@@ -310,12 +323,12 @@ class Connection(TCPServer):
                 self._request_started = False
                 self._awaiting_head = False
                 self._capacity.turned_idle(self)
-                self._watch.deadline = self._idle_deadline()
+                self._set_due(self._idle_deadline())
             else:
                 self._idle = False
                 self._awaiting_head = True
                 self._capacity.turned_busy(self)
-                self._watch.deadline = math.inf
+                self._due = math.inf
             return
         if kind is Closed:
             self._closed = True
@@ -398,15 +411,21 @@ class Connection(TCPServer):
         """The connection's watchdog (started once, by Hypercorn, as its idle timer): closes
         the connection when its deadline passes, or at shutdown while it is idle."""
         self._request_started = False
-        self._watch.deadline = self._idle_deadline()
-        with self._watch:
-            await self.context.terminated.wait()
-            if not self._idle:
-                # Busy at shutdown: Hypercorn closes it after the response (or the deadline,
-                # now set to go at once when it turns idle, does).
-                await trio.sleep_forever()
-        if self._closed:
-            return
+        self._due = self._armed = self._watch.deadline = self._idle_deadline()
+        while True:
+            with self._watch:
+                await self.context.terminated.wait()
+                if not self._idle:
+                    # Busy at shutdown: Hypercorn closes it after the response (or the
+                    # deadline, now set to go at once when it turns idle, does).
+                    await trio.sleep_forever()
+            if self._closed:
+                return
+            if not self._watch.cancelled_caught or trio.current_time() >= self._due:
+                break  # shutting down while idle, or due
+            # Armed early (the connection was used since): a new scope for when it is due.
+            self._armed = self._due
+            self._watch = trio.CancelScope(deadline=self._armed)
         with trio.CancelScope(shield=True):
             await self._initiate_server_close()
 
