@@ -51,10 +51,10 @@ def release_when_sent(charge: Charge) -> None:
 
 
 def arrived_body(body: Body) -> bytearray | None:
-    """The whole of ``body`` when all of it has arrived and none of it was read, taken out of
-    the request (it reads as empty afterwards); else None, and nothing changes. A small
-    request's body usually arrives with its head: it is then read without a wait, a cancel
-    scope or a copy."""
+    """What ``body`` holds, once all of it has arrived, taken out of the request (it reads as
+    empty afterwards: what reading it would have given); else None, and nothing changes. A
+    small request's body usually arrives with its head: it is then read without a wait, a
+    cancel scope or a copy."""
     if not body._complete.is_set() or body._must_raise is not None:
         return None
     whole, body._data = body._data, bytearray()
