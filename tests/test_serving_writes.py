@@ -130,6 +130,13 @@ def _client() -> h11.Connection:
     return h11.Connection(h11.CLIENT)
 
 
+async def _ask(stream: trio.SocketStream, parser: h11.Connection, path: str) -> None:
+    """Send ``GET path`` on ``stream``, ``parser`` made ready to read its answer."""
+    await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    parser.send(h11.Request(method="GET", target=path, headers=[("host", "x")]))
+    parser.send(h11.EndOfMessage())
+
+
 async def test_each_answer_is_one_write_on_a_kept_alive_connection(served: Served) -> None:
     with trio.fail_after(10):
         stream = await trio.open_tcp_stream("127.0.0.1", served.port)
@@ -172,9 +179,7 @@ async def test_a_long_streamed_answer_goes_through_trio_every_so_often(
     with trio.fail_after(10):
         stream = await trio.open_tcp_stream("127.0.0.1", served.port)
         parser = _client()
-        await stream.send_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
-        parser.send(h11.Request(method="GET", target="/stream", headers=[("host", "x")]))
-        parser.send(h11.EndOfMessage())
+        await _ask(stream, parser, "/stream")
         status, body = await _answer(stream, parser)
         await stream.aclose()
     assert status == 200
@@ -231,9 +236,7 @@ async def test_a_client_that_closes_right_after_its_answer_frees_its_connection(
     with trio.fail_after(10):
         stream = await trio.open_tcp_stream("127.0.0.1", served.port)
         parser = _client()
-        await stream.send_all(b"GET /gated HTTP/1.1\r\nHost: x\r\n\r\n")
-        parser.send(h11.Request(method="GET", target="/gated", headers=[("host", "x")]))
-        parser.send(h11.EndOfMessage())
+        await _ask(stream, parser, "/gated")
         assert await _answer(stream, parser) == (200, b'{"ok":true}')
         await stream.aclose()
         # the server has seen the client's end before the app finishes its answer
