@@ -37,9 +37,12 @@ class UntouchedPool:
 
     sent = 0
 
-    async def run(self, call: Any) -> Any:
+    async def _sent(self, *args: Any, **kwargs: Any) -> Any:
         self.sent += 1
         raise AssertionError("a write without its turn reached the database")
+
+    # every way a store sends a statement
+    run = fetch_one = fetch_all = execute = query = _sent
 
 
 @pytest.fixture
