@@ -145,7 +145,9 @@ class Broker:
         for a body that breaks a rule (nothing is stored) and :class:`queen.BrokerClosed`
         during shutdown.
         """
-        return (await self.push_service.push(items, producer_sub)).items()
+        # (push_prepared straight away: a coroutine fewer to pass through at every wake-up)
+        prepared = prepare_push(list(items))
+        return (await self.push_service.push_prepared(prepared, producer_sub)).items()
 
     # --- consuming ---------------------------------------------------------------------------
 

@@ -47,6 +47,18 @@ class PreparedPush:
     batches: list[PartitionBatch]
 
 
+# Names already found valid: a body that names the queue and partitions of earlier bodies checks
+# each with one set lookup. Bounded: emptied when it holds KNOWN_NAMES_MAX (then learnt again).
+KNOWN_NAMES_MAX = 10_000
+_known_names: set[str] = set()
+
+
+def _remember(name: str) -> None:
+    if len(_known_names) >= KNOWN_NAMES_MAX:
+        _known_names.clear()
+    _known_names.add(name)
+
+
 def _check_name(value: Any, key: str, index: int) -> str:
     """Return ``value`` if it is a valid queue or partition name; else raise
     :class:`InvalidPush`."""
@@ -225,12 +237,19 @@ def _prepare_one(item: Any, plain_strings: bool) -> PreparedPush | None:
         return None
     queue = item.get("queue")
     partition = item.get("partition")
+    known = _known_names
     if partition is None:
         partition = DEFAULT_PARTITION
-    elif name_problem(partition) is not None:
+    elif type(partition) is not str or partition not in known:
+        if name_problem(partition) is not None:
+            return None
+        _remember(partition)
+    if type(queue) is not str:
         return None
-    if type(queue) is not str or name_problem(queue) is not None:
-        return None
+    if queue not in known:
+        if name_problem(queue) is not None:
+            return None
+        _remember(queue)
     transaction_id = item.get("transactionId")
     if (
         transaction_id is not None
@@ -262,9 +281,12 @@ def _prepare_common(items: list[Any], plain_strings: bool) -> PreparedPush | Non
         distinct_transaction_ids = set(transaction_ids)
     except (TypeError, KeyError, AttributeError, orjson.JSONEncodeError):
         return None  # not an object, no payload, an unhashable field, a payload to re-encode
+    known = _known_names
     for name in names:
-        if name is not None and name_problem(name) is not None:
-            return None
+        if name is not None and name not in known:
+            if name_problem(name) is not None:
+                return None
+            _remember(name)
     if None in queues:
         return None
     distinct_transaction_ids.discard(None)

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from queen import intake
 from queen.actors.policy import coalesce_count
 from queen.ids import mint_ids, timestamp_of
 from queen.intake import prepare_push
@@ -177,3 +178,27 @@ def test_prepared_payloads_hold_only_their_own_bytes(keep_trace_ids: bool) -> No
         tracemalloc.stop()
     assert prepared.count == 2000
     assert held < 2000 * 1024, f"{held / 2000:.0f} bytes per item"
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_names_found_valid_are_remembered_within_a_bound_and_bad_ones_never(
+    monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    monkeypatch.setattr(intake, "KNOWN_NAMES_MAX", 4)
+    monkeypatch.setattr(intake, "_known_names", set())
+    for n in range(10):
+        items = [{"queue": "q", "partition": f"p{n}-{k}", "payload": k} for k in range(size)]
+        assert [b.key.partition for b in prepare_push(items).batches] == [
+            f"p{n}-{k}" for k in range(size)
+        ]
+        assert len(intake._known_names) <= 4
+    for bad in ("bad\x00", "", "x" * 256):
+        items = [{"queue": "q", "partition": bad, "payload": k} for k in range(size)]
+        with pytest.raises(InvalidPush):
+            prepare_push(items)
+        assert bad not in intake._known_names
+    # a name remembered as valid is still taken, and its queue's twin still refused
+    prepare_push([{"queue": "q", "partition": "ok", "payload": 1}] * size)
+    assert "ok" in intake._known_names
+    with pytest.raises(InvalidPush):
+        prepare_push([{"queue": "q\x00", "partition": "ok", "payload": 1}] * size)

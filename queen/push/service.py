@@ -50,9 +50,11 @@ class PartitionsBusy(QueenError, RuntimeError):
     Nothing was applied; the caller may retry (HTTP 503)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PushedItem:
-    """What happened to one pushed item. ``message_id`` is the original's for a duplicate."""
+    """What happened to one pushed item. ``message_id`` is the original's for a duplicate.
+    (Not frozen: one is made per item pushed, and a frozen dataclass takes six times as long
+    to make.)"""
 
     index: int
     message_id: str
@@ -62,9 +64,10 @@ class PushedItem:
     status: str  # "queued", "duplicate", "buffered" or "failed"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PushAnswer:
-    """The answer of one push: each partition's batch with the outcome of its write."""
+    """The answer of one push: each partition's batch with the outcome of its write. (Not
+    frozen, as :class:`PushedItem`: one is made per push.)"""
 
     count: int
     parts: tuple[tuple[PartitionBatch, PushOutcome], ...]
@@ -74,17 +77,23 @@ class PushAnswer:
         results: list[PushedItem | None] = [None] * self.count
         for batch, outcome in self.parts:
             status = str(outcome.status)  # the text (a StrEnum's str), without Enum.value
+            queue, partition = batch.key
+            frames = zip(batch.indexes, batch.message_ids, batch.transaction_ids, strict=True)
             duplicates = outcome.duplicates
-            for pos, (index, own_id, transaction_id) in enumerate(
-                zip(batch.indexes, batch.message_ids, batch.transaction_ids, strict=True)
-            ):
-                original = duplicates.get(pos) if duplicates else None
+            if not duplicates:
+                for index, own_id, transaction_id in frames:
+                    results[index] = PushedItem(
+                        index, own_id, transaction_id, queue, partition, status
+                    )
+                continue
+            for pos, (index, own_id, transaction_id) in enumerate(frames):
+                original = duplicates.get(pos)
                 results[index] = PushedItem(
                     index,
                     own_id if original is None else original,
                     transaction_id,
-                    batch.key.queue,
-                    batch.key.partition,
+                    queue,
+                    partition,
                     status if original is None else "duplicate",
                 )
         return results  # type: ignore[return-value]
@@ -128,14 +137,16 @@ class PushService:
         group = ReplyGroup(len(prepared.batches))
         received = time.monotonic()
         requests = [
-            PushRequest(
-                message_ids=batch.message_ids,
-                transaction_ids=batch.transaction_ids,
-                payloads=batch.payloads,
-                producer_subs=None if producer_sub is None else [producer_sub] * len(batch),
-                trace_ids=batch.trace_ids,
-                reply=Reply(group),
-                received=received,
+            PushRequest(  # (positional: message_ids, transaction_ids, payloads, producer_subs,
+                # trace_ids, replay, reply, received)
+                batch.message_ids,
+                batch.transaction_ids,
+                batch.payloads,
+                None if producer_sub is None else [producer_sub] * len(batch),
+                batch.trace_ids,
+                False,
+                Reply(group),
+                received,
             )
             for batch in prepared.batches
         ]
