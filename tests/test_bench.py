@@ -656,10 +656,23 @@ def test_peer_report_leads_with_broker_cpu_per_message_beside_bare_hypercorn() -
     assert s1[:5] == ["S1", "160", "420", "320", "310"]
     assert s1[5] == "1.35"  # ours ÷ bare Hypercorn
     assert s1[6] == "1.25-1.47"  # round by round: 40/32 and 44/30
-    assert s1[7] == "5,000 / 4,000"
+    assert s1[7:9] == ["≤ 1.25", "held in 1 of 2 rounds: they fall on both sides of it"]
+    assert s1[9] == "5,000 / 4,000"
     assert peer_report.terminal(doc).index("Broker CPU per message") < peer_report.terminal(
         doc
     ).index("ours ÷ original")
+
+
+def test_a_shapes_rounds_are_set_against_its_goal() -> None:
+    from bench.peer_report import against_goal
+
+    assert against_goal([1.05, 1.10], 1.25) == "held in every round"
+    assert against_goal([1.25], 1.25) == "held in every round"  # at most the goal
+    assert against_goal([1.90, 2.01], 1.5) == "missed in every round"
+    assert against_goal([1.2, 1.3, 1.4], 1.25) == (
+        "held in 1 of 3 rounds: they fall on both sides of it"
+    )
+    assert against_goal([1.2], None) == against_goal([], 1.25) == "-"
 
 
 def test_a_profile_sample_counts_for_the_innermost_component_below_the_scheduler() -> None:
