@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 import trio
+from psycopg.conninfo import make_conninfo
 
 from queen import open_broker
 from queen.broker import Broker
@@ -106,6 +107,20 @@ def pg_server() -> Iterator[EmbeddedPostgres | None]:
             yield server
         finally:
             server.stop("immediate")
+
+
+@contextlib.contextmanager
+def scratch_database(pg_url: str, prefix: str) -> Iterator[str]:
+    """A new, empty database on the server of ``pg_url`` (its conninfo), named ``prefix_...``;
+    dropped afterwards, its sessions ended."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_conninfo(pg_url, dbname=name)
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")

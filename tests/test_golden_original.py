@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from queen import open_broker
 from queen.http.app import create_app
 from queen.settings import Settings
+from tests.conftest import scratch_database
 from tests.golden import ROUTES, RULES, _matches, _under, compare, resolve, sequence
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "original"
@@ -31,14 +29,8 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 def fresh_url(pg_url: str) -> Iterator[str]:
     """A database of its own: the overview, the groups and the history count everything."""
-    name = f"golden_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_conninfo(pg_url, dbname=name)
-    finally:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(pg_url, "golden") as url:
+        yield url
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from typing import Any
 import psycopg
 import pytest
 import trio
-from psycopg.conninfo import make_conninfo
 
 from queen import open_broker
 from queen.cipher import PayloadCipher
@@ -29,6 +28,7 @@ from queen.migrate.payloads import OriginalPayloadUnreadable, open_original, sto
 from queen.migrate.progress import PlainProgress, RichProgress, progress_for
 from queen.migrate.run import KILL_AFTER_BATCHES_ENV
 from queen.settings import Settings
+from tests.conftest import scratch_database
 from tests.consuming import Api
 from tests.original_db import QUEUE_MODE, OriginalDb, seal_as_original
 
@@ -39,19 +39,9 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def new_database(pg_url: str) -> Iterator[Any]:
-    made: list[str] = []
-
-    def make(prefix: str) -> str:
-        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        made.append(name)
-        return make_conninfo(pg_url, dbname=name)
-
-    yield make
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        for name in made:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    """Make new databases (``new_database(prefix)``: its conninfo), dropped afterwards."""
+    with contextlib.ExitStack() as made:
+        yield lambda prefix: made.enter_context(scratch_database(pg_url, prefix))
 
 
 async def run_import(

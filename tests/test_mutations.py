@@ -16,14 +16,13 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
+
+from tests.conftest import scratch_database
 
 ROOT = Path(__file__).resolve().parent.parent
 COPIED = ("queen", "tests", "pyproject.toml")
@@ -199,14 +198,8 @@ def _copy(into: Path) -> Path:
 @pytest.fixture
 def database(pg_url: str) -> Iterator[str]:
     """A new, empty database on the session's server, dropped afterwards."""
-    name = f"mutation_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_conninfo(pg_url, dbname=name)
-    finally:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(pg_url, "mutation") as url:
+        yield url
 
 
 def _pytest(copy: Path, database: str, node_ids: list[str]) -> subprocess.CompletedProcess[str]:

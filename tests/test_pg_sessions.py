@@ -20,7 +20,7 @@ from queen.broker import Broker
 from queen.settings import Settings
 from queen.storage.pool import ConnectionPool, connection_kwargs
 from queen.storage.postgres import PUSH_SQL_PSYCOPG, migrate_sync
-from tests.conftest import Db
+from tests.conftest import Db, scratch_database
 
 SEP = "\x1f"
 T = TypeVar("T")
@@ -204,14 +204,8 @@ def _grow_after_empty_statistics(url: str) -> list[str]:
 
 
 def _in_own_database(pg_url: str, work: Callable[[str], list[T]]) -> list[T]:
-    name = f"queen_growth_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    try:
-        return work(make_conninfo(pg_url, dbname=name))
-    finally:
-        with psycopg.connect(pg_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with scratch_database(pg_url, "queen_growth") as url:
+        return work(url)
 
 
 async def test_partitions_and_sidecar_are_read_by_key_after_growing_from_empty_statistics(

@@ -14,7 +14,6 @@ from typing import Any
 import psycopg
 import pytest
 import trio
-from psycopg.conninfo import make_conninfo
 
 from queen import open_broker
 from queen.broker import Broker
@@ -29,7 +28,7 @@ from queen.storage.postgres import (
     migrate_sync,
     schema_digest,
 )
-from tests.conftest import Db
+from tests.conftest import Db, scratch_database
 
 # Every catalog row of schema "queen" (functions, triggers, relations) and the transaction
 # that last wrote it: applying the schema again rewrites at least every function's row.
@@ -52,14 +51,8 @@ STALE = """UPDATE queen.system_state SET value = '{"digest": "0123456789abcdef"}
 @pytest.fixture
 def own_database(pg_url: str) -> Iterator[str]:
     """A new, empty database on the session's server; dropped afterwards."""
-    name = f"schema_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_conninfo(pg_url, dbname=name)
-    finally:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with scratch_database(pg_url, "schema") as url:
+        yield url
 
 
 class Answers:

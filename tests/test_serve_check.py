@@ -6,18 +6,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from queen.storage.embedded import EmbeddedPostgres
 from queen.storage.postgres import SchemaState, migrate_sync, schema_state
-from tests.conftest import embedded_pg_dir
+from tests.conftest import embedded_pg_dir, scratch_database
 from tests.ctl_env import closed_port, environ
 from tests.procs import queen_without_embedded_extra
 
@@ -58,14 +56,8 @@ def marks(out: str) -> dict[str, str]:
 @pytest.fixture
 def database(pg_url: str) -> Iterator[str]:
     """A new, empty database on the session's server; dropped afterwards."""
-    name = f"check_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_conninfo(pg_url, dbname=name)
-    finally:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with scratch_database(pg_url, "check") as url:
+        yield url
 
 
 def test_version_prints_the_package_version(tmp_path: Path) -> None:
