@@ -53,10 +53,14 @@ KNOWN_NAMES_MAX = 10_000
 _known_names: set[str] = set()
 
 
-def _remember(name: str) -> None:
+def _learn(name: object) -> bool:
+    """Whether ``name`` (not known yet) is a valid name; a valid one is remembered."""
+    if name_problem(name) is not None:
+        return False
     if len(_known_names) >= KNOWN_NAMES_MAX:
         _known_names.clear()
-    _known_names.add(name)
+    _known_names.add(name)  # type: ignore[arg-type]  # (valid: a str)
+    return True
 
 
 def _check_name(value: Any, key: str, index: int) -> str:
@@ -240,16 +244,10 @@ def _prepare_one(item: Any, plain_strings: bool) -> PreparedPush | None:
     known = _known_names
     if partition is None:
         partition = DEFAULT_PARTITION
-    elif type(partition) is not str or partition not in known:
-        if name_problem(partition) is not None:
-            return None
-        _remember(partition)
-    if type(queue) is not str:
+    elif (type(partition) is not str or partition not in known) and not _learn(partition):
         return None
-    if queue not in known:
-        if name_problem(queue) is not None:
-            return None
-        _remember(queue)
+    if type(queue) is not str or (queue not in known and not _learn(queue)):
+        return None
     transaction_id = item.get("transactionId")
     if (
         transaction_id is not None
@@ -283,10 +281,8 @@ def _prepare_common(items: list[Any], plain_strings: bool) -> PreparedPush | Non
         return None  # not an object, no payload, an unhashable field, a payload to re-encode
     known = _known_names
     for name in names:
-        if name is not None and name not in known:
-            if name_problem(name) is not None:
-                return None
-            _remember(name)
+        if name is not None and name not in known and not _learn(name):
+            return None
     if None in queues:
         return None
     distinct_transaction_ids.discard(None)
