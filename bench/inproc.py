@@ -72,6 +72,8 @@ async def embedded(
 ) -> dict[str, Any]:
     """An E step (docs/benchmark.md): warm-up, then the measured window."""
     queue = f"{args.queue_prefix}{name.lower()}"
+    if args.dedup_window is not None:  # the queue made first, with that window (0: dedup off)
+        await broker.configure(queue, {"dedupWindowSeconds": args.dedup_window})
     measuring, done, failed, counter = False, 0, 0, 0
     latencies: list[float] = []
 
@@ -405,6 +407,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=5.0)
     p.add_argument("--queue-prefix", default="qbench-")
     p.add_argument("--tag", default=f"t{time.time_ns()}")
+    p.add_argument(
+        "--dedup-window", type=int, help="E steps: the queue's dedup window in s (0: off)"
+    )
     p.add_argument("--shapes", default=",".join(CALL_SHAPES), help="calls: which shapes")
     p.add_argument("--requests", type=int, default=1000, help="calls: pushes per shape")
     p.add_argument("--tasks", type=int, default=1, help="calls: concurrent producers")

@@ -24,6 +24,7 @@ from bench.scenarios import EMBEDDED, Load, pick
 from bench.servers import ROOT, Meter, per_100k
 
 TARGETS = {1: 3.0, 10: 1.5}  # items per call: ours ÷ PGMQ, msg/s and CPU per message
+NO_DEDUP = "ours-nodedup"  # the side whose queue has no dedup window, as PGMQ's queues
 STEP_LIMIT_S = 300.0
 
 
@@ -85,9 +86,11 @@ async def _drive(args: argparse.Namespace, load: Load) -> dict[str, Any]:
 def _step(
     side: str, shape: str, db: servers.Database, args: argparse.Namespace, tag: str, logs: Path
 ) -> Any:
-    module = ["bench.inproc", shape] if side == "ours" else ["bench.pgmq", "--drive", shape]
-    timing = {"duration": args.duration, "warmup": args.warmup}
-    return in_process(module, db, logs / f"{side}.log", STEP_LIMIT_S, tag=tag, **timing)
+    module = ["bench.pgmq", "--drive", shape] if side == "pgmq" else ["bench.inproc", shape]
+    options: dict[str, Any] = {"duration": args.duration, "warmup": args.warmup, "tag": tag}
+    if side == NO_DEDUP:  # a queue of its own, made with the window 0
+        options.update(dedup_window=0, queue_prefix="qbench-nodedup-")
+    return in_process(module, db, logs / f"{side}.log", STEP_LIMIT_S, **options)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -102,9 +105,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             conn.execute(sql)
             for shape in args.shapes:
                 conn.execute("SELECT pgmq.create(%s)", (queue_name(shape),))
+        sides = ["ours", "pgmq", *([NO_DEDUP] if args.without_dedup else [])]
         for r in range(1, args.rounds + 1):
             for shape in args.shapes:
-                for side in ("ours", "pgmq") if r % 2 else ("pgmq", "ours"):
+                for side in sides if r % 2 else sides[::-1]:
                     # every step starts after a checkpoint: none falls inside its window
                     # (checkpoint_timeout), and the WAL files written before are there to reuse
                     with db.connect() as conn:
@@ -135,13 +139,16 @@ def step_row(r: Mapping[str, Any]) -> list[str]:
     return [str(r["round"]), r["shape"], r["side"], *(_n(v, spec) for v, spec in figures)]
 
 
-def ratios(steps: Sequence[Mapping[str, Any]], shape: str) -> tuple[list[float], list[float]]:
-    """Per round: ours ÷ PGMQ in msg/s, and PGMQ's CPU per message ÷ ours (> 1: ours better)."""
+def ratios(
+    steps: Sequence[Mapping[str, Any]], shape: str, side: str = "ours"
+) -> tuple[list[float], list[float]]:
+    """Per round: ``side`` ÷ PGMQ in msg/s, and PGMQ's CPU per message ÷ ``side``'s (> 1:
+    ours better)."""
     speed: list[float] = []
     cpu: list[float] = []
     for r in sorted({s["round"] for s in steps if s["shape"] == shape}):
         pair = {s["side"]: s for s in steps if s["shape"] == shape and s["round"] == r}
-        ours, theirs = pair.get("ours"), pair.get("pgmq")
+        ours, theirs = pair.get(side), pair.get("pgmq")
         if not ours or not theirs:
             continue
         if theirs.get("msg_per_s"):
@@ -166,6 +173,7 @@ def _held(values: Sequence[float], target: float | None) -> str:
 
 def summary_rows(doc: Mapping[str, Any]) -> list[list[str]]:
     rows = []
+    without = any(s["side"] == NO_DEDUP for s in doc["steps"])
     for shape in doc.get("shapes", {}):
         steps = [s for s in doc["steps"] if s["shape"] == shape]
         items = EMBEDDED[shape].load.items
@@ -178,6 +186,8 @@ def summary_rows(doc: Mapping[str, Any]) -> list[list[str]]:
         judged = ["-" if target is None else f"{target:g}x", _held(speed, target)]
         rows.append([shape, str(items), *medians, _spread(speed), _spread(cpu), *judged])
         rows[-1].append(_held(cpu, target))
+        if without:  # what the dedup sidecar costs, set beside a queue that has none
+            rows[-1].append(_spread(ratios(steps, shape, NO_DEDUP)[1]))
     return rows
 
 
@@ -185,6 +195,11 @@ _STEP = "round|shape|side|msg/s|p50 ms|p99 ms|process CPU s/100k|PG CPU s/100k|t
 STEP_HEADERS = [*_STEP.split("|"), "other load"]
 _SUMMARY = "shape|items/call|ours msg/s|PGMQ msg/s|msg/s ours÷PGMQ|CPU/msg PGMQ÷ours|target"
 SUMMARY_HEADERS = [*_SUMMARY.split("|"), "msg/s held", "CPU held"]
+
+
+def summary_headers(doc: Mapping[str, Any]) -> list[str]:
+    without = any(s["side"] == NO_DEDUP for s in doc["steps"])
+    return [*SUMMARY_HEADERS, *(["CPU/msg PGMQ÷ours without dedup"] if without else [])]
 
 
 def render(doc: Mapping[str, Any], *, markdown: bool = False) -> str:
@@ -199,7 +214,7 @@ def render(doc: Mapping[str, Any], *, markdown: bool = False) -> str:
             "\n".join([run, *shapes]),
             table(STEP_HEADERS, steps, markdown=markdown, left=3),
             "Medians over rounds (min-max); a target holds where the median ratio reaches it.",
-            table(SUMMARY_HEADERS, summary_rows(doc), markdown=markdown, left=2),
+            table(summary_headers(doc), summary_rows(doc), markdown=markdown, left=2),
         ]
     )
 
@@ -212,6 +227,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=3, help="steps per side and shape")
     p.add_argument("--duration", type=float, default=8.0, help="measured seconds per step")
     p.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per step")
+    p.add_argument(
+        "--without-dedup",
+        action="store_true",
+        help="a third side: ours on a queue without a dedup window, as PGMQ's",
+    )
     p.add_argument("--output", type=Path, help="JSON (default bench/results/pgmq-<run>.json)")
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     p.add_argument("--render", type=Path, nargs="+", metavar="JSON", help="report saved runs")

@@ -417,6 +417,26 @@ async def test_embedding_scenario_pushes_for_real(broker: Any) -> None:
     assert record["requests_per_tx"] is not None
 
 
+async def test_embedding_scenario_without_dedup_writes_no_sidecar_rows(broker: Any) -> None:
+    """``--dedup-window 0`` makes the step's queue without a dedup window before pushing: its
+    messages are stored and none leaves a sidecar row; the default queue's each leave one."""
+    from bench import inproc
+    from bench.scenarios import Load
+
+    held = {}
+    for prefix, extra in (("bench-nodedup-", ["--dedup-window", "0"]), ("bench-dedup-", [])):
+        args = inproc.parser().parse_args(
+            ["E1", "--database-url", "unused", "--duration", "0.2", "--warmup", "0", *extra]
+        )
+        args.queue_prefix = prefix
+        record = await inproc.embedded(broker, "E1", Load(2, 4, 3), args)
+        assert record["errors"] == {"failed_items": 0}
+        held[prefix] = await broker.queue_holdings(f"{prefix}e1")
+    off, on = held["bench-nodedup-"], held["bench-dedup-"]
+    assert off.dedup_window_seconds == 0 and off.messages > 0 and off.sidecar_entries == 0
+    assert on.dedup_window_seconds > 0 and on.sidecar_entries == on.messages > 0
+
+
 async def test_consume_scenario_drains_for_real(broker: Any) -> None:
     """A tiny C step with a fan-out and single pops: every message is acked by the second
     group, none left."""
@@ -631,6 +651,37 @@ def test_pgmq_report_pairs_each_round_and_judges_the_medians() -> None:
     assert (
         "| E1 | 1 | 7,000 | 2,000 | 3.50 (2.50-4.00) | 4.00 (4.00-4.00) | 3x | yes | yes |" in text
     )
+
+
+def test_pgmq_report_sets_ours_without_dedup_beside_pgmq_apart_from_the_target() -> None:
+    from bench import pgmq
+
+    steps = [
+        _pgmq_step("E2", 1, "ours", 20000, 2.0),
+        _pgmq_step("E2", 1, "pgmq", 10000, 2.5),
+        _pgmq_step("E2", 1, pgmq.NO_DEDUP, 25000, 1.25),
+        _pgmq_step("E2", 2, pgmq.NO_DEDUP, 25000, 1.0),
+        _pgmq_step("E2", 2, "pgmq", 10000, 2.5),
+        _pgmq_step("E2", 2, "ours", 20000, 2.0),
+    ]
+    doc = {
+        "run_id": "r1",
+        "database": {"version": "PostgreSQL 18.6", "description": "embedded"},
+        "pgmq_sql": {"path": "pgmq.sql", "sha256": "abc"},
+        "shapes": {"E2": "10 items"},
+        "steps": steps,
+    }
+    assert pgmq.ratios(steps, "E2", pgmq.NO_DEDUP)[1] == pytest.approx([2.0, 2.5])
+    (row,) = pgmq.summary_rows(doc)
+    # the target is judged on the default queue (dedup on) alone
+    assert row[5] == "1.25 (1.25-1.25)" and row[6:] == ["1.5x", "yes", "no", "2.25 (2.00-2.50)"]
+    text = pgmq.render(doc, markdown=True)
+    assert "| CPU/msg PGMQ÷ours without dedup |" in text
+    assert "| 2 | E2 | ours-nodedup | 25,000 |" in text
+    # a run without that side keeps its table as it was
+    doc["steps"] = [s for s in steps if s["side"] != pgmq.NO_DEDUP]
+    assert "without dedup" not in pgmq.render(doc, markdown=True)
+    assert pgmq.parse(["--pgmq-sql", __file__, "--without-dedup"]).without_dedup
 
 
 def test_peer_report_leads_with_broker_cpu_per_message_beside_bare_hypercorn() -> None:
