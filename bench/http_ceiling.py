@@ -1,10 +1,14 @@
 """The HTTP ceiling (``python -m bench.http_ceiling``): ``queen serve``'s application class,
 serving loop, configuration and socket, with a push route that decodes the body and answers the
-broker's answer shape, without the broker (no database, validation, re-encoding or grouping)."""
+broker's answer shape, without the broker (no database, validation, re-encoding or grouping).
+
+``QUEEN_BENCH_HOLD_MS``: the push route waits that long before answering, as a push waits for
+its transaction (``python -m bench.held``)."""
 
 from __future__ import annotations
 
 import logging
+import os
 
 import orjson
 import trio
@@ -19,8 +23,11 @@ from queen.serving import serve_app
 from queen.settings import Settings
 from queen.supervision import stop_signals
 
+HOLD_ENV = "QUEEN_BENCH_HOLD_MS"
 
-def create_app(max_body_bytes: int) -> App:
+
+def create_app(max_body_bytes: int, hold_s: float = 0.0) -> App:
+    """The stack's app; its push route answers ``hold_s`` seconds after reading the body."""
     app = App("queen-http-ceiling")  # queen serve's app class
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
 
@@ -31,6 +38,8 @@ def create_app(max_body_bytes: int) -> App:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             return error_response(400, f"malformed JSON: {exc}")
+        if hold_s > 0:
+            await trio.sleep(hold_s)
         return json_response(push_results(body.get("items") or []), status=201)
 
     @app.get("/health")
@@ -42,7 +51,7 @@ def create_app(max_body_bytes: int) -> App:
 
 async def serve(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM, as :func:`queen.server.serve` does (without a broker)."""
-    app = create_app(settings.max_body_bytes)
+    app = create_app(settings.max_body_bytes, float(os.environ.get(HOLD_ENV, "0")) / 1000)
     sock = listen_socket(settings.host, settings.port, reuse_port=True)
     with stop_signals() as stop:
         await serve_app(app, settings, sock, shutdown_trigger=stop.wait)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,10 +222,13 @@ def start_broker(db: Database, *, workers: int, workdir: Path, name: str) -> Ser
     return Server(f"broker ({name})", [proc], port, 1, log_path)
 
 
-def start_http_stack(module: str, *, workers: int, workdir: Path, name: str) -> Server:
-    """``workers`` processes of ``module`` (an HTTP stack without a broker) on one free port."""
+def start_http_stack(
+    module: str, *, workers: int, workdir: Path, name: str, env: Mapping[str, str] | None = None
+) -> Server:
+    """``workers`` processes of ``module`` (an HTTP stack without a broker) on one free port,
+    ``env`` added to their environment."""
     port, log_path = free_port(), workdir / f"{name}.log"
-    argv, env = [sys.executable, "-m", module], _listening_env(port)
+    argv, env = [sys.executable, "-m", module], {**_listening_env(port), **(env or {})}
     procs = [spawn(argv, env, log_path) for _ in range(workers)]
     return Server(f"{module} ({name})", procs, port, workers, log_path)
 

@@ -534,6 +534,59 @@ def test_peer_run_measures_the_http_stack_only_at_the_push_shapes() -> None:
     assert bare._sides("S1") == SIDES
 
 
+async def test_held_stack_answers_a_push_only_after_its_hold(autojump_clock: Any) -> None:
+    """``bench.held``'s stack: the same route, answering ``hold_s`` after the body."""
+    import trio
+
+    from bench.http_ceiling import create_app
+
+    body = b'{"items": [{"queue": "q", "payload": 1}]}'
+    for hold_s in (0.0, 0.25):
+        client = create_app(1 << 20, hold_s).test_client()
+        start = trio.current_time()
+        answer = await client.post("/api/v1/push", data=body)
+        took = trio.current_time() - start
+        assert answer.status_code == 201 and (await answer.get_json())[0]["status"] == "queued"
+        assert took >= 0.25 if hold_s else took < 0.25
+
+
+def test_held_report_holds_the_stack_for_ours_latency_and_divides_by_both() -> None:
+    from bench import held
+
+    assert held.hold_for({"p50_ms": 1.5}, {"p50_ms": 20.0}) == 18.5
+    assert held.hold_for({"p50_ms": 3.0}, {"p50_ms": 2.0}) == 0.0  # never negative
+    # a try held 8 ms gave a median of 25 ms, not 18: the median grew 16 ms for 8 of hold
+    tried = {"hold_ms": 8.0, "p50_ms": 25.0}
+    assert held.hold_for({"p50_ms": 9.0}, {"p50_ms": 17.0}, tried) == 4.0
+
+    def step(r: int, side: str, rate: float, us: float, p50: float, hold: float = 0.0) -> Any:
+        return {
+            "round": r,
+            "shape": "S2",
+            "side": side,
+            "requests_per_s": rate,
+            "us_per_msg": us,
+            "p50_ms": p50,
+            "hold_ms": hold,
+        }
+
+    steps = [
+        step(1, "stack", 6000, 27.0, 2.0),
+        step(1, "ours", 1600, 64.0, 20.0),
+        step(1, "held", 1500, 40.0, 21.0, 18.0),
+        step(1, "floor", 5000, 32.0, 2.0),
+        step(2, "stack", 6000, 29.0, 2.0),
+        step(2, "ours", 1600, 66.0, 20.0),
+        step(2, "held", 1500, 44.0, 21.0, 18.0),
+        step(2, "floor", 5000, 32.0, 2.0),
+    ]
+    (row,) = held.rows(steps)
+    assert row[0] == "S2" and row[1] == "1,600 / 65.0 / 20.0" and row[2] == "18.0"
+    assert row[3] == "1,500 / 42.0 / 21.0" and row[4] == "6,000 / 28.0"
+    # ours ÷ bare, the held stack ÷ bare, ours ÷ the held stack
+    assert row[6:] == [f"{65 / 32:.2f}", f"{42 / 32:.2f}", f"{65 / 42:.2f}"]
+
+
 async def test_bare_hypercorn_floor_answers_a_push_as_the_broker_does() -> None:
     import orjson
 
