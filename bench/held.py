@@ -18,6 +18,7 @@ from typing import Any
 from bench import servers
 from bench.http_ceiling import HOLD_ENV
 from bench.peer_run import fresh_database
+from bench.profile import SERVERS
 from bench.report import table
 from bench.runner import new_run_id
 from bench.scenarios import SCENARIOS, pick
@@ -25,10 +26,6 @@ from bench.servers import Meter
 from bench.wrk import ensure_wrk, run_wrk
 
 SIDES = ("stack", "ours", "held", "floor")  # a round's steps, in order (held needs ours' p50)
-
-
-def ours_and(done: Mapping[str, Mapping[str, float]]) -> tuple[Mapping[str, float], ...]:
-    return done["stack"], done["ours"]
 
 
 def measure(
@@ -41,8 +38,8 @@ def measure(
     if which == "ours":
         server = servers.start_broker(db, **where)
     else:
-        module = "bench.hypercorn_floor" if which == "floor" else "bench.http_ceiling"
-        server = servers.start_http_stack(module, **where, env={HOLD_ENV: f"{hold_ms:.3f}"})
+        hold = {HOLD_ENV: f"{hold_ms:.3f}"}
+        server = servers.start_http_stack(SERVERS[which], **where, env=hold)
     try:
         server.wait_ready()
         with db.connect() as conn:  # the new database's pages written: none waits in the step
@@ -143,8 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                             with fresh_database(db, f"held_{args.step}") as empty:
                                 done[side] = measure(side, empty, shape, args)
                         elif side == "held":  # a first try, then the hold corrected by it
-                            tried = measure("stack", db, shape, args, hold_for(*ours_and(done)))
-                            hold = hold_for(*ours_and(done), tried)
+                            stack, ours = done["stack"], done["ours"]
+                            tried = measure("stack", db, shape, args, hold_for(stack, ours))
+                            hold = hold_for(stack, ours, tried)
                             done[side] = measure("stack", db, shape, args, hold)
                         else:
                             done[side] = measure(side, db, shape, args)
@@ -153,7 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         print(
                             f"round {r} {shape} {side}: {s['requests_per_s']:,.0f} req/s, "
                             f"{s['us_per_msg']:.1f} µs/msg, p50 {s['p50_ms']:.1f} ms"
-                            + (f" (held {s['hold_ms']:.1f} ms)" if side == "held" else ""),
+                            + (f" (held {s['hold_ms']:.1f} ms)" if side == "held" else "")
+                            + (f", {s['errors']:.0f} errors" if s["errors"] else ""),
                             flush=True,
                         )
     print("\nMedians over rounds; CPU of the server's processes per message pushed.\n")
