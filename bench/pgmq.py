@@ -171,9 +171,14 @@ def _held(values: Sequence[float], target: float | None) -> str:
     return "yes" if statistics.median(values) >= target else "no"
 
 
+def _without_dedup(doc: Mapping[str, Any]) -> bool:
+    """Whether the run had the side without a dedup window."""
+    return any(s["side"] == NO_DEDUP for s in doc["steps"])
+
+
 def summary_rows(doc: Mapping[str, Any]) -> list[list[str]]:
     rows = []
-    without = any(s["side"] == NO_DEDUP for s in doc["steps"])
+    without = _without_dedup(doc)
     for shape in doc.get("shapes", {}):
         steps = [s for s in doc["steps"] if s["shape"] == shape]
         items = EMBEDDED[shape].load.items
@@ -198,8 +203,8 @@ SUMMARY_HEADERS = [*_SUMMARY.split("|"), "msg/s held", "CPU held"]
 
 
 def summary_headers(doc: Mapping[str, Any]) -> list[str]:
-    without = any(s["side"] == NO_DEDUP for s in doc["steps"])
-    return [*SUMMARY_HEADERS, *(["CPU/msg PGMQ÷ours without dedup"] if without else [])]
+    extra = ["CPU/msg PGMQ÷ours without dedup"] if _without_dedup(doc) else []
+    return [*SUMMARY_HEADERS, *extra]
 
 
 def render(doc: Mapping[str, Any], *, markdown: bool = False) -> str:

@@ -228,8 +228,8 @@ def start_http_stack(
     """``workers`` processes of ``module`` (an HTTP stack without a broker) on one free port,
     ``env`` added to their environment."""
     port, log_path = free_port(), workdir / f"{name}.log"
-    argv, env = [sys.executable, "-m", module], {**_listening_env(port), **(env or {})}
-    procs = [spawn(argv, env, log_path) for _ in range(workers)]
+    argv, environ = [sys.executable, "-m", module], {**_listening_env(port), **(env or {})}
+    procs = [spawn(argv, environ, log_path) for _ in range(workers)]
     return Server(f"{module} ({name})", procs, port, workers, log_path)
 
 
