@@ -1,17 +1,23 @@
 """Where a push request's CPU goes (``python -m bench.profile``; docs/benchmark.md, "Profile"):
 bare Hypercorn, our stack without a broker and ``queen serve`` take the same wrk load in turn
-while py-spy samples each; a component's share of the samples times the server's CPU (/proc),
-per message pushed, is its µs per message."""
+while a sampler counts each one's stacks (by default every 2 ms of its CPU time:
+``bench/cpu_sampler``; or py-spy's); a component's share of the samples times the server's CPU
+(/proc), per message pushed, is its µs per message."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench import servers
@@ -45,6 +51,7 @@ _TRIO = re.compile(r"(^|/)trio/(?!_socket\.py)")
 _IDLE_WORKER = re.compile(r"(^|;)WorkerThread\._work \([^;]*$")
 _MATCHERS = [(name, re.compile(pattern)) for name, pattern in COMPONENTS]
 SERVERS = {"floor": "bench.hypercorn_floor", "stack": "bench.http_ceiling", "ours": ""}
+CPU_SAMPLER = Path(__file__).resolve().parent / "cpu_sampler"
 
 
 def component(stack: str) -> str:
@@ -79,11 +86,46 @@ def sample(pid: int, args: argparse.Namespace, out: Path) -> Counter[str]:
     return shares(out.read_text())
 
 
+def cpu_sampler_env(directory: Path) -> dict[str, str]:
+    """The environment that gives a server's Python processes the CPU sampler, writing into
+    ``directory``."""
+    path = os.pathsep.join(filter(None, [str(CPU_SAMPLER), os.environ.get("PYTHONPATH")]))
+    return {"PYTHONPATH": path, "QUEEN_BENCH_CPU_SAMPLES": str(directory)}
+
+
+@contextlib.contextmanager
+def cpu_samples(directory: Path, timeout_s: float = 10.0) -> Iterator[Counter[str]]:
+    """Sample every process of ``directory`` that has the sampler for the ``with`` block; the
+    counts fill in as it ends."""
+    pids = [int(ready.stem) for ready in directory.glob("*.ready")]
+    if not pids:
+        raise RuntimeError(f"no process has the CPU sampler ({directory})")
+    counts: Counter[str] = Counter()
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR1)
+    try:
+        yield counts
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        out = directory / f"{pid}.txt"
+        while not out.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"process {pid} wrote no samples into {directory}")
+            time.sleep(0.05)
+        counts.update(shares(out.read_text()))
+
+
 def measure(which: str, db: servers.Database, shape: str, args: argparse.Namespace) -> list[float]:
     """One server's µs per message by component (in ``COMPONENTS`` order, the scheduler last),
     its whole µs per message and its requests per second."""
     name, load, wrk = f"{which}-{shape}", SCENARIOS[shape].load, ensure_wrk()
-    where = {"workers": args.workers, "workdir": args.workdir, "name": name}
+    samples = args.workdir / f"{name}-samples"
+    env = cpu_sampler_env(samples) if args.sampler == "cpu" else {}
+    where = {"workers": args.workers, "workdir": args.workdir, "name": name, "env": env}
+    samples.mkdir(exist_ok=True)
     if which == "ours":
         server = servers.start_broker(db, **where)
     else:
@@ -92,14 +134,20 @@ def measure(which: str, db: servers.Database, shape: str, args: argparse.Namespa
         server.wait_ready()
         queue, tag = f"prof_{shape.lower()}", f"{args.run_id}-{which}"  # a tag new to the queue
         run_wrk(wrk, server.base_url, load, args.warmup, queue, f"{tag}-w")
-        meter, counts = Meter(db.postmaster_pid, server.pids), Counter[str]()
-        sampler = threading.Thread(
-            target=lambda: counts.update(sample(server.pids[0], args, args.workdir / f"{name}.txt"))
-        )
-        sampler.start()
-        report = run_wrk(wrk, server.base_url, load, args.duration, queue, tag)
-        cpu = meter.stop()
-        sampler.join()
+        meter = Meter(db.postmaster_pid, server.pids)
+        if args.sampler == "cpu":
+            with cpu_samples(samples) as counts:
+                report = run_wrk(wrk, server.base_url, load, args.duration, queue, tag)
+                cpu = meter.stop()
+        else:
+            counts = Counter[str]()
+            sampler = threading.Thread(
+                target=lambda: counts.update(sample(server.pids[0], args, samples / "py-spy.txt"))
+            )
+            sampler.start()
+            report = run_wrk(wrk, server.base_url, load, args.duration, queue, tag)
+            cpu = meter.stop()
+            sampler.join()
     finally:
         server.stop()
     per_message = cpu["server_cpu_s"] * 1e6 / max(1, report.requests * load.items)
@@ -114,11 +162,19 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=10.0, help="sampled seconds per server")
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--workers", type=int, default=1, help="processes of each server")
+    p.add_argument(
+        "--sampler",
+        choices=["cpu", "py-spy"],
+        default="cpu",
+        help="cpu: every 2 ms of a process's CPU time, in the process; py-spy: --rate a second",
+    )
     p.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     p.add_argument("--database-url", help="default: a new embedded PostgreSQL")
     p.add_argument("--pg-bin", type=Path, help="these PostgreSQL binaries, default settings")
     p.add_argument("--keep", type=Path, help="keep the samples and logs in this directory")
-    p.add_argument("--attach", type=int, help="only sample this running server (and children)")
+    p.add_argument(
+        "--attach", type=int, help="only sample this running server (and children), with py-spy"
+    )
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="queen-bench-profile-") as tmp:

@@ -210,14 +210,17 @@ def _listening_env(port: int) -> dict[str, str]:
     return {**env, "QUEEN_HOST": "127.0.0.1", "QUEEN_PORT": str(port)}
 
 
-def start_broker(db: Database, *, workers: int, workdir: Path, name: str) -> Server:
+def start_broker(
+    db: Database, *, workers: int, workdir: Path, name: str, env: Mapping[str, str] | None = None
+) -> Server:
     """``queen serve`` on a free port of 127.0.0.1 with ``workers`` processes; the caller's
-    environment passes through, so any QUEEN_* setting applies."""
+    environment passes through, so any QUEEN_* setting applies, ``env`` added to it."""
     port, log_path = free_port(), workdir / f"{name}.log"
-    env = {**_listening_env(port), "DATABASE_URL": db.conninfo, "QUEEN_WORKERS": str(workers)}
-    env["FILE_BUFFER_DIR"] = str(workdir / f"spool-{name}")
-    env.setdefault("QUEEN_LOG_LEVEL", "warning")
-    proc = spawn([sys.executable, "-m", "queen.cli", "serve"], env, log_path)
+    environ = {**_listening_env(port), **(env or {}), "DATABASE_URL": db.conninfo}
+    environ["QUEEN_WORKERS"] = str(workers)
+    environ["FILE_BUFFER_DIR"] = str(workdir / f"spool-{name}")
+    environ.setdefault("QUEEN_LOG_LEVEL", "warning")
+    proc = spawn([sys.executable, "-m", "queen.cli", "serve"], environ, log_path)
     # the workers of one broker accept on the one socket their parent bound
     return Server(f"broker ({name})", [proc], port, 1, log_path)
 

@@ -802,3 +802,69 @@ def test_a_profile_sample_counts_for_the_innermost_component_below_the_scheduler
     job = f"{idle};fetch (queen/storage/pool.py:300)"
     raw = f"{loop};{route} 3\n{loop} 2\n{idle} 9\n{job} 1\nnot a sample line\n"
     assert shares(raw) == {"push route, body, answer": 3, RUN_LOOP: 2, "storage, psycopg": 1}
+
+
+_SAMPLED_CHILD = """
+import sys, time
+
+def idle():
+    time.sleep(0.3)
+
+def burn():
+    start = time.thread_time()
+    while time.thread_time() - start < 0.3:
+        pass
+
+print("ready", flush=True)
+sys.stdin.readline()
+idle()
+burn()
+print("burnt", flush=True)
+sys.stdin.readline()
+print("bye", flush=True)
+"""
+
+
+def test_the_cpu_sampler_counts_a_process_stacks_by_the_cpu_they_spend(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from bench.profile import cpu_sampler_env, cpu_samples
+
+    script = tmp_path / "child.py"
+    script.write_text(_SAMPLED_CHILD)
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    child = subprocess.Popen(
+        [sys.executable, str(script)],
+        env={**os.environ, **cpu_sampler_env(samples)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline() == "ready\n"  # the hook ran before the program
+        assert [p.name for p in samples.iterdir()] == [f"{child.pid}.ready"]
+        with cpu_samples(samples) as counts:
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "burnt\n"
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "bye\n"
+    finally:
+        child.stdin.close()  # type: ignore[union-attr]
+        child.wait(timeout=10)
+        child.stdout.close()  # type: ignore[union-attr]
+    raw = (samples / f"{child.pid}.txt").read_text().splitlines()
+    by_stack = {line.rpartition(" ")[0]: int(line.rpartition(" ")[2]) for line in raw}
+    burnt = sum(n for stack, n in by_stack.items() if stack.endswith("burn (child.py:7)"))
+    slept = sum(n for stack, n in by_stack.items() if "idle (child.py:" in stack)
+    # 0.3 s of CPU in burn() (defined on line 7), a sample every 2 ms or every timer tick of
+    # the kernel if coarser; the 0.3 s asleep in idle() spent none, so it has (next to) none
+    assert burnt >= 30
+    assert slept <= 2
+    assert burnt >= 0.8 * sum(by_stack.values())
+    assert sum(counts.values()) == sum(by_stack.values())

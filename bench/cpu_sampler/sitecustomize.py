@@ -1,0 +1,66 @@
+"""A sampler of the CPU a Python process spends, for ``python -m bench.profile``: on the bench's
+servers' ``PYTHONPATH`` only, and only when ``QUEEN_BENCH_CPU_SAMPLES`` names a directory.
+
+SIGUSR1 starts it: every 2 ms of the process's CPU time (``ITIMER_PROF``: user and system time,
+not time spent ready to run while another process has the core) the main thread's stack is
+counted. SIGUSR2 stops it and writes the counts to ``DIR/PID.txt`` in py-spy's raw format
+(``frame;frame;... count``, each frame ``function (file:line)``, files relative to the
+``sys.path`` entry that holds them), so :func:`bench.profile.shares` reads both. ``DIR/PID.ready``
+says a process has the handlers (a SIGUSR1 would end one without them)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections import Counter
+from types import CodeType, FrameType
+
+INTERVAL_S = 0.002
+
+
+def _installed(directory: str) -> None:
+    roots: list[str] = []  # sys.path's entries, longest first, once the process runs
+    labels: dict[CodeType, str] = {}
+    counts: Counter[str] = Counter()
+
+    def label(code: CodeType) -> str:
+        path = os.path.realpath(code.co_filename)
+        for root in roots:
+            if path.startswith(root):
+                path = path[len(root) :]
+                break
+        text = labels[code] = f"{code.co_qualname} ({path}:{code.co_firstlineno})"
+        return text
+
+    def tick(_signum: int, frame: FrameType | None) -> None:
+        names = []
+        while frame is not None:
+            code = frame.f_code
+            names.append(labels.get(code) or label(code))
+            frame = frame.f_back
+        counts[";".join(reversed(names))] += 1
+
+    def start(_signum: int, _frame: FrameType | None) -> None:
+        paths = {os.path.realpath(p or ".") + os.sep for p in sys.path}
+        roots[:] = sorted(paths, key=len, reverse=True)
+        labels.clear()
+        counts.clear()
+        signal.signal(signal.SIGPROF, tick)
+        signal.setitimer(signal.ITIMER_PROF, INTERVAL_S, INTERVAL_S)
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        path = os.path.join(directory, f"{os.getpid()}.txt")
+        with open(path + ".part", "w") as out:
+            out.writelines(f"{stack} {n}\n" for stack, n in counts.items())
+        os.replace(path + ".part", path)
+
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, stop)
+    with open(os.path.join(directory, f"{os.getpid()}.ready"), "w"):
+        pass
+
+
+if os.environ.get("QUEEN_BENCH_CPU_SAMPLES"):
+    _installed(os.environ["QUEEN_BENCH_CPU_SAMPLES"])
