@@ -3,13 +3,17 @@ servers' ``PYTHONPATH`` only, and only when ``QUEEN_BENCH_CPU_SAMPLES`` names a 
 
 SIGUSR1 starts it: every 2 ms of the process's CPU time (``ITIMER_PROF``: user and system time,
 not time spent ready to run while another process has the core) the main thread's stack is
-counted. SIGUSR2 stops it and writes the counts to ``DIR/PID.txt`` in py-spy's raw format
-(``frame;frame;... count``, each frame ``function (file:line)``, files relative to the
-``sys.path`` entry that holds them), so :func:`bench.profile.shares` reads both. ``DIR/PID.ready``
-says a process has the handlers (a SIGUSR1 would end one without them)."""
+counted. The interpreter runs the handler at its next check, after a call or a jump, or as a
+function starts; a tick that finds a function just starting counts for its caller, where the
+time went (objects freed or collected since the last check). SIGUSR2 stops it and writes the
+counts to ``DIR/PID.txt`` in py-spy's raw format (``frame;frame;... count``, each frame
+``function (file:line)``, files relative to the ``sys.path`` entry that holds them), so
+:func:`bench.profile.shares` reads both. ``DIR/PID.ready`` says a process has the handlers (a
+SIGUSR1 would end one without them)."""
 
 from __future__ import annotations
 
+import dis
 import os
 import signal
 import sys
@@ -22,6 +26,7 @@ INTERVAL_S = 0.002
 def _installed(directory: str) -> None:
     roots: list[str] = []  # sys.path's entries, longest first, once the process runs
     labels: dict[CodeType, str] = {}
+    starts: dict[CodeType, int] = {}  # the offset of a function's first RESUME
     counts: Counter[str] = Counter()
 
     def label(code: CodeType) -> str:
@@ -33,7 +38,17 @@ def _installed(directory: str) -> None:
         text = labels[code] = f"{code.co_qualname} ({path}:{code.co_firstlineno})"
         return text
 
+    def start_of(code: CodeType) -> int:
+        found = (i.offset for i in dis.get_instructions(code) if i.opname == "RESUME")
+        offset = starts[code] = next(found, -1)
+        return offset
+
     def tick(_signum: int, frame: FrameType | None) -> None:
+        if frame is not None and frame.f_back is not None:
+            code = frame.f_code
+            start = starts.get(code)
+            if frame.f_lasti == (start_of(code) if start is None else start):
+                frame = frame.f_back
         names = []
         while frame is not None:
             code = frame.f_code
