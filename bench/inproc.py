@@ -239,39 +239,72 @@ CALL_GROUPS = (
 )
 
 
-def calls_by_group(profile: cProfile.Profile) -> dict[str, int]:
-    """Calls per group. A function of no group (a builtin, the standard library, generated
-    code) counts in each caller's group; a caller of no group in its own main caller's. Read
-    from the profiler's own entries, one per code object (pstats merges the methods that
-    dataclasses generate, which all share one file, line and name)."""
-    entries = profile.getstats()
-    callers: dict[Any, dict[Any, int]] = {}
-    for entry in entries:
-        for sub in entry.calls or ():
-            by = callers.setdefault(sub.code, {})
-            by[entry.code] = by.get(entry.code, 0) + sub.callcount
+# One function's entry of a profile: its key, its file ("" for a builtin), how often it was
+# called, and the functions it called (key, file, how often), as ``cProfile``'s entries hold.
+CallEntry = tuple[str, str, int, list[tuple[str, str, int]]]
 
-    def own(code: Any) -> str:
-        path = code.co_filename if isinstance(code, types.CodeType) else ""
+
+def call_entries(profile: cProfile.Profile) -> list[CallEntry]:
+    """The profiler's own entries, one per code object (pstats merges the methods that
+    dataclasses generate, which all share one file, line and name), keyed apart."""
+    keys: dict[Any, str] = {}  # code objects that compare equal share a key
+
+    def key(code: Any) -> str:
+        if not isinstance(code, types.CodeType):
+            return str(code)
+        found = keys.get(code)
+        if found is None:
+            found = keys[code] = f"{code.co_filename}:{code.co_firstlineno}:{len(keys)}"
+        return found
+
+    def path(code: Any) -> str:
+        return code.co_filename if isinstance(code, types.CodeType) else ""
+
+    return [
+        (
+            key(entry.code),
+            path(entry.code),
+            entry.callcount,
+            [(key(sub.code), path(sub.code), sub.callcount) for sub in entry.calls or ()],
+        )
+        for entry in profile.getstats()
+    ]
+
+
+def calls_by_group(entries: list[CallEntry]) -> dict[str, int]:
+    """Calls per group. A function of no group (a builtin, the standard library, generated
+    code) counts in each caller's group; a caller of no group in its own main caller's."""
+    callers: dict[str, dict[str, int]] = {}
+    paths: dict[str, str] = {}
+    for key, path, _, subcalls in entries:
+        paths[key] = path
+        for sub, sub_path, calls in subcalls:
+            paths.setdefault(sub, sub_path)
+            by = callers.setdefault(sub, {})
+            by[key] = by.get(key, 0) + calls
+
+    def own(key: str) -> str:
+        path = paths.get(key, "")
         return next((name for part, name in CALL_GROUPS if part in path), "other")
 
-    owners: dict[Any, str] = {}
+    owners: dict[str, str] = {}
 
-    def owner(code: Any) -> str:
-        if code not in owners:
-            owners[code] = "other"  # while resolving: a cycle ends here
-            by = callers.get(code)
-            group = own(code)
-            owners[code] = group if group != "other" or not by else owner(max(by, key=by.get))
-        return owners[code]
+    def owner(key: str) -> str:
+        if key not in owners:
+            owners[key] = "other"  # while resolving: a cycle ends here
+            by = callers.get(key)
+            group = own(key)
+            main_caller = max(by, key=by.__getitem__) if by else None
+            owners[key] = group if group != "other" or main_caller is None else owner(main_caller)
+        return owners[key]
 
     counts: dict[str, int] = {}
-    for entry in entries:
-        group = own(entry.code)
-        by = {} if group != "other" else callers.get(entry.code, {})
+    for key, _, callcount, _ in entries:
+        group = own(key)
+        by = {} if group != "other" else callers.get(key, {})
         for caller, calls in by.items():
             counts[owner(caller)] = counts.get(owner(caller), 0) + calls
-        rest = entry.callcount - sum(by.values())
+        rest = callcount - sum(by.values())
         counts[group] = counts.get(group, 0) + rest
     return counts
 
@@ -340,7 +373,7 @@ async def count_calls(broker: Broker, shape: str, args: argparse.Namespace) -> d
         profile.disable()
         stop.set()
     delta = {k: v - before.get(k, 0) for k, v in broker.metrics.snapshot().items()}
-    groups = calls_by_group(profile)
+    groups = calls_by_group(call_entries(profile))
     groups.pop("bench", None)
     items = args.requests * size
     per_item = {k: round(v / items, 1) for k, v in sorted(groups.items(), key=lambda g: -g[1])}

@@ -2,13 +2,15 @@
 bare Hypercorn, our stack without a broker and ``queen serve`` take the same wrk load in turn
 while a sampler counts each one's stacks (by default every 2 ms of its CPU time:
 ``bench/cpu_sampler``; or py-spy's); a component's share of the samples times the server's CPU
-(/proc), per message pushed, is its µs per message."""
+(/proc), per message pushed, is its µs per message. ``--sampler calls`` counts Python calls per
+message instead."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import os
+import pstats
 import re
 import signal
 import subprocess
@@ -18,9 +20,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench import servers
+from bench.inproc import CallEntry, calls_by_group
 from bench.report import table
 from bench.runner import new_run_id
 from bench.scenarios import SCENARIOS, pick
@@ -86,61 +91,104 @@ def sample(pid: int, args: argparse.Namespace, out: Path) -> Counter[str]:
     return shares(out.read_text())
 
 
-def cpu_sampler_env(directory: Path) -> dict[str, str]:
-    """The environment that gives a server's Python processes the CPU sampler, writing into
-    ``directory``."""
+def sampler_env(directory: Path, mode: str = "cpu") -> dict[str, str]:
+    """The environment that gives a server's Python processes the sampler (``mode`` cpu or
+    calls), writing into ``directory``."""
     path = os.pathsep.join(filter(None, [str(CPU_SAMPLER), os.environ.get("PYTHONPATH")]))
-    return {"PYTHONPATH": path, "QUEEN_BENCH_CPU_SAMPLES": str(directory)}
+    return {
+        "PYTHONPATH": path,
+        "QUEEN_BENCH_CPU_SAMPLES": str(directory),
+        "QUEEN_BENCH_SAMPLE": mode,
+    }
 
 
 @contextlib.contextmanager
-def cpu_samples(directory: Path, timeout_s: float = 10.0) -> Iterator[Counter[str]]:
-    """Sample every process of ``directory`` that has the sampler for the ``with`` block; the
-    counts fill in as it ends."""
+def signalled(directory: Path, suffix: str, timeout_s: float = 10.0) -> Iterator[list[Path]]:
+    """Switch on the sampler of every process of ``directory`` for the ``with`` block; the
+    files they write as it ends (``PID`` + ``suffix``) fill the list."""
     pids = [int(ready.stem) for ready in directory.glob("*.ready")]
     if not pids:
-        raise RuntimeError(f"no process has the CPU sampler ({directory})")
-    counts: Counter[str] = Counter()
+        raise RuntimeError(f"no process has the sampler ({directory})")
+    written: list[Path] = []
     for pid in pids:
         os.kill(pid, signal.SIGUSR1)
     try:
-        yield counts
+        yield written
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGUSR2)
     deadline = time.monotonic() + timeout_s
     for pid in pids:
-        out = directory / f"{pid}.txt"
+        out = directory / f"{pid}{suffix}"
         while not out.exists():
             if time.monotonic() > deadline:
-                raise RuntimeError(f"process {pid} wrote no samples into {directory}")
+                raise RuntimeError(f"process {pid} wrote nothing into {directory}")
             time.sleep(0.05)
-        counts.update(shares(out.read_text()))
+        written.append(out)
 
 
-def measure(which: str, db: servers.Database, shape: str, args: argparse.Namespace) -> list[float]:
-    """One server's µs per message by component (in ``COMPONENTS`` order, the scheduler last),
-    its whole µs per message and its requests per second."""
+@contextlib.contextmanager
+def cpu_samples(directory: Path) -> Iterator[Counter[str]]:
+    """Sample every process of ``directory`` by CPU time for the ``with`` block; the counts by
+    component fill in as it ends."""
+    counts: Counter[str] = Counter()
+    with signalled(directory, ".txt") as written:
+        yield counts
+    for path in written:
+        counts.update(shares(path.read_text()))
+
+
+def profiled_calls(paths: list[Path]) -> dict[str, int]:
+    """Python calls by group (``bench.inproc.CALL_GROUPS``) in the profiles at ``paths``."""
+    table_of: dict[Any, Any] = pstats.Stats(*map(str, paths)).stats  # type: ignore[attr-defined]
+    callees: dict[str, list[tuple[str, str, int]]] = {}
+    for function, (_, _, _, _, callers) in table_of.items():
+        for caller, (_, calls, _, _) in callers.items():
+            callees.setdefault(_key(caller), []).append((_key(function), _file(function), calls))
+    entries: list[CallEntry] = [
+        (_key(function), _file(function), calls, callees.get(_key(function), []))
+        for function, (_, calls, _, _, _) in table_of.items()
+    ]
+    return calls_by_group(entries)
+
+
+def _key(function: tuple[str, int, str]) -> str:
+    return "{}:{}:{}".format(*function)
+
+
+def _file(function: tuple[str, int, str]) -> str:
+    return "" if function[0] == "~" else function[0]
+
+
+@dataclass
+class Measured:
+    """One server at one shape: its parts per message (µs by component, or Python calls by
+    group), its µs of CPU per message, its requests per second."""
+
+    parts: dict[str, float]
+    per_message: float
+    rate: float
+
+
+def measure(which: str, db: servers.Database, shape: str, args: argparse.Namespace) -> Measured:
+    """One server under the shape's wrk load, sampled as ``args.sampler`` says."""
     name, load, wrk = f"{which}-{shape}", SCENARIOS[shape].load, ensure_wrk()
     samples = args.workdir / f"{name}-samples"
-    env = cpu_sampler_env(samples) if args.sampler == "cpu" else {}
+    env = {} if args.sampler == "py-spy" else sampler_env(samples, args.sampler)
     where = {"workers": args.workers, "workdir": args.workdir, "name": name, "env": env}
     samples.mkdir(exist_ok=True)
     if which == "ours":
         server = servers.start_broker(db, **where)
     else:
         server = servers.start_http_stack(SERVERS[which], **where)
+    counts: Counter[str] = Counter()
+    calls: dict[str, int] = {}
     try:
         server.wait_ready()
         queue, tag = f"prof_{shape.lower()}", f"{args.run_id}-{which}"  # a tag new to the queue
         run_wrk(wrk, server.base_url, load, args.warmup, queue, f"{tag}-w")
         meter = Meter(db.postmaster_pid, server.pids)
-        if args.sampler == "cpu":
-            with cpu_samples(samples) as counts:
-                report = run_wrk(wrk, server.base_url, load, args.duration, queue, tag)
-                cpu = meter.stop()
-        else:
-            counts = Counter[str]()
+        if args.sampler == "py-spy":
             sampler = threading.Thread(
                 target=lambda: counts.update(sample(server.pids[0], args, samples / "py-spy.txt"))
             )
@@ -148,12 +196,50 @@ def measure(which: str, db: servers.Database, shape: str, args: argparse.Namespa
             report = run_wrk(wrk, server.base_url, load, args.duration, queue, tag)
             cpu = meter.stop()
             sampler.join()
+        else:
+            suffix = ".prof" if args.sampler == "calls" else ".txt"
+            with signalled(samples, suffix) as written:
+                report = run_wrk(wrk, server.base_url, load, args.duration, queue, tag)
+                cpu = meter.stop()
+            if args.sampler == "calls":
+                calls = profiled_calls(written)
+            else:
+                for path in written:
+                    counts.update(shares(path.read_text()))
     finally:
         server.stop()
-    per_message = cpu["server_cpu_s"] * 1e6 / max(1, report.requests * load.items)
-    total = sum(counts.values()) or 1
-    parts = [per_message * counts[n] / total for n in NAMES]
-    return [*parts, per_message, report.requests / cpu["wall_s"]]
+    messages = max(1, report.requests * load.items)
+    per_message = cpu["server_cpu_s"] * 1e6 / messages
+    if args.sampler == "calls":
+        parts = {group: n / messages for group, n in sorted(calls.items(), key=lambda g: -g[1])}
+    else:
+        total = sum(counts.values()) or 1
+        parts = {n: per_message * counts[n] / total for n in NAMES}
+    return Measured(parts, per_message, report.requests / cpu["wall_s"])
+
+
+def report_shape(shape: str, measured: list[Measured], args: argparse.Namespace) -> str:
+    """The table of one shape: each part per message for bare Hypercorn, our stack and ours,
+    and ours above our stack."""
+    calls = args.sampler == "calls"
+    names = list(dict.fromkeys(n for m in measured for n in m.parts))
+    columns = [
+        {**m.parts, "**all**": sum(m.parts.values()) if calls else m.per_message} for m in measured
+    ]
+    rows = [
+        [
+            name,
+            *(f"{c.get(name, 0.0):.1f}" for c in columns),
+            f"{columns[2].get(name, 0.0) - columns[1].get(name, 0.0):+.1f}",
+        ]
+        for name in [*names, "**all**"]
+        if any(c.get(name) for c in columns)
+    ]
+    what = "Python calls per message" if calls else "µs of server CPU per message"
+    rate = " / ".join(f"{m.rate:,.0f}" for m in measured)
+    headers = ["group" if calls else "component", "bare Hypercorn", "our stack", "ours"]
+    text = table([*headers, "ours above stack"], rows, markdown=args.markdown)
+    return f"{shape}: {what} (requests/s of each: {rate})\n\n{text}\n"
 
 
 def main() -> int:
@@ -164,9 +250,10 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=1, help="processes of each server")
     p.add_argument(
         "--sampler",
-        choices=["cpu", "py-spy"],
+        choices=["cpu", "calls", "py-spy"],
         default="cpu",
-        help="cpu: every 2 ms of a process's CPU time, in the process; py-spy: --rate a second",
+        help="cpu: every 2 ms of a process's CPU time, in the process; calls: Python calls "
+        "counted by cProfile in the process; py-spy: --rate a second",
     )
     p.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     p.add_argument("--database-url", help="default: a new embedded PostgreSQL")
@@ -190,16 +277,7 @@ def main() -> int:
         with servers.open_database(args.database_url, args.workdir, bin_dir=args.pg_bin) as db:
             for shape in pick(args.shapes, list(SCENARIOS)):
                 measured = [measure(which, db, shape, args) for which in SERVERS]
-                floor, stack, ours = measured
-                rows = [
-                    [name, *(f"{c[i]:.1f}" for c in measured), f"{ours[i] - stack[i]:+.1f}"]
-                    for i, name in enumerate([*NAMES, "**all**"])
-                    if floor[i] or stack[i] or ours[i]
-                ]
-                rate = " / ".join(f"{c[-1]:,.0f}" for c in measured)
-                print(f"{shape}: µs of server CPU per message (requests/s of each: {rate})\n")
-                headers = ["component", "bare Hypercorn", "our stack", "ours", "ours above stack"]
-                print(table(headers, rows, markdown=args.markdown) + "\n", flush=True)
+                print(report_shape(shape, measured, args), flush=True)
     return 0
 
 

@@ -841,7 +841,7 @@ def test_the_cpu_sampler_counts_a_process_stacks_by_the_cpu_they_spend(tmp_path:
     import subprocess
     import sys
 
-    from bench.profile import cpu_sampler_env, cpu_samples
+    from bench.profile import cpu_samples, sampler_env
 
     script = tmp_path / "child.py"
     script.write_text(_SAMPLED_CHILD)
@@ -849,7 +849,7 @@ def test_the_cpu_sampler_counts_a_process_stacks_by_the_cpu_they_spend(tmp_path:
     samples.mkdir()
     child = subprocess.Popen(
         [sys.executable, str(script)],
-        env={**os.environ, **cpu_sampler_env(samples)},
+        env={**os.environ, **sampler_env(samples)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -886,3 +886,63 @@ def test_the_cpu_sampler_counts_a_process_stacks_by_the_cpu_they_spend(tmp_path:
     in_churn = sum(n for stack, n in by_stack.items() if "churn (child.py:15)" in stack)
     assert burnt + in_churn >= 0.9 * sum(by_stack.values())
     assert sum(counts.values()) == sum(by_stack.values())
+
+
+_COUNTED_WORK = """
+def tick():
+    return len([])
+
+def run(n):
+    for _ in range(n):
+        tick()
+"""
+
+_COUNTED_CHILD = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from queen.actors import work
+
+print("ready", flush=True)
+sys.stdin.readline()
+work.run(1000)
+print("ran", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_the_call_counter_counts_every_python_call_of_a_group_between_its_signals(
+    tmp_path: Any,
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from bench.profile import profiled_calls, sampler_env, signalled
+
+    package = tmp_path / "src" / "queen" / "actors"
+    package.mkdir(parents=True)
+    (package / "work.py").write_text(_COUNTED_WORK)
+    (tmp_path / "child.py").write_text(_COUNTED_CHILD)
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    child = subprocess.Popen(
+        [sys.executable, str(tmp_path / "child.py"), str(tmp_path / "src")],
+        env={**os.environ, **sampler_env(samples, "calls")},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline() == "ready\n"
+        with signalled(samples, ".prof") as written:
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "ran\n"
+        assert [p.name for p in written] == [f"{child.pid}.prof"]
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
+        child.stdout.close()
+    # run() once, tick() 1,000 times, and the len() each tick calls, counted in tick's group
+    assert profiled_calls(written)["actors"] == 2001

@@ -9,7 +9,11 @@ time went (objects freed or collected since the last check). SIGUSR2 stops it an
 counts to ``DIR/PID.txt`` in py-spy's raw format (``frame;frame;... count``, each frame
 ``function (file:line)``, files relative to the ``sys.path`` entry that holds them), so
 :func:`bench.profile.shares` reads both. ``DIR/PID.ready`` says a process has the handlers (a
-SIGUSR1 would end one without them)."""
+SIGUSR1 would end one without them).
+
+With ``QUEEN_BENCH_SAMPLE=calls`` the signals switch ``cProfile`` on and off instead, and SIGUSR2
+writes its statistics to ``DIR/PID.prof`` (every Python call counted, a coroutine's resumption
+as one)."""
 
 from __future__ import annotations
 
@@ -18,12 +22,15 @@ import os
 import signal
 import sys
 from collections import Counter
+from collections.abc import Callable
 from types import CodeType, FrameType
 
 INTERVAL_S = 0.002
 
+Handler = Callable[[int, FrameType | None], None]
 
-def _installed(directory: str) -> None:
+
+def _cpu_sampler(directory: str) -> tuple[Handler, Handler]:
     roots: list[str] = []  # sys.path's entries, longest first, once the process runs
     labels: dict[CodeType, str] = {}
     starts: dict[CodeType, int] = {}  # the offset of a function's first RESUME
@@ -71,6 +78,31 @@ def _installed(directory: str) -> None:
             out.writelines(f"{stack} {n}\n" for stack, n in counts.items())
         os.replace(path + ".part", path)
 
+    return start, stop
+
+
+def _call_counter(directory: str) -> tuple[Handler, Handler]:
+    import cProfile
+
+    running: list[cProfile.Profile] = []
+
+    def start(_signum: int, _frame: FrameType | None) -> None:
+        running[:] = [cProfile.Profile()]
+        running[0].enable()
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        if running:
+            profile = running.pop()
+            profile.disable()
+            path = os.path.join(directory, f"{os.getpid()}.prof")
+            profile.dump_stats(path + ".part")
+            os.replace(path + ".part", path)
+
+    return start, stop
+
+
+def _install(directory: str, mode: str | None) -> None:
+    start, stop = (_call_counter if mode == "calls" else _cpu_sampler)(directory)
     signal.signal(signal.SIGUSR1, start)
     signal.signal(signal.SIGUSR2, stop)
     with open(os.path.join(directory, f"{os.getpid()}.ready"), "w"):
@@ -78,4 +110,4 @@ def _installed(directory: str) -> None:
 
 
 if os.environ.get("QUEEN_BENCH_CPU_SAMPLES"):
-    _installed(os.environ["QUEEN_BENCH_CPU_SAMPLES"])
+    _install(os.environ["QUEEN_BENCH_CPU_SAMPLES"], os.environ.get("QUEEN_BENCH_SAMPLE"))
