@@ -196,16 +196,15 @@ def measure(which: str, db: servers.Database, shape: str, args: argparse.Namespa
             report = run_wrk(wrk, server.base_url, load, args.duration, queue, tag)
             cpu = meter.stop()
             sampler.join()
-        else:
-            suffix = ".prof" if args.sampler == "calls" else ".txt"
-            with signalled(samples, suffix) as written:
+        elif args.sampler == "calls":
+            with signalled(samples, ".prof") as written:
                 report = run_wrk(wrk, server.base_url, load, args.duration, queue, tag)
                 cpu = meter.stop()
-            if args.sampler == "calls":
-                calls = profiled_calls(written)
-            else:
-                for path in written:
-                    counts.update(shares(path.read_text()))
+            calls = profiled_calls(written)
+        else:
+            with cpu_samples(samples) as counts:
+                report = run_wrk(wrk, server.base_url, load, args.duration, queue, tag)
+                cpu = meter.stop()
     finally:
         server.stop()
     messages = max(1, report.requests * load.items)
