@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     add("--render", type=Path, metavar="JSON", help="report a saved run; run nothing")
     peer = p.add_argument_group("beside the original C++ server (--peer)").add_argument
     peer("--peer", action="store_true", help="run the peer shapes (original and ours) instead")
-    peer("--peer-shapes", default="all", help="comma-separated, or all: S1,S2,S3,C1,C2,C3,PIPE")
+    shapes = "comma-separated, or all: S1,S2,S3,C1,C2,C3,PIPE,BP1,BP10,BP100"
+    peer("--peer-shapes", default="all", help=shapes)
     peer("--rounds", type=int, default=2, help="steps per server and shape")
     peer("--ours-workers", type=int, default=0, help="queen serve --workers (0: one per core)")
     peer("--pg-bin", type=Path, help="these PostgreSQL binaries, their default settings")

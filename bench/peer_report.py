@@ -15,6 +15,7 @@ Steps = Sequence[Mapping[str, Any]]  # one side's steps of a shape
 SIDES = ("original", "ours")
 CEILINGS = ("stack", "hypercorn")  # the HTTP stack alone (see bench.peer_run)
 _STAGES = ("worker", "analytics", "log")  # of the pipeline
+RUNNER_SHAPES = ("BP1", "BP10", "BP100")  # the original's own runner (bench.original_runner)
 
 METHOD = """\
 - **Alternation**: every shape runs original, ours, original, ours, ... (`--rounds` each), each
@@ -41,6 +42,12 @@ METHOD = """\
   producer txids of the steady state that `analyze.js` finds missing at analytics or log (the
   larger); duplicates = its worker + analytics + log duplicate counts; requests per message =
   the Node processes' own requests by route (`bench/count_requests.cjs`) ÷ messages pushed.
+- **The original's own runner (BP1, BP10, BP100)**: its `benchmark-queen/2026-04-26/_runner`
+  scripts (`bench-producer.js`, `bench-consumer.js`, autocannon) unchanged, at its `bp-*`
+  tests' knobs: pushes of 1, 10 or 100 items, each to one of 1,001 partitions in turn, from 50
+  connections, beside 50 connections of long-poll pops of 100 with `autoAck` in queue mode,
+  both started together for the push window; msg/s and p50/p99 are the producer's own report;
+  "unconsumed" counts what no pop had taken when both stopped (from the database).
 - **CPU** (from `/proc`, user + system, over the measured window: the push window, the drain,
   or the pipeline from the start of its stages to the end of the drain), per 100k messages
   (pushed, delivered, or produced in the pipeline): the broker's process (the original's
@@ -83,6 +90,11 @@ def notes(name: str, steps: Steps) -> str:
         out.append(f"answered but not stored {short:,}")
     if any(s.get("finished") is False for s in steps):
         out.append("UNFINISHED")
+    if name in RUNNER_SHAPES:
+        pop_errors = sum(_values(steps, "pop_errors"))
+        if pop_errors:
+            out.append(f"pop errors {pop_errors:,.0f}")
+        out.append(f"unconsumed {sum(_values(steps, 'unconsumed')):,.0f}")
     if name.startswith("PIPE"):
         out.append(f"lost {sum(_values(steps, 'lost')):,.0f}")
         out.append(f"duplicates {sum(_values(steps, 'duplicates')):,.0f}")
@@ -315,6 +327,47 @@ def pipeline_rows(doc: Doc) -> list[list[str]]:
     return rows
 
 
+RUNNER_HEADERS = columns(
+    "run|push msg/s|push p50 / p99 ms|pops/s|pop p50 / p99 ms|unconsumed at the end|"
+    "errors push / pop|machine CPU µs per message (broker + PG server + clients + other)"
+)
+
+
+def runner_rows(doc: Doc) -> list[list[str]]:
+    """The original's own runner, step by step."""
+    rows = []
+    for name, steps, _, _ in _by_shape(doc):
+        if name not in RUNNER_SHAPES:
+            continue
+        for side in SIDES:
+            for number, s in enumerate(steps.get(side, []), 1):
+                push, pop = s.get("latency_ms") or {}, s.get("pop_latency_ms") or {}
+                row = [
+                    f"{name} {side} {number}",
+                    _n(s.get("msg_per_s")),
+                    _pair(push.get("p50"), push.get("p99"), ".0f"),
+                    _n(s.get("pops_per_s")),
+                    _pair(pop.get("p50"), pop.get("p99"), ".0f"),
+                    _n(s.get("unconsumed")),
+                    _pair(s.get("errors"), s.get("pop_errors"), ".0f"),
+                    _n(machine_us(s), ".1f"),
+                ]
+                rows.append(row)
+    return rows
+
+
+def machine_us(step: Mapping[str, Any]) -> float | None:
+    """µs of the whole machine's CPU per message of a step: the broker, the PostgreSQL
+    server, the clients and the rest of the machine over its window."""
+    messages, wall = step.get("answered"), step.get("wall_s")
+    if not messages or wall is None:
+        return None
+    keys = ("server_cpu_s", "db_cpu_s", "client_cpu_s")
+    other = float(step.get("other_cores") or 0.0) * float(wall)
+    busy = sum(float(step.get(k) or 0.0) for k in keys) + other
+    return busy / float(messages) * 1e6
+
+
 def _per_message(requests: Mapping[str, int] | None, pushed: int | None) -> str:
     """Requests per pushed message by route (the Node processes' counts): push / pop / ack."""
     if not requests or not pushed:
@@ -367,7 +420,7 @@ the consumers fell behind while the producer ran and caught up in the drain:"""
 
 
 def _tables(doc: Doc, *, markdown: bool) -> list[str]:
-    """Each table after its introduction, as blocks; the last three only where they have rows."""
+    """Each table after its introduction, as blocks; the last four only where they have rows."""
     tables = [
         (_PER_MESSAGE_INTRO, PER_MESSAGE_HEADERS, per_message_rows(doc)),
         ("", THROUGHPUT_HEADERS, throughput_rows(doc, markdown=markdown)),
@@ -375,6 +428,7 @@ def _tables(doc: Doc, *, markdown: bool) -> list[str]:
         (_CEILING_INTRO, CEILING_HEADERS, ceiling_rows(doc)),
         ("The pipeline, run by run (analyze.js):", PIPELINE_HEADERS, pipeline_rows(doc)),
         (_BOUND_INTRO, PIPELINE_BOUND_HEADERS, pipeline_bound_rows(doc)),
+        ("The original's own runner, step by step:", RUNNER_HEADERS, runner_rows(doc)),
     ]
     out: list[str] = []
     for number, (intro, headers, rows) in enumerate(tables):

@@ -23,8 +23,10 @@ import trio
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from bench import inproc, peer_report, pipeline, servers
+from bench import inproc, original_runner, peer_report, pipeline, servers
 from bench.inproc import percentiles
+from bench.original_runner import SHAPES as RUNNER
+from bench.original_runner import RunnerShape
 from bench.peer_report import CEILINGS, SIDES
 from bench.pipeline import DEFAULT_BINARY, PipelineShape
 from bench.runner import describe_machine, head, new_run_id, scratch
@@ -174,12 +176,14 @@ PUSH = {name: SCENARIOS[name].load for name in ("S1", "S2", "S3")}
 CONSUME = {name: (load, 3 if name == "C3" else 0) for name, load in CONSUME_LOADS.items()}
 WAIT_MS = 30_000  # the consumers' long polls
 PIPELINE = PipelineShape()
-SHAPES = [*PUSH, *CONSUME, PIPELINE.name]
+SHAPES = [*PUSH, *CONSUME, PIPELINE.name, *RUNNER]  # RUNNER: the original's own runner
 
 
 def describe(name: str, pipelines: dict[str, PipelineShape] | None = None) -> str:
     if name in PUSH:
         return f"push (wrk): {PUSH[name].describe()}"
+    if name in RUNNER:
+        return RUNNER[name].describe()
     if name in CONSUME:
         load, groups = CONSUME[name]
         mode = f"{groups} consumer groups at once ({load.consumers} each)" if groups else ""
@@ -230,6 +234,19 @@ class PeerRun:
             else:  # one shape per partition count, where PIPE stood
                 at = shapes.index(PIPELINE.name)
                 shapes[at : at + 1] = list(self.pipelines)
+        runner = [s for s in shapes if s in RUNNER]
+        if runner:
+            reason = original_runner.missing()
+            if reason is None:
+                try:
+                    original_runner.prepare(self.log)
+                except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+                    reason = f"the runner could not be prepared: {exc}"
+            if reason is not None:
+                for name in runner:
+                    self.skipped[name] = reason
+                    shapes.remove(name)
+                self.log(f"skipping {', '.join(runner)}: {reason}")
         return shapes
 
     def execute(self) -> dict[str, Any]:
@@ -287,6 +304,10 @@ class PeerRun:
                     record["stored"] = stored_messages(db, side == "original")
                 elif name in CONSUME:
                     record = self._consume(name, server, meter, dbname)
+                elif name in RUNNER:
+                    record = self._runner(RUNNER[name], server, meter, workdir)
+                    record["stored"] = stored_messages(db, side == "original")
+                    record["unconsumed"] = original_runner.unconsumed(db, side == "original")
                 else:
                     record = self._pipeline(self.pipelines[name], server, meter, workdir)
             finally:
@@ -330,6 +351,13 @@ class PeerRun:
         meter.start()
         record = {**trio.run(drain, server.base_url, queue, load, groups), **meter.stop()}
         return per_100k(record, record["messages"], CPU_KEYS)
+
+    def _runner(
+        self, shape: RunnerShape, server: Server, meter: Window, workdir: Path
+    ) -> dict[str, Any]:
+        seconds, url = self.options.duration_s, server.base_url
+        record = original_runner.run(url, shape, seconds=seconds, workdir=workdir, meter=meter)
+        return per_100k(record, record["answered"], CPU_KEYS)
 
     def _pipeline(
         self, shape: PipelineShape, server: Server, meter: Window, workdir: Path

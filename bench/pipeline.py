@@ -88,7 +88,7 @@ def missing() -> str | None:
     return None
 
 
-def _export(path: str, into: Path) -> Path:
+def export(path: str, into: Path) -> Path:
     """``path`` of the mirror's HEAD, extracted under ``into`` (the mirror lacks some large
     blobs elsewhere in the tree: git complains about them, the archive of ``path`` is whole)."""
     argv = ["git", "-C", str(repo()), "archive", "--format=tar", "HEAD", path]
@@ -108,10 +108,10 @@ def prepare(log: Callable[[str], None] = print) -> Path:
     log(f"preparing the original's pipeline benchmark in {where} (npm install)")
     where.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="queen-peer-") as tmp:
-        scripts = _export(SCRIPTS, Path(tmp))
+        scripts = export(SCRIPTS, Path(tmp))
         shutil.rmtree(where / "queen", ignore_errors=True)
         shutil.copytree(scripts, where / "queen")
-        client = _export(CLIENT, Path(tmp))
+        client = export(CLIENT, Path(tmp))
         pack = ["npm", "pack", "--silent", "--pack-destination", str(where)]
         packed = subprocess.run(pack, cwd=client, capture_output=True, text=True, check=True)
         tarball = packed.stdout.strip().splitlines()[-1]
