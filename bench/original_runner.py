@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,7 @@ def missing() -> str | None:
     return None
 
 
-def prepare(log: Any = print) -> Path:
+def prepare(log: Callable[[str], None] = print) -> Path:
     """Export the two scripts and install what they import into :func:`home` (once)."""
     where = home()
     if _prepared(where):

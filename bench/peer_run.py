@@ -221,33 +221,37 @@ class PeerRun:
         if any(s in PUSH for s in shapes):
             self.wrk = ensure_wrk()
         if PIPELINE.name in shapes:
-            reason = pipeline.missing()
-            if reason is None:
-                try:
-                    pipeline.prepare(self.log)
-                except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
-                    reason = f"the pipeline could not be prepared: {exc}"
-            if reason is not None:
-                self.skipped[PIPELINE.name] = reason
-                self.log(f"skipping {PIPELINE.name}: {reason}")
-                shapes.remove(PIPELINE.name)
-            else:  # one shape per partition count, where PIPE stood
-                at = shapes.index(PIPELINE.name)
-                shapes[at : at + 1] = list(self.pipelines)
+            at = shapes.index(PIPELINE.name)
+            if self._ready([PIPELINE.name], pipeline.missing, pipeline.prepare, "the pipeline"):
+                shapes[at : at + 1] = list(self.pipelines)  # one shape per partition count
+            else:
+                del shapes[at]
         runner = [s for s in shapes if s in RUNNER]
-        if runner:
-            reason = original_runner.missing()
-            if reason is None:
-                try:
-                    original_runner.prepare(self.log)
-                except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
-                    reason = f"the runner could not be prepared: {exc}"
-            if reason is not None:
-                for name in runner:
-                    self.skipped[name] = reason
-                    shapes.remove(name)
-                self.log(f"skipping {', '.join(runner)}: {reason}")
+        ready = original_runner.missing, original_runner.prepare
+        if runner and not self._ready(runner, *ready, "the runner"):
+            shapes = [s for s in shapes if s not in runner]
         return shapes
+
+    def _ready(
+        self,
+        names: list[str],
+        missing: Callable[[], str | None],
+        prepare: Callable[[Callable[[str], None]], Path],
+        what: str,
+    ) -> bool:
+        """Whether the Node benchmark of the shapes ``names`` can run here (installed now if
+        need be); if not, they are skipped, and the run says why."""
+        reason = missing()
+        if reason is None:
+            try:
+                prepare(self.log)
+            except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+                reason = f"{what} could not be prepared: {exc}"
+        if reason is not None:
+            for name in names:
+                self.skipped[name] = reason
+            self.log(f"skipping {', '.join(names)}: {reason}")
+        return reason is None
 
     def execute(self) -> dict[str, Any]:
         o = self.options

@@ -210,3 +210,23 @@ def test_the_primary_waits_for_its_workers_so_their_cpu_time_is_counted(tmp_path
 
     assert children_cpu_s(preloaded=True) >= 0.3  # the worker's 0.4 s of work are the primary's
     assert children_cpu_s(preloaded=False) < 0.3  # without it, the orphan's are no one's
+
+
+def test_runner_shapes_are_skipped_with_the_reason_they_cannot_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench.peer_run import PeerOptions, PeerRun
+
+    monkeypatch.setattr(original_runner, "missing", lambda: "node is not installed")
+    run = PeerRun(PeerOptions(shapes=["C1", "BP1", "BP10"]), log=lambda line: None)
+    assert run._usable() == ["C1"]
+    assert run.skipped == {"BP1": "node is not installed", "BP10": "node is not installed"}
+
+    def failing(log: Any) -> Path:
+        raise OSError("npm install failed")
+
+    monkeypatch.setattr(original_runner, "missing", lambda: None)
+    monkeypatch.setattr(original_runner, "prepare", failing)
+    run = PeerRun(PeerOptions(shapes=["BP100", "C2"]), log=lambda line: None)
+    assert run._usable() == ["C2"]
+    assert run.skipped == {"BP100": "the runner could not be prepared: npm install failed"}
