@@ -8,6 +8,7 @@ from statistics import mean
 from typing import Any
 
 from bench import report
+from bench.original_runner import SHAPES as RUNNER
 from bench.report import Doc, _n, columns, merge_results, table
 from bench.scenarios import get
 
@@ -15,7 +16,7 @@ Steps = Sequence[Mapping[str, Any]]  # one side's steps of a shape
 SIDES = ("original", "ours")
 CEILINGS = ("stack", "hypercorn")  # the HTTP stack alone (see bench.peer_run)
 _STAGES = ("worker", "analytics", "log")  # of the pipeline
-RUNNER_SHAPES = ("BP1", "BP10", "BP100")  # the original's own runner (bench.original_runner)
+RUNNER_SHAPES = tuple(RUNNER)  # the original's own runner
 
 METHOD = """\
 - **Alternation**: every shape runs original, ours, original, ours, ... (`--rounds` each), each
