@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -104,8 +103,7 @@ def prepare(log: Callable[[str], None] = print) -> Path:
     wanted = {name: theirs[name] for name in DEPENDENCIES}
     manifest = {"name": "queen-runner-peer", "private": True, "type": "module"}
     (where / "package.json").write_text(json.dumps({**manifest, "dependencies": wanted}) + "\n")
-    install = ["npm", "install", "--no-audit", "--no-fund", "--silent"]
-    subprocess.run(install, cwd=where, check=True, timeout=600)
+    pipeline.npm_install(where)
     return where
 
 

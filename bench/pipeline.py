@@ -119,9 +119,14 @@ def prepare(log: Callable[[str], None] = print) -> Path:
     wanted["queen-mq"] = f"file:{tarball}"
     manifest = {"name": "queen-pipeline-peer", "private": True, "dependencies": wanted}
     (where / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    npm_install(where)
+    return where
+
+
+def npm_install(where: Path) -> None:
+    """Install what ``where``'s package.json names."""
     install = ["npm", "install", "--no-audit", "--no-fund", "--silent"]
     subprocess.run(install, cwd=where, check=True, timeout=600)
-    return where
 
 
 class Tail:
