@@ -80,9 +80,8 @@ def _prepared(where: Path) -> bool:
 
 def missing() -> str | None:
     """Why the runner cannot run here (after :func:`prepare`), or None."""
-    for tool in ("node", "npm"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
+    if (reason := pipeline.node_missing()) is not None:
+        return reason
     if not _prepared(home()) and not (pipeline.repo() / "HEAD").exists():
         return f"no runner in {home()} and no mirror of the original at {pipeline.repo()}"
     return None

@@ -80,11 +80,18 @@ def _prepared(where: Path) -> bool:
 
 def missing() -> str | None:
     """Why the pipeline cannot run here (after :func:`prepare`), or None."""
+    if (reason := node_missing()) is not None:
+        return reason
+    if not _prepared(home()) and not (repo() / "HEAD").exists():
+        return f"no pipeline in {home()} and no mirror of the original at {repo()}"
+    return None
+
+
+def node_missing() -> str | None:
+    """Which of node and npm the original's Node benchmarks need is not installed, or None."""
     for tool in ("node", "npm"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
-    if not _prepared(home()) and not (repo() / "HEAD").exists():
-        return f"no pipeline in {home()} and no mirror of the original at {repo()}"
     return None
 
 
