@@ -189,6 +189,7 @@ class MemoryConsumeStore:
     max_bytes_asked: list[int] = field(default_factory=list)  # each pop's byte budget
     hints: list[list[str] | None] = field(default_factory=list)  # each pop's hint, if any
     ripe_in_s: float | None = None  # what a waiting pop that found nothing is told
+    pop_latency_s: float = 0.0  # a pop answers this long after it read (the database's time)
     listener_connected: bool | None = None  # None: no push listener at all
     on_queues: Callable[[set[str]], None] | None = None
     _offsets: dict[str, int] = field(default_factory=dict)
@@ -242,6 +243,8 @@ class MemoryConsumeStore:
             taken.append(message)
             size += length
         self.messages[request.queue] = waiting[len(taken) :]
+        if self.pop_latency_s:
+            await trio.sleep(self.pop_latency_s)
         if taken or not request.wait:
             return PopOutcome(taken, payload_bytes=size)
         return PopOutcome([], None, self.ripe_in_s)

@@ -298,7 +298,10 @@ async def test_a_push_of_one_message_costs_two_queries_however_many_pops_wait(
         for _ in range(10):
 
             async def pop() -> None:
-                answered.append(await service.pop(_waiting_pop("q")))
+                request = PopRequest(
+                    queue="q", batch=10, partitions=10, wait=True, timeout_ms=TIMEOUT_MS
+                )
+                answered.append(await service.pop(request))
 
             nursery.start_soon(pop)
         await trio.testing.wait_all_tasks_blocked()
@@ -306,8 +309,8 @@ async def test_a_push_of_one_message_costs_two_queries_however_many_pops_wait(
         store.add("q")
         store.notify("q")
         await trio.testing.wait_all_tasks_blocked()
-        # one woken pop takes the message; the next one to look finds nothing, which answers
-        # for the other eight
+        # one woken pop takes the message (less than it could take: no other pop looks beside
+        # it); the next one to look finds nothing, which answers for the other eight
         assert store.pop_calls - before == 2
         assert len([r for r in answered if r]) == 1
         assert service.wakeups.waiting == 9
@@ -467,3 +470,106 @@ async def test_by_default_a_woken_pop_looks_at_once(
     result, answered_at = await _woken_at(service, store, batch=10)
     assert len(result.delivered) == 1  # what woke it; the second comes with its next pop
     assert answered_at == pytest.approx(5)
+
+
+# --- first come, first served: waiting pops take turns -------------------------------------
+
+
+async def test_waiting_pops_are_served_in_the_order_they_arrived(
+    service: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    pops = 6
+    served: list[tuple[int, str]] = []  # (which pop, the message it got)
+    async with trio.open_nursery() as nursery:
+        for n in range(pops):
+
+            async def pop(n: int = n) -> None:
+                result = await service.pop(_waiting_pop("q"))
+                served.append((n, result.delivered[0].message_id))
+
+            nursery.start_soon(pop)
+            await service.wakeups.until_waiting(n + 1)  # pop n arrives after pop n - 1
+        pushed = []
+        for _ in range(pops):
+            pushed.append(store.add("q").message_id)
+            store.notify("q")  # wakes every waiting pop
+            await trio.testing.wait_all_tasks_blocked()
+    assert served == list(enumerate(pushed))
+
+
+async def test_a_new_pop_takes_its_turn_behind_the_pops_already_waiting(
+    service: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    got: dict[str, list[str]] = {"waiting": [], "new": []}
+
+    async def pop(who: str) -> None:
+        result = await service.pop(_waiting_pop("q"))
+        got[who].extend(d.message_id for d in result.delivered)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pop, "waiting")
+        await service.wakeups.until_waiting(1)
+        pushed = store.add("q").message_id
+        store.notify("q")
+        nursery.start_soon(pop, "new")  # arrives with the wake-up, before the woken pop runs
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == {"waiting": [pushed], "new": []}
+        assert service.wakeups.waiting == 1  # the new pop waits in its turn
+        nursery.cancel_scope.cancel()
+
+
+async def test_busy_consumers_each_wait_about_as_long_as_the_line_ahead_of_them(
+    service: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Fifty consumers popping again as soon as they are answered, a message every 2 ms, each
+    look taking 5 ms of the database: every message is taken as it comes, and no pop waits
+    much longer than the 49 ahead of it take (0.1 s), where a pop left to chance could lose
+    every race for seconds."""
+    consumers, every_s, messages = 50, 0.002, 2000
+    store.pop_latency_s = 0.005
+    waited: list[float] = []
+
+    async def consume() -> None:
+        while True:
+            began = trio.current_time()
+            if await service.pop(_waiting_pop("q")):
+                waited.append(trio.current_time() - began)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(consumers):
+            nursery.start_soon(consume)
+        await service.wakeups.until_waiting(consumers)
+        for _ in range(messages):
+            store.add("q")
+            store.notify("q")
+            await trio.sleep(every_s)
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert len(waited) == messages
+    assert max(waited) <= 5 * consumers * every_s, max(waited)
+
+
+async def test_a_burst_goes_to_the_oldest_pops_with_more_of_them_looking_at_once(
+    service: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    store.pop_latency_s = 0.003
+    served: dict[int, float] = {}  # which pop, when (one message each)
+    async with trio.open_nursery() as nursery:
+        for n in range(10):
+
+            async def pop(n: int = n) -> None:
+                if await service.pop(_waiting_pop("q")):
+                    served[n] = trio.current_time()
+
+            nursery.start_soon(pop)
+            await service.wakeups.until_waiting(n + 1)
+        began = trio.current_time()
+        for _ in range(7):
+            store.add("q")
+        store.notify("q")
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert sorted(served) == list(range(7))  # the seven that waited longest
+    # each look that took all it could lets one more pop look beside the next: one look, then
+    # two at once, then four, 3 ms each, rather than seven in a row
+    assert max(served.values()) - began <= 3 * 0.003 + 1e-6, sorted(served.items())

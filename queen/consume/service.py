@@ -17,7 +17,8 @@ waiting:
   breaks); cancellation only ever interrupts the wait, never a database call.
   Waiting pops of the same kind share their re-checks and wake-ups
   (:mod:`queen.consume.looks`): a hundred idle consumers cost one query per re-check, and a
-  push of one message two queries, instead of a hundred.
+  push of one message two queries, instead of a hundred. They look in turns, oldest first
+  (:mod:`queen.consume.turns`), so the pop that has waited longest is served first.
 - **Encryption.** Payloads pushed by a transaction to an encrypted queue are sealed before the
   database call; every payload a pop or a dead letter page reads is opened
   (:class:`queen.encryption.QueueEncryption`). A pop that reads a payload it cannot decrypt
@@ -77,6 +78,7 @@ from queen.consume.results import (
     TxPushResult,
 )
 from queen.consume.tracing import Traces
+from queen.consume.turns import NO_TURN, Turns
 from queen.consume.wakeups import Wakeups
 from queen.encryption import QueueEncryption
 from queen.errors import StoreError
@@ -140,6 +142,7 @@ class ConsumeService:
         self._recheck_s = max(_MIN_RECHECK_S, settings.pop_recheck_ms / 1000)
         self._linger_s = max(0.0, settings.pop_linger_ms / 1000)
         self._looks = SharedLooks(self.wakeups)
+        self._turns = Turns(settings.db_pool_size)
         self._closing = False
 
     async def run(
@@ -231,74 +234,108 @@ class ConsumeService:
             request.consumer_group,
         )
         looked = 0  # the number of this pop's last query (0: none yet)
-        while not self._closing and not self.switches.pop_enabled:
-            ticket = self.wakeups.ticket(request.queue, request.partition)
-            with trio.move_on_at(deadline):
-                await self._looks.wait_for_like(key, looked)
-            like = self._looks.answered(key, looked)
-            unchanged = (  # (the last look, at the deadline, is made: the pop's answer)
-                self._looks.unchanged(key)
-                if looked and request.wait and trio.current_time() < deadline
-                else None
-            )
-            if like is not None:
-                self.metrics.pop_rechecks_shared += 1
-                holds_until = like.holds_until
-            elif unchanged is not None:  # a like look's answer holds: nothing fired since
-                self.metrics.pop_rechecks_shared += 1
-                holds_until = unchanged
-            else:
-                look = self._looks.start(key, waiting=request.wait)
-                looked = look.number
-                lease_id = "" if request.auto_ack else mint_id()
+        turns = self._turns
+        arrival = turns.arrival()
+        waits = False  # counted among its kind's waiting pops (queen.consume.turns)
+        try:
+            while not self._answers_nothing():
+                ticket = self.wakeups.ticket(request.queue, request.partition)
+                with trio.move_on_at(deadline):
+                    await self._looks.wait_for_like(key, looked)
+                turn = NO_TURN
+                if request.wait and (waits or turns.others_wait(key)):
+                    # (at the deadline the last look is made without one: the pop's answer)
+                    with trio.move_on_at(deadline):
+                        turn = await turns.take(key, arrival)
+                    if self._answers_nothing():  # (since it began waiting for its turn)
+                        turn.end()
+                        break
                 try:
-                    outcome, charge = await self._look(request, sizing, lease_id or None, look.hint)
-                except BaseException:
-                    self._looks.finish(look, found_nothing=False)
-                    raise
-                delivered, expires_at = outcome.delivered, outcome.lease_expires_at
-                holds_until = self._looks.finish(
-                    look,
-                    found_nothing=not delivered,
-                    holds_until=self._holds_until(look.started, outcome.ripe_in_s),
-                )
-                if delivered:
-                    try:
-                        delivered = await self._opened(request, delivered, lease_id)
-                    except BaseException:
-                        charge.release()
-                        raise
-                    self.metrics.pop_messages += len(delivered)
-                    lags = _lags_s(delivered)
-                    self.metrics.pop_lag_seconds += sum(lags)
-                    for queue in {d.queue for d in delivered}:
-                        self.flow.popped(
-                            queue,
-                            [
-                                lag
-                                for d, lag in zip(delivered, lags, strict=True)
-                                if d.queue == queue
-                            ],
+                    like = self._looks.answered(key, looked)
+                    unchanged = (  # (the last look, at the deadline, is made: the pop's answer)
+                        self._looks.unchanged(key)
+                        if looked and request.wait and trio.current_time() < deadline
+                        else None
+                    )
+                    if like is not None:
+                        self.metrics.pop_rechecks_shared += 1
+                        holds_until = like.holds_until
+                    elif unchanged is not None:  # a like look's answer holds: nothing fired since
+                        self.metrics.pop_rechecks_shared += 1
+                        holds_until = unchanged
+                    else:
+                        look = self._looks.start(key, waiting=request.wait)
+                        looked = look.number
+                        lease_id = "" if request.auto_ack else mint_id()
+                        try:
+                            outcome, charge = await self._look(
+                                request, sizing, lease_id or None, look.hint
+                            )
+                        except BaseException:
+                            self._looks.finish(look, found_nothing=False)
+                            raise
+                        delivered, expires_at = outcome.delivered, outcome.lease_expires_at
+                        holds_until = self._looks.finish(
+                            look,
+                            found_nothing=not delivered,
+                            holds_until=self._holds_until(look.started, outcome.ripe_in_s),
                         )
-                    result.delivered = delivered
-                    result.lease_id = lease_id
-                    result.lease_expires_at = expires_at
-                    result.charge = charge
-                    return result
-                charge.release()
-            now = trio.current_time()
-            if not request.wait or now >= deadline or self._closing:
-                break
-            woken = await self.wakeups.wait(
-                ticket, min(deadline, max(holds_until, now + _MIN_RECHECK_S))
-            )
-            if woken and sizing.batch > 1 and self._linger_s > 0 and not self._closing:
-                # woken by a push, which may be one message of several on their way: let
-                # more arrive, so one answer carries them (bounded by the deadline)
-                await trio.sleep_until(min(deadline, trio.current_time() + self._linger_s))
+                        turn.end(_more_may_be_left(delivered, sizing))
+                        if delivered:
+                            result.lease_id, result.lease_expires_at = lease_id, expires_at
+                            return await self._deliver(request, result, delivered, charge)
+                        charge.release()
+                finally:
+                    turn.end()
+                now = trio.current_time()
+                if not request.wait or now >= deadline or self._closing:
+                    break
+                if not waits:
+                    waits = True
+                    turns.waiting(key, 1)
+                woken = await self.wakeups.wait(
+                    ticket, min(deadline, max(holds_until, now + _MIN_RECHECK_S))
+                )
+                if woken and sizing.batch > 1 and self._linger_s > 0 and not self._closing:
+                    # woken by a push, which may be one message of several on their way: let
+                    # more arrive, so one answer carries them (bounded by the deadline)
+                    await trio.sleep_until(min(deadline, trio.current_time() + self._linger_s))
+        finally:
+            if waits:
+                turns.waiting(key, -1)
         self.metrics.pop_empty += 1
         if request.queue is not None:
             self.flow.found_nothing(request.queue)
+        return result
+
+    def _answers_nothing(self) -> bool:
+        """Pops answer nothing now: the service stops waiting, or pops are paused."""
+        return self._closing or self.switches.pop_enabled
+
+    async def _deliver(
+        self,
+        request: PopRequest,
+        result: PopResult,
+        delivered: list[Delivered],
+        charge: Charge,
+    ) -> PopResult:
+        """``result`` (its lease set) carrying ``delivered`` (decrypted) and ``charge``,
+        counted in the metrics and the flow."""
+        try:
+            delivered = await self._opened(request, delivered, result.lease_id)
+        except BaseException:
+            charge.release()
+            raise
+        self.metrics.pop_messages += len(delivered)
+        lags = _lags_s(delivered)
+        self.metrics.pop_lag_seconds += sum(lags)
+        for queue in {d.queue for d in delivered}:
+            self.flow.popped(
+                queue,
+                [lag for d, lag in zip(delivered, lags, strict=True) if d.queue == queue],
+            )
+        result.delivered = delivered
+        result.charge = charge
         return result
 
     async def _look(
@@ -333,6 +370,7 @@ class ConsumeService:
                 if cut <= 0:
                     continue  # taken while this pop waited for its turn
                 budget.try_charge(cut)
+                self.metrics.pop_looks += 1
                 try:
                     outcome = await self.store.pop(request, sizing, lease_id, cut, hint)
                 finally:
@@ -603,6 +641,17 @@ def _released(outcomes: Sequence[AckResult]) -> set[tuple[str, str]]:
         for o in outcomes
         if o.lease_released and o.queue is not None and o.partition is not None
     }
+
+
+def _more_may_be_left(delivered: list[Delivered], sizing: Sizing) -> bool | None:
+    """What a pop's look says of its kind's next looks (:meth:`queen.consume.turns.Turn.end`):
+    False when it found nothing, True when it took all it could (a whole batch, or as many
+    partitions as it may claim: more may be left), None when it took less."""
+    if not delivered:
+        return False
+    if len(delivered) >= sizing.batch:
+        return True
+    return len({d.partition_id for d in delivered}) >= sizing.partitions or None
 
 
 def _lags_s(delivered: list[Delivered]) -> list[float]:

@@ -51,6 +51,7 @@ class Metrics:
     pop_messages: int = 0  # messages delivered
     pop_lag_seconds: float = 0.0  # summed over delivered messages: pop time less creation
     pop_undecryptable: int = 0  # messages withheld: encrypted, and the key cannot open them
+    pop_looks: int = 0  # queries of pops at the database
     pop_rechecks_shared: int = 0  # re-checks of waiting pops answered by a like pop's look
     pop_busy: int = 0  # pops answered 503: no room for their answer in the byte budget
     ack_requests: int = 0  # ack and ack/batch calls
@@ -129,6 +130,7 @@ FAMILIES: dict[str, Family] = {
         "divide its rate by pop_messages' for the average lag."
     ),
     "pop_undecryptable": _c("Messages withheld: encrypted and the key cannot open them."),
+    "pop_looks": _c("Queries of pops at the database (a pop makes one or more, or none)."),
     "pop_rechecks_shared": _c("Re-checks of waiting pops answered by a like pop's look."),
     "pop_busy": _c("Pops answered 503 without looking: no room for an answer in the byte budget."),
     "ack_requests": _c("Ack calls (ack and ack/batch)."),
