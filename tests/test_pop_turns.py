@@ -1,12 +1,17 @@
-"""Turns among the waiting pops of one kind (queen.consume.turns), on Trio alone."""
+"""Turns among the waiting pops of one kind (queen.consume.turns), on Trio alone, and how a
+woken pop comes to ask for one (queen.consume.looks)."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import trio
 import trio.testing
 
+from queen.consume.looks import PopKey, SharedLooks
 from queen.consume.turns import Turn, Turns
+from queen.consume.wakeups import Wakeups
 
 KEY = ("q", None)
 
@@ -104,3 +109,27 @@ async def test_a_kind_with_nobody_waiting_or_asking_is_forgotten(more: bool | No
     turns.waiting(KEY, -1)
     assert not turns.others_wait(KEY)
     assert turns.limit(KEY) == 1  # the next crowd begins one at a time
+
+
+async def test_a_woken_pop_waits_for_one_like_look_only_then_asks_for_its_turn() -> None:
+    """Where like looks follow each other without a gap (each delivering), a pop that waited
+    for each in turn would never ask for a turn of its own."""
+    looks = SharedLooks(Wakeups())
+    key = PopKey("q", None, "", "", "__QUEUE_MODE__")
+    mine = looks.start(key)
+    looks.finish(mine, found_nothing=True, holds_until=math.inf)
+    first = looks.start(key)  # another pop's, in flight
+    done = trio.Event()
+
+    async def woken() -> None:
+        await looks.wait_for_like(key, mine.number)
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(woken)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not done.is_set()  # its answer may do for this pop too
+        looks.finish(first, found_nothing=False)  # it delivered
+        looks.start(key)  # and the next pop's look begins at once
+        await trio.testing.wait_all_tasks_blocked()
+        assert done.is_set()

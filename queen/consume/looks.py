@@ -5,15 +5,16 @@ idle consumers re-checking one by one cost one such read each. Pops of the same 
 same :class:`PopKey`) share them instead:
 
 - a pop about to re-check (its timer came, or its ticket was set) first waits for a like pop's
-  query that started after its own last one;
+  query in flight that started after its own last one, if there is one (only that one: then
+  it takes its turn, :mod:`queen.consume.turns`);
 - if a like query that started after its own last one found nothing, still holds (its
   ``holds_until`` has not passed: a re-check after it, or when it said the earliest pending
   partition ripens, or never when nothing was pending), and no fire of the queue came since
   its ticket (:meth:`Wakeups.epoch`), the re-check would read the same: the pop waits again
   without querying, until that query's ``holds_until``, on a ticket taken now, which is as
   good as one taken before that query since nothing fired in between;
-- a like query that delivered something answers for nobody: the next pop to run looks, and
-  the rest wait for that one. A pop's first query is never shared.
+- a like query that delivered something answers for nobody: the next pop to look is the
+  oldest to ask for its turn. A pop's first query is never shared.
 
 Queries are numbered, so "started after" holds even when the clock did not move.
 
@@ -93,14 +94,14 @@ class SharedLooks:
         self._baselines: dict[PopKey, Baseline] = {}
 
     async def wait_for_like(self, key: PopKey, looked: int) -> None:
-        """While a like pop's query that started after query ``looked`` is in flight, wait
-        for its answer (if it delivered, another like pop may look next: wait for that one)."""
+        """If a like pop's query that started after query ``looked`` is in flight, wait for
+        its answer. Only that one: if it delivered, who looks next is decided by turns
+        (:mod:`queen.consume.turns`), and a pop waiting here is not asking for one."""
         if not looked:
             return
-        while (running := self._running.get(key)) is not None and running.number > looked:
+        running = self._running.get(key)
+        if running is not None and running.number > looked:
             await running.answered.wait()
-            if self.answered(key, looked) is not None:
-                return
 
     def answered(self, key: PopKey, looked: int) -> Look | None:
         """The like query that started after query ``looked`` (0: none yet, never answered),
