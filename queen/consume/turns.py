@@ -14,9 +14,8 @@ turns to look, oldest first:
 - turns go to the oldest pops asking (the order of arrival of the pops, not of their asks),
   one at a time to begin with: where one look takes all it could (more may be left), one
   more pop may look at once, up to the connections the process has; where one finds
-  nothing, one fewer. A crowd of pops woken by one message
-  thus costs about two looks, and a stream of messages is taken by as many looks at once as
-  it keeps busy.
+  nothing, one fewer. A crowd of pops woken by one message thus costs about two looks, and
+  a stream of messages is taken by as many looks at once as it keeps busy.
 
 A turn covers the database call only, and a pop that gives up waiting for one (its
 deadline, its client gone) passes on a turn granted meanwhile. Everything here runs in the
