@@ -83,9 +83,7 @@ class Turns:
 
     def waiting(self, key: Hashable, delta: int) -> None:
         """A pop of ``key`` begins (+1) or ends (-1) waiting between looks."""
-        line = self._lines.get(key)
-        if line is None:
-            line = self._lines[key] = _Line()
+        line = self._line(key)
         line.waiting += delta
         self._forget_if_idle(key, line)
 
@@ -103,9 +101,7 @@ class Turns:
         """Wait for the turn of the pop that arrived ``arrival``: once the older pops asking
         have had theirs (pops woken together all ask before the first turn is given). End it
         with :meth:`Turn.end`."""
-        line = self._lines.get(key)
-        if line is None:
-            line = self._lines[key] = _Line()
+        line = self._line(key)
         ask = _Ask(arrival)
         heapq.heappush(line.asks, (arrival, ask))
         try:
@@ -124,6 +120,12 @@ class Turns:
                 self._end(key, None)
             raise
         return Turn(self, key)
+
+    def _line(self, key: Hashable) -> _Line:
+        line = self._lines.get(key)
+        if line is None:
+            line = self._lines[key] = _Line()
+        return line
 
     def _end(self, key: Hashable, more: bool | None) -> None:
         """A turn is over. One that says more may be left lets one more pop look at once; one
