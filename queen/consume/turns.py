@@ -33,7 +33,6 @@ import trio
 
 @dataclass(slots=True, eq=False)
 class _Ask:
-    arrival: int
     granted: bool = False
     gone: bool = False
     event: trio.Event = field(default_factory=trio.Event)
@@ -102,7 +101,7 @@ class Turns:
         have had theirs (pops woken together all ask before the first turn is given). End it
         with :meth:`Turn.end`."""
         line = self._line(key)
-        ask = _Ask(arrival)
+        ask = _Ask()
         heapq.heappush(line.asks, (arrival, ask))
         try:
             if line.held < line.limit and not line.deciding:
