@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import psycopg
 import pytest
+import trio
 
 from queen.auth import build_gate
 from queen.broker import Broker
@@ -209,6 +211,56 @@ async def test_state_get_by_keys_prefix_and_ripeness(api: Api, queue: str) -> No
     ripe = await state(api, qid, "7", key_prefix="w\u001f", ripe_at_or_before=1500)
     assert ripe == {"w\u001fa": {"windowEnd": 1000, "acc": 1}}
     assert await state(api, qid, "8") == {}
+
+
+_WAITING = """SELECT count(DISTINCT l.pid) FROM pg_locks l
+              JOIN pg_stat_activity a ON a.pid = l.pid
+              WHERE NOT l.granted AND a.datname = current_database()"""
+
+
+async def _until_waiting(db: Db, backends: int) -> None:
+    with trio.fail_after(30):
+        while await db.value(_WAITING) < backends:  # noqa: ASYNC110 (a state of the server)
+            await trio.sleep(0.005)
+
+
+async def test_a_state_read_sent_during_a_cycle_reads_what_the_cycle_left(
+    api: Api, queue: str, db: Db, pg_url: str
+) -> None:
+    """A cycle holds its (query, partition) shard from its start to its commit, and a state
+    read of the shard sent meanwhile waits for it: two runners of one query (an idle flush
+    beside the main loop) never both read a window that one of them is closing."""
+    qid = await query_id(api, queue)
+    await api.push(queue, "p", {"n": 1})
+    [message] = await api.messages(queue, "p")
+    pid = message["partitionId"]
+    window = {"type": "upsert", "key": "w", "value": {"windowEnd": 1, "acc": 1}}
+    status, done = await api.post(
+        "/streams/v1/cycle", {"query_id": qid, "partition_id": pid, "state_ops": [window]}
+    )
+    assert status == 200 and done["success"] is True
+    closing = cycle_body(qid, [message], state_ops=[{"type": "delete", "key": "w"}])
+    answers: list[Any] = []
+    reads: list[dict[str, Any]] = []
+
+    async def run_cycle() -> None:
+        answers.append(await api.post("/streams/v1/cycle", closing))
+
+    async def read() -> None:
+        reads.append(await state(api, qid, pid, ripe_at_or_before=5))
+
+    with psycopg.connect(pg_url) as gate:  # holds the source cursor row: the ack waits
+        gate.execute("SELECT 1 FROM queen.cursors WHERE partition_id = %s FOR UPDATE", (int(pid),))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_cycle)
+            await _until_waiting(db, 1)  # the cycle, its shard taken, waits for the row
+            nursery.start_soon(read)
+            await _until_waiting(db, 2)  # the read waits for the shard
+            assert reads == []
+            gate.rollback()
+    [(status, done)] = answers
+    assert status == 200 and done["success"] is True and done["state_ops_applied"] == 1
+    assert reads == [{}]
 
 
 async def test_an_unknown_query_is_404_and_changes_nothing(api: Api, queue: str, db: Db) -> None:

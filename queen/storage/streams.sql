@@ -1,12 +1,14 @@
 -- Queen on Trio streams: registered streaming queries and their per-partition state, in a
 -- schema of their own. Idempotent; applied after consume.sql (it calls queen.transact).
 --
--- Lock order (see docs/architecture.md): a cycle takes the source cursor row first (the ack,
--- FOR UPDATE), then its query row (FOR SHARE), then the (query, partition) shard lock (a
--- transaction-scoped advisory lock), then state rows, then partition rows (its sink pushes,
--- through queen.transact and queen.push_frames, in id order). A registration takes the query
+-- Lock order (see docs/architecture.md): a cycle takes the (query, partition) shard lock first
+-- (a transaction-scoped advisory lock), then the source cursor row (the ack, FOR UPDATE), then
+-- its query row (FOR SHARE), then state rows, then partition rows (its sink pushes, through
+-- queen.transact and queen.push_frames, in id order). A state read takes the shard lock
+-- shared, so it waits for the cycle of its shard in progress and reads what that cycle left. A registration takes the query
 -- row (FOR UPDATE) and then, on reset, state rows. Nothing takes a cursor or partition row
--- after a query or state row, so no cycle of waits can form. The state table has no foreign
+-- after a query or state row, and nothing takes a shard lock after any row, so no cycle of
+-- waits can form. The state table has no foreign
 -- key, for the same reason as the consume tables: writing it takes no hidden lock.
 
 CREATE SCHEMA IF NOT EXISTS queen_streams;
@@ -104,11 +106,14 @@ BEGIN
     acked := 0;
     lease_released := false;
     dlq := false;
+    -- 1. the (query, partition) shard: its cycles take turns, and a state read sent while one
+    --    is under way waits for it (queen_streams.state_get)
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_query::text || ':' || p_partition, 0));
     SELECT q.name INTO source_queue
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
     WHERE p.id = p_partition;
     BEGIN
-        -- 1. the source ack: the cursor row first
+        -- 2. the source ack: the cursor row
         IF p_ack_tx IS NOT NULL THEN
             SELECT c.next_offset, c.acked, c.lease_id, c.lease_end, c.lease_expires_at,
                    p.next_offset AS high
@@ -186,15 +191,14 @@ BEGIN
             lease_released := v_clear AND v_live;
         END IF;
 
-        -- 2. the query row, then the (query, partition) shard: cycles of one shard take turns
+        -- 3. the query row
         PERFORM 1 FROM queen_streams.queries q WHERE q.id = p_query FOR SHARE;
         IF NOT FOUND THEN
             reason := 'query';
             RAISE EXCEPTION USING ERRCODE = 'QN001';
         END IF;
-        PERFORM pg_advisory_xact_lock(hashtextextended(p_query::text || ':' || p_partition, 0));
 
-        -- 3. state rows, in key order
+        -- 4. state rows, in key order
         IF cardinality(p_keys) > 0 THEN
             DELETE FROM queen_streams.state s
             USING unnest(p_keys, p_values) AS u (k, v)
@@ -209,7 +213,7 @@ BEGIN
             SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;
         END IF;
 
-        -- 4. the sink pushes: partition rows, through the transaction's push path
+        -- 5. the sink pushes: partition rows, through the transaction's push path
         IF cardinality(p_mids) > 0 THEN
             SELECT t.ok, t.reason, t.pids, t.statuses, t.originals
             INTO v_ok, v_reason, pids, statuses, originals
@@ -239,7 +243,12 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen_streams.state_get(
     p_query uuid, p_partition bigint, p_keys text[], p_prefix text, p_ripe numeric)
 RETURNS TABLE (known boolean, key text, value text, updated_at timestamptz)
-LANGUAGE sql STABLE AS $fn$
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    -- the shard's cycle under way first: its effect is read, not the state before it (the
+    -- statement below takes its snapshot once the lock is held)
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended(p_query::text || ':' || p_partition, 0));
+    RETURN QUERY
     SELECT true, s.key, s.value::text, s.updated_at
     FROM queen_streams.queries q
     LEFT JOIN queen_streams.state s
@@ -249,5 +258,6 @@ LANGUAGE sql STABLE AS $fn$
           AND (p_ripe IS NULL OR (jsonb_typeof(s.value -> 'windowEnd') = 'number'
                                   AND (s.value -> 'windowEnd')::numeric <= p_ripe))
     WHERE q.id = p_query
-    ORDER BY s.key
+    ORDER BY s.key;
+END
 $fn$;
