@@ -75,6 +75,11 @@ class DatabaseHealth:
             log.warning("database unreachable (%s); pushes go to the spool", reason)
             self._changed.set()
 
+    async def wait_up(self) -> None:
+        """Return once the database is seen reachable (at once when it is)."""
+        while not self._up:
+            await self._changed.wait()
+
     def _mark_up(self) -> None:
         if not self._up:
             self._up = True

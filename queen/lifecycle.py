@@ -207,6 +207,7 @@ def assemble(
             push=push,
             encryption=encryption,
             budget=budget,
+            database=db_health,
         )
         batcher.add_commit_listener(consume.on_commit)
         if stores.streams is not None:

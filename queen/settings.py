@@ -210,6 +210,12 @@ class Settings:
         "QUEEN_SPOOL_HOLD_S",
         "longest a push waits for its partition's spooled items to be replayed first",
     )
+    db_outage_wait_s: float = _setting(
+        20.0,
+        "QUEEN_DB_OUTAGE_WAIT_S",
+        "how long an ack waits for an unreachable database to come back before it is answered "
+        "503 (a waiting pop waits for it until its own timeout, then answers empty)",
+    )
     db_probe_min_s: float = _setting(
         0.05, "QUEEN_DB_PROBE_MIN_S", "first retry of an unreachable database"
     )

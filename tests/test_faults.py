@@ -112,6 +112,69 @@ async def test_postgres_stopped_under_load_loses_and_duplicates_nothing(
     assert spool_files(tmp_path / "spool") == []
 
 
+async def _counted(http: httpx.AsyncClient, name: str) -> float:
+    for line in (await http.get("/metrics")).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+async def test_a_waiting_pop_and_an_ack_wait_out_a_postgres_outage(
+    own_pg: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    """The official clients' consume loops give up after a few error answers, so a waiting pop
+    and an ack sent while PostgreSQL is away wait for it: once it is back, the ack is applied
+    and the pop delivers. A pop that does not wait is still told at once (503)."""
+    broker = BrokerProcess(broker_env(own_pg, tmp_path / "spool", QUEEN_WORKERS="1"))
+    queue = "ride-out"
+    answers: dict[str, httpx.Response] = {}
+    async with trio.open_nursery() as nursery:
+        await broker.start(nursery)
+        async with httpx.AsyncClient(base_url=broker.base, timeout=60) as http:
+            for n in (1, 2):
+                body = {"items": [{"queue": queue, "partition": "p", "payload": {"n": n}}]}
+                assert (await http.post("/api/v1/push", json=body)).status_code == 201
+            popped = await http.get(f"/api/v1/pop/queue/{queue}", params={"batch": 1})
+            [first] = popped.json()["messages"]
+            ack = {
+                "transactionId": first["transactionId"],
+                "partitionId": first["partitionId"],
+                "leaseId": first["leaseId"],
+                "status": "completed",
+            }
+            pops = await _counted(http, "queen_pop_requests_total")
+            acks = await _counted(http, "queen_ack_requests_total")
+            down = broker.watch("database unreachable")
+            await trio.to_thread.run_sync(own_pg.stop, "immediate")
+
+            async def send_ack() -> None:
+                answers["ack"] = await http.post("/api/v1/ack", json=ack)
+
+            async def send_pop() -> None:
+                params = {"batch": 1, "wait": "true", "timeout": 60000}
+                answers["pop"] = await http.get(f"/api/v1/pop/queue/{queue}", params=params)
+
+            async with trio.open_nursery() as requests:
+                requests.start_soon(send_ack)
+                requests.start_soon(send_pop)
+                with trio.fail_after(30):
+                    await down.wait()
+                    while (  # noqa: ASYNC110 (a state of the server)
+                        await _counted(http, "queen_pop_requests_total") < pops + 1
+                        or await _counted(http, "queen_ack_requests_total") < acks + 1
+                    ):
+                        await trio.sleep(0.01)
+                now = await http.get(f"/api/v1/pop/queue/{queue}", params={"batch": 1})
+                assert now.status_code == 503, now.text
+                assert answers == {}, "answered while PostgreSQL was away"
+                await trio.to_thread.run_sync(own_pg.start)
+        await broker.stop()
+    assert answers["ack"].status_code == 200, answers["ack"].text
+    assert [a["success"] for a in answers["ack"].json()] == [True]
+    assert answers["pop"].status_code == 200, answers["pop"].text
+    assert [m["data"] for m in answers["pop"].json()["messages"]] == [{"n": 2}]
+
+
 async def test_broker_killed_during_replay_finishes_on_restart(
     own_pg: EmbeddedPostgres, tmp_path: Path
 ) -> None:

@@ -81,8 +81,9 @@ from queen.consume.tracing import Traces
 from queen.consume.turns import NO_TURN, Turns
 from queen.consume.wakeups import Wakeups
 from queen.encryption import QueueEncryption
-from queen.errors import StoreError
+from queen.errors import StoreError, StoreUnavailable
 from queen.flow import QueueFlow
+from queen.health import DatabaseHealth
 from queen.ids import millis_of, mint_id
 from queen.intake import decode_json
 from queen.maintenance import MaintenanceSwitch
@@ -122,10 +123,13 @@ class ConsumeService:
         push: PushService,
         encryption: QueueEncryption | None = None,
         budget: ByteBudget | None = None,
+        database: DatabaseHealth | None = None,
     ) -> None:
         """``push``: the push service whose actors a transaction's pushes take their turn
         behind. ``budget``: the process's
-        byte budget (default: one of its own, of ``max_decoding_bytes``)."""
+        byte budget (default: one of its own, of ``max_decoding_bytes``). ``database``: the
+        database's health; with it, a waiting pop and an ack that find the database unreachable
+        wait for it to come back (:meth:`_database_back`) instead of failing at once."""
         self.store = store
         self.budget = budget or ByteBudget(settings.max_decoding_bytes)
         self._reading = trio.CapacityLimiter(settings.db_pool_size)
@@ -144,6 +148,8 @@ class ConsumeService:
         self._looks = SharedLooks(self.wakeups)
         self._turns = Turns(settings.db_pool_size)
         self._closing = False
+        self._stopping = trio.Event()
+        self.database = database
 
     async def run(
         self, *, task_status: trio.TaskStatus[ConsumeService] = trio.TASK_STATUS_IGNORED
@@ -166,7 +172,32 @@ class ConsumeService:
     def stop_waiting(self) -> None:
         """Shutdown: waiting pops answer at once, new pops find nothing."""
         self._closing = True
+        self._stopping.set()
         self.wakeups.fire_all()
+
+    async def _database_back(self, error: StoreUnavailable, deadline: float) -> bool:
+        """Whether the database, found unreachable (``error``), is reachable again by
+        ``deadline`` (False at once without a health to watch, or when the service stops).
+
+        The official clients' consume loops give up on an error answer after a few retries
+        but poll on through long-poll timeouts, so a pop or an ack waits out a short outage
+        rather than failing it: the health is told (its probes then watch for the database's
+        return, which wakes this wait), and the caller looks again."""
+        database = self.database
+        if database is None or self._closing:
+            return False
+        database.report_down(error)
+        with trio.move_on_at(deadline):
+            async with trio.open_nursery() as nursery:
+
+                async def stopping() -> None:
+                    await self._stopping.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(stopping)
+                await database.wait_up()
+                nursery.cancel_scope.cancel()
+        return database.up and not self._closing
 
     # --- queues ------------------------------------------------------------------------------
 
@@ -237,6 +268,7 @@ class ConsumeService:
         turns = self._turns
         arrival = turns.arrival()
         waits = False  # counted among its kind's waiting pops (queen.consume.turns)
+        unreachable: StoreUnavailable | None = None  # the database, found away by a look
         try:
             while not self._answers_nothing():
                 ticket = self.wakeups.ticket(request.queue, request.partition)
@@ -271,22 +303,34 @@ class ConsumeService:
                             outcome, charge = await self._look(
                                 request, sizing, lease_id or None, look.hint
                             )
+                        except StoreUnavailable as error:
+                            self._looks.finish(look, found_nothing=False)
+                            if not request.wait or self.database is None:
+                                raise
+                            unreachable = error  # (waited out below, after the turn ends)
                         except BaseException:
                             self._looks.finish(look, found_nothing=False)
                             raise
-                        delivered, expires_at = outcome.delivered, outcome.lease_expires_at
-                        holds_until = self._looks.finish(
-                            look,
-                            found_nothing=not delivered,
-                            holds_until=self._holds_until(look.started, outcome.ripe_in_s),
-                        )
-                        turn.end(_more_may_be_left(delivered, sizing))
-                        if delivered:
-                            result.lease_id, result.lease_expires_at = lease_id, expires_at
-                            return await self._deliver(request, result, delivered, charge)
-                        charge.release()
+                        else:
+                            delivered, expires_at = outcome.delivered, outcome.lease_expires_at
+                            holds_until = self._looks.finish(
+                                look,
+                                found_nothing=not delivered,
+                                holds_until=self._holds_until(look.started, outcome.ripe_in_s),
+                            )
+                            turn.end(_more_may_be_left(delivered, sizing))
+                            if delivered:
+                                result.lease_id, result.lease_expires_at = lease_id, expires_at
+                                return await self._deliver(request, result, delivered, charge)
+                            charge.release()
                 finally:
                     turn.end()
+                if unreachable is not None:
+                    # the database went away: wait for it (until the deadline), then look again
+                    if not await self._database_back(unreachable, deadline):
+                        break
+                    unreachable = None
+                    continue
                 now = trio.current_time()
                 if not request.wait or now >= deadline or self._closing:
                     break
@@ -489,7 +533,15 @@ class ConsumeService:
     async def ack(self, items: Sequence[AckItem]) -> list[AckResult]:
         """One result per item, in order; a refused item has success false."""
         self.metrics.ack_requests += 1
-        outcomes = await self.store.ack(items)
+        try:
+            outcomes = await self.store.ack(items)
+        except StoreUnavailable as error:
+            # wait a while for the database to come back, then once more (an ack whose
+            # transaction had committed before the answer was lost is judged again)
+            wait_until = trio.current_time() + self.settings.db_outage_wait_s
+            if not await self._database_back(error, wait_until):
+                raise
+            outcomes = await self.store.ack(items)
         # the counters and one flow update per queue, in one pass
         refused = dlq = 0
         per_queue: dict[str, list[int]] = {}  # queue -> [taken, refused]
