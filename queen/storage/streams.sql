@@ -5,11 +5,11 @@
 -- (a transaction-scoped advisory lock), then the source cursor row (the ack, FOR UPDATE), then
 -- its query row (FOR SHARE), then state rows, then partition rows (its sink pushes, through
 -- queen.transact and queen.push_frames, in id order). A state read takes the shard lock
--- shared, so it waits for the cycle of its shard in progress and reads what that cycle left. A registration takes the query
--- row (FOR UPDATE) and then, on reset, state rows. Nothing takes a cursor or partition row
--- after a query or state row, and nothing takes a shard lock after any row, so no cycle of
--- waits can form. The state table has no foreign
--- key, for the same reason as the consume tables: writing it takes no hidden lock.
+-- shared, so it waits for the cycle of its shard in progress and reads what that cycle left.
+-- A registration takes the query row (FOR UPDATE) and then, on reset, state rows. Nothing
+-- takes a cursor or partition row after a query or state row, and nothing takes a shard lock
+-- after any row, so no cycle of waits can form. The state table has no foreign key, for the
+-- same reason as the consume tables: writing it takes no hidden lock.
 
 CREATE SCHEMA IF NOT EXISTS queen_streams;
 
