@@ -1,6 +1,7 @@
 """The retention loop: removes expired segments and prunes the dedup sidecar.
 
-Run as a supervised loop. Every ``interval_s`` it runs one pass: bounded batches of
+Run as a supervised loop. Every ``interval_s`` (sooner for a queue whose own time is short:
+:func:`pause_after`) it runs one pass: bounded batches of
 ``queen.retention_batch`` (whole segments past their queue's ``retentionSeconds``, or past
 ``completedRetentionSeconds`` once every consumer group is past them; only for queues with
 ``retentionEnabled``), then of ``queen.evict_batch`` (whole segments older than their queue's
@@ -39,6 +40,18 @@ from queen.storage.retention import PassOutcome, PgRetentionStore
 from queen.supervision import report_failure, report_ok
 
 log = logging.getLogger("queen.retention")
+
+# A queue's own time (retentionSeconds and the like) is honoured within a quarter of it: the
+# pause before the next pass is at most that, and never below this.
+SHORTEST_PAUSE_S = 1.0
+
+
+def pause_after(outcome: PassOutcome, interval_s: float) -> float:
+    """The pause before the next pass: ``interval_s``, or a quarter of the shortest time a
+    queue asks for when that is less (at least :data:`SHORTEST_PAUSE_S`)."""
+    if outcome.shortest_s is None:
+        return interval_s
+    return max(min(SHORTEST_PAUSE_S, interval_s), min(interval_s, outcome.shortest_s / 4))
 
 
 class RetentionLoop:
@@ -91,14 +104,17 @@ class RetentionLoop:
     async def run(
         self, *, task_status: trio.TaskStatus[RetentionLoop] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """A pass every ``interval_s`` until cancelled, the pause after each pass (not a fixed
-        rate: see :meth:`queen.maintenance.MaintenanceSwitch.run`)."""
+        """A pass every ``interval_s`` (or :func:`pause_after`'s shorter pause) until
+        cancelled, the pause after each pass (not a fixed rate: see
+        :meth:`queen.maintenance.MaintenanceSwitch.run`)."""
         task_status.started(self)
         failed = 0  # passes failed in a row
+        pause = self._interval_s
         while True:
-            await trio.sleep(self._interval_s)
+            await trio.sleep(pause)
+            pause = self._interval_s
             try:
-                await self.run_pass()
+                pause = pause_after(await self.run_pass(), self._interval_s)
             except StoreError as exc:
                 failed += 1
                 log.warning("retention pass failed: %s", exc)

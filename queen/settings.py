@@ -273,7 +273,8 @@ class Settings:
         10.0,
         "QUEEN_RETENTION_INTERVAL_S",
         "how often expired segments are removed, messages past maxWaitTimeSeconds evicted "
-        "and the dedup sidecar pruned",
+        "and the dedup sidecar pruned (more often, down to once a second, while a queue's own "
+        "retention or wait time is under four times this: a quarter of that time)",
     )
     retention_batch_limit: int = _setting(
         1000,

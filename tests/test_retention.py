@@ -5,15 +5,22 @@ Time is moved by ageing rows in SQL (``created_at`` back by some seconds), never
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import trio
 import trio.lowlevel
+import trio.testing
 
+from queen import open_broker
 from queen.broker import Broker
 from queen.ids import NIL_UUID
-from tests.conftest import Db
+from queen.metrics import Metrics
+from queen.retention import RetentionLoop, pause_after
+from queen.settings import Settings
+from queen.storage.retention import PassOutcome, PgRetentionStore
+from tests.conftest import Db, scratch_database
 from tests.consuming import age_messages
 
 QUEUE_MODE = "__QUEUE_MODE__"
@@ -195,6 +202,56 @@ async def test_pruning_removes_the_sidecar_of_deleted_queues(
         )
         == 0
     )
+
+
+def test_the_pause_between_passes_follows_the_shortest_time_a_queue_asks_for() -> None:
+    assert pause_after(PassOutcome(shortest_s=None), 10.0) == 10.0
+    assert pause_after(PassOutcome(shortest_s=3600), 10.0) == 10.0
+    assert pause_after(PassOutcome(shortest_s=10), 10.0) == 2.5  # a quarter of it
+    assert pause_after(PassOutcome(shortest_s=2), 10.0) == 1.0  # never below a second
+    assert pause_after(PassOutcome(shortest_s=2), 0.5) == 0.5  # nor above the interval
+
+
+async def test_a_pass_reports_the_shortest_time_a_queue_asks_for(
+    pg_url: str, tmp_path: Path
+) -> None:
+    with scratch_database(pg_url, "retention") as url:
+        settings = Settings(database_url=url, file_buffer_dir=str(tmp_path / "spool"))
+        async with open_broker(settings) as broker:
+            assert (await broker.run_retention_pass()).shortest_s is None
+            await configure(broker, "off", retentionSeconds=30)  # retention off: not counted
+            await configure(
+                broker,
+                "on",
+                retentionEnabled=True,
+                retentionSeconds=600,
+                completedRetentionSeconds=120,
+            )
+            assert (await broker.run_retention_pass()).shortest_s == 120
+            await configure(broker, "wait", maxWaitTimeSeconds=45)  # eviction: always counted
+            assert (await broker.run_retention_pass()).shortest_s == 45
+
+
+class _Passes(PgRetentionStore):
+    """Records when each pass runs; every pass finds a queue asking for 10 s."""
+
+    def __init__(self) -> None:
+        self.at: list[float] = []
+
+    async def run_pass(self, batch_limit: int, max_batches: int) -> PassOutcome:
+        self.at.append(trio.current_time())
+        return PassOutcome(ran=True, shortest_s=10)
+
+
+async def test_the_loop_passes_again_within_a_quarter_of_a_queues_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = _Passes()
+    loop = RetentionLoop(store, Metrics(), interval_s=10.0, batch_limit=10, max_batches=1)
+    start = trio.current_time()
+    with trio.move_on_after(16):
+        await loop.run()
+    assert [round(t - start, 1) for t in store.at] == [10.0, 12.5, 15.0]
 
 
 async def test_one_pass_at_a_time_across_processes(broker: Broker, pg_url: str) -> None:

@@ -26,6 +26,9 @@ class PassOutcome:
     traces: int = 0
     batches: int = 0
     tables_analyzed: int = 0  # tables that had outgrown their planner statistics
+    # the shortest retentionSeconds, completedRetentionSeconds (of queues with retention on)
+    # or maxWaitTimeSeconds of any queue, in seconds; None when no queue has one
+    shortest_s: int | None = None
 
 
 @dataclass(slots=True)
@@ -44,8 +47,19 @@ class QueueHoldings:
     max_wait_time_seconds: int = 0
 
 
+_SHORTEST_SQL = """
+    SELECT min(t) FROM queen.queues q
+    CROSS JOIN LATERAL (VALUES (CASE WHEN q.retention_enabled THEN nullif(q.retention_s, 0) END),
+                               (CASE WHEN q.retention_enabled
+                                     THEN nullif(q.completed_retention_s, 0) END),
+                               (nullif(q.max_wait_time_s, 0))) AS v (t)
+"""
+
+
 def _pass(conn: psycopg.Connection[Any], batch_limit: int, max_batches: int) -> PassOutcome:
     outcome = PassOutcome()
+    shortest = conn.execute(_SHORTEST_SQL).fetchone()
+    outcome.shortest_s = None if shortest is None or shortest[0] is None else int(shortest[0])
     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (_RETENTION_LOCK,)).fetchone()
     if not row or not row[0]:
         return outcome
