@@ -60,7 +60,7 @@ echo "== mypy"
 .venv/bin/mypy
 echo "== pytest (embedded PostgreSQL 18)"
 .venv/bin/python -m pytest "$@"
-echo "== pytest (PostgreSQL 15, default settings): push, pop, ack, transactions, sessions, streams"
+echo "== pytest (PostgreSQL 15, default settings): push, pop, ack, transactions, sessions, streams, SQL interface"
 QUEEN_TEST_PG=15 .venv/bin/python -m pytest -q tests/test_pg_sessions.py \
     tests/test_push_http.py tests/test_pop.py tests/test_ack.py tests/test_transaction.py \
-    tests/test_streams.py tests/test_push_plans.py
+    tests/test_streams.py tests/test_push_plans.py tests/test_sql_api.py

@@ -60,6 +60,7 @@ SCHEMA_FILES = (
     "spool.sql",
     "admin.sql",
     "streams.sql",
+    "sql_api.sql",
 )
 
 
@@ -69,7 +70,8 @@ def schema_sql() -> str:
 
 
 # Tables of the original Queen broker, which also keeps its tables in a schema named "queen".
-# None of them is ever one of ours: finding one means the database belongs to that broker.
+# None of them is ever a table of ours (queen.messages is our view, sql_api.sql): finding one
+# as a table means the database belongs to that broker.
 FOREIGN_TABLES = ("messages", "partition_consumers")
 
 
@@ -81,7 +83,8 @@ def check_foreign_schema(conn: psycopg.Connection[Any]) -> None:
     """Raise :class:`ForeignSchemaError` if schema "queen" holds the original broker's tables."""
     rows = conn.execute(
         """SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-           WHERE n.nspname = 'queen' AND c.relname = ANY(%s) ORDER BY c.relname""",
+           WHERE n.nspname = 'queen' AND c.relname = ANY(%s) AND c.relkind IN ('r', 'p')
+           ORDER BY c.relname""",
         (list(FOREIGN_TABLES),),
     ).fetchall()
     if rows:
