@@ -310,3 +310,35 @@ async def test_the_view_is_not_mistaken_for_another_brokers_schema(broker: Broke
     assert kind == "v"
     with psycopg.connect(db.url) as conn:
         check_foreign_schema(conn)  # raises for the original broker's queen.messages table
+
+
+async def test_pushes_from_sql_and_from_the_broker_at_once_keep_offsets_and_dedup_exact(
+    broker: Broker, db: Db, queue: str
+) -> None:
+    """Both writers take the same partition rows in id order: every transaction id is stored
+    once, at contiguous offsets, whichever of them wins each race."""
+    partitions = ["a", "b", "c"]
+    keys = [f"k{i}" for i in range(40)]
+
+    def items(start: int) -> list[dict[str, Any]]:  # every key, to every partition, rotated
+        rotated = keys[start:] + keys[:start]
+        return [
+            {"queue": queue, "partition": p, "transactionId": k, "payload": k}
+            for k in rotated
+            for p in partitions
+        ]
+
+    async def over_http(start: int) -> None:
+        await broker.push(items(start))
+
+    async def over_sql(start: int) -> None:
+        await push_v2(db.url, items(start))
+
+    async with trio.open_nursery() as nursery:
+        for start in range(0, 40, 10):
+            nursery.start_soon(over_http, start)
+            nursery.start_soon(over_sql, start + 5)
+    for p in partitions:
+        frames = await db.frames(queue, p)
+        assert [f["offset"] for f in frames] == list(range(len(keys)))
+        assert sorted(f["transaction_id"] for f in frames) == sorted(keys)
