@@ -127,10 +127,11 @@ BEGIN
         RETURN;
     END IF;
 
-    SELECT u.i - 1 AS i, queen.push_item_problem(u.item) AS problem INTO v_bad
-    FROM jsonb_array_elements(p_items) WITH ORDINALITY AS u (item, i)
-    WHERE queen.push_item_problem(u.item) IS NOT NULL
-    ORDER BY u.i LIMIT 1;
+    SELECT x.i - 1 AS i, x.problem INTO v_bad
+    FROM (SELECT u.i, queen.push_item_problem(u.item) AS problem
+          FROM jsonb_array_elements(p_items) WITH ORDINALITY AS u (item, i)) x
+    WHERE x.problem IS NOT NULL
+    ORDER BY x.i LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'items[%]%', v_bad.i, v_bad.problem USING ERRCODE = '22023';
     END IF;
@@ -148,7 +149,15 @@ BEGIN
                         'push to it over HTTP', v_locked USING ERRCODE = '0A000';
     END IF;
 
-    v_pids := queen.ensure_partitions(v_queues, v_parts);
+    -- The partitions' ids: read (most calls write partitions that exist), created if missing.
+    SELECT array_agg((SELECT x.id FROM queen.partitions x
+                      WHERE x.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = u.q)
+                        AND x.name = u.p) ORDER BY u.o)
+    INTO v_pids
+    FROM unnest(v_queues, v_parts) WITH ORDINALITY AS u (q, p, o);
+    IF array_position(v_pids, NULL) IS NOT NULL THEN
+        v_pids := queen.ensure_partitions(v_queues, v_parts);
+    END IF;
 
     -- The frames, grouped by partition (one write each), in item order inside each.
     SELECT array_agg(x.i ORDER BY x.pid, x.i), array_agg(x.pid ORDER BY x.pid, x.i),
@@ -202,30 +211,38 @@ BEGIN
 END
 $fn$;
 
+-- One item's answer in the original broker's push procedures: index, transaction_id, status
+-- ('queued' or 'duplicate'), message_id (a duplicate's is the message it repeats), and for a
+-- stored message its partition_id and trace_id.
+CREATE OR REPLACE FUNCTION queen.pushed_item_answer(
+    p_index integer, p_transaction_id text, p_message_id uuid, p_partition_id bigint,
+    p_trace_id uuid, p_duplicate boolean)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $fn$
+    SELECT jsonb_build_object('index', p_index, 'transaction_id', p_transaction_id,
+                              'status', CASE WHEN p_duplicate THEN 'duplicate' ELSE 'queued' END,
+                              'message_id', p_message_id::text)
+           || CASE WHEN p_duplicate THEN '{}'::jsonb
+                   ELSE jsonb_build_object('partition_id', p_partition_id::text,
+                                           'trace_id', p_trace_id::text) END
+$fn$;
+
 -- The original broker's push procedures, same arguments and answers. p_check_duplicates and
 -- p_check_capacity are accepted and ignored: dedup follows each queue's window, and queues
--- have no capacity check on push. v2 answers an array, one object per item: index,
--- transaction_id, status ('queued' or 'duplicate'), message_id, and for a stored message its
--- partition_id and trace_id.
+-- have no capacity check on push. v2 answers an array, one answer per item, in item order.
 CREATE OR REPLACE FUNCTION queen.push_messages_v2(
     p_items jsonb, p_check_duplicates boolean DEFAULT true,
     p_check_capacity boolean DEFAULT true)
 RETURNS jsonb
-LANGUAGE sql AS $fn$
-    SELECT coalesce(jsonb_agg(
-        CASE WHEN r.item_duplicate
-             THEN jsonb_build_object('index', r.item_index,
-                                     'transaction_id', r.item_transaction_id,
-                                     'status', 'duplicate',
-                                     'message_id', r.item_message_id::text)
-             ELSE jsonb_build_object('index', r.item_index,
-                                     'transaction_id', r.item_transaction_id,
-                                     'status', 'queued',
-                                     'message_id', r.item_message_id::text,
-                                     'partition_id', r.item_partition_id::text,
-                                     'trace_id', r.item_trace_id::text)
-        END ORDER BY r.item_index), '[]'::jsonb)
-    FROM queen.push_items(p_items) r
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    RETURN (SELECT coalesce(jsonb_agg(
+                       queen.pushed_item_answer(r.item_index, r.item_transaction_id,
+                                                r.item_message_id, r.item_partition_id,
+                                                r.item_trace_id, r.item_duplicate)
+                       ORDER BY r.item_index), '[]'::jsonb)
+            FROM queen.push_items(p_items) r);
+END
 $fn$;
 
 -- v3 answers {items, partition_updates}: the items as v2's with each one's queueName, and for
@@ -235,25 +252,18 @@ CREATE OR REPLACE FUNCTION queen.push_messages_v3(
     p_items jsonb, p_check_duplicates boolean DEFAULT true,
     p_check_capacity boolean DEFAULT true)
 RETURNS jsonb
-LANGUAGE sql AS $fn$
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    RETURN (
     WITH r AS MATERIALIZED (SELECT * FROM queen.push_items(p_items))
     SELECT jsonb_build_object(
         'items', coalesce((
             SELECT jsonb_agg(
-                CASE WHEN r.item_duplicate
-                     THEN jsonb_build_object('index', r.item_index,
-                                             'transaction_id', r.item_transaction_id,
-                                             'status', 'duplicate',
-                                             'message_id', r.item_message_id::text,
-                                             'queueName', r.item_queue)
-                     ELSE jsonb_build_object('index', r.item_index,
-                                             'transaction_id', r.item_transaction_id,
-                                             'status', 'queued',
-                                             'message_id', r.item_message_id::text,
-                                             'partition_id', r.item_partition_id::text,
-                                             'trace_id', r.item_trace_id::text,
-                                             'queueName', r.item_queue)
-                END ORDER BY r.item_index)
+                       queen.pushed_item_answer(r.item_index, r.item_transaction_id,
+                                                r.item_message_id, r.item_partition_id,
+                                                r.item_trace_id, r.item_duplicate)
+                       || jsonb_build_object('queueName', r.item_queue)
+                       ORDER BY r.item_index)
             FROM r), '[]'::jsonb),
         'partition_updates', coalesce((
             SELECT jsonb_agg(jsonb_build_object(
@@ -263,7 +273,8 @@ LANGUAGE sql AS $fn$
                        'last_message_created_at', now()) ORDER BY l.item_partition_id)
             FROM (SELECT DISTINCT ON (r.item_partition_id) r.*
                   FROM r WHERE NOT r.item_duplicate
-                  ORDER BY r.item_partition_id, r.item_index DESC) l), '[]'::jsonb))
+                  ORDER BY r.item_partition_id, r.item_index DESC) l), '[]'::jsonb)));
+END
 $fn$;
 
 -- Pop named partitions in the caller's transaction: p_requests is a JSON array of {idx,
