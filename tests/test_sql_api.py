@@ -147,6 +147,7 @@ async def test_a_push_from_sql_exists_only_if_the_callers_transaction_commits(
         ([{"queue": "q\u0001", "payload": 1}], "items[0].queue must not contain control"),
         ([{"queue": "q" * 256, "payload": 1}], "items[0].queue is longer than 255"),
         ([{"queue": "q", "partition": 3, "payload": 1}], "items[0].partition must be a string"),
+        ([{"queue": "q", "partition": "", "payload": 1}], "items[0].partition must not be empty"),
         ([{"queue": "q", "payload": 1}, {"queue": "q"}], "items[1].payload is required"),
         ([{"queue": "q", "payload": 1, "transactionId": 7}], "transactionId must be a string"),
         ([{"queue": "q", "payload": 1, "transactionId": "t" * 1025}], "longer than 1024"),

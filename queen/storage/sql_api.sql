@@ -51,7 +51,7 @@ FROM queen.segments s
 CROSS JOIN LATERAL generate_subscripts(s.message_ids, 1) AS u (i);
 
 -- Why one pushed item (jsonb) cannot be stored, as a phrase to follow "items[i]", or NULL.
--- The rules of the HTTP route: queue required, partition "Default" when absent, payload
+-- The rules of the HTTP route: queue required, partition "Default" when absent or null, payload
 -- required (null is a payload), transactionId a string of at most 1,024 characters (the
 -- message id when absent or empty), traceId a UUID, names of at most 255 characters without
 -- control characters. producerSub is stored as given (empty is NULL): SQL callers are trusted.
@@ -68,6 +68,7 @@ LANGUAGE sql IMMUTABLE AS $fn$
             THEN '.queue must not contain control characters'
         WHEN coalesce(jsonb_typeof(p_item -> 'partition'), 'null') NOT IN ('null', 'string')
             THEN '.partition must be a string'
+        WHEN p_item ->> 'partition' = '' THEN '.partition must not be empty'
         WHEN length(p_item ->> 'partition') > 255
             THEN '.partition is longer than 255 characters'
         WHEN p_item ->> 'partition' ~ '[\x01-\x1f\x7f]'
@@ -137,7 +138,7 @@ BEGIN
     END IF;
 
     SELECT array_agg(u.item ->> 'queue' ORDER BY u.i),
-           array_agg(coalesce(nullif(u.item ->> 'partition', ''), 'Default') ORDER BY u.i)
+           array_agg(coalesce(u.item ->> 'partition', 'Default') ORDER BY u.i)
     INTO v_queues, v_parts
     FROM jsonb_array_elements(p_items) WITH ORDINALITY AS u (item, i);
 
