@@ -234,6 +234,25 @@ async def test_pop_and_ack_from_sql_lease_and_release_like_http(
     assert again[0]["result"]["messages"] == [] and again[0]["result"]["leaseId"] is None
     assert (await broker.pop(queue, "p")).messages == []
 
+    renewed = await call(
+        db.url,
+        "SELECT queen.renew_lease_v2(%s::jsonb)",
+        json.dumps(
+            [
+                {"index": 0, "leaseId": got["leaseId"], "extendSeconds": 3600},
+                {"index": 1, "leaseId": "00000000-0000-0000-0000-000000000000"},
+                {"index": 2, "leaseId": "not-a-lease"},
+            ]
+        ),
+    )
+    assert [(r["index"], r["success"], r["error"]) for r in renewed] == [
+        (0, True, None),
+        (1, False, "Lease not found"),
+        (2, False, "invalid leaseId"),
+    ]
+    until = datetime.fromisoformat(renewed[0]["expiresAt"].replace("Z", "+00:00"))
+    assert until - datetime.now(UTC) > timedelta(minutes=50)  # the queue's lease is 5 minutes
+
     acks = [
         {
             "index": 0,

@@ -456,3 +456,56 @@ BEGIN
     RETURN v_items;
 END
 $fn$;
+
+-- Extend leases from SQL: p_items is a JSON array of {index, leaseId, extendSeconds (default
+-- 60)}. One answer per item, by index: {index, leaseId, success, error ('Lease not found',
+-- 'Lease already expired' or 'invalid leaseId'), expiresAt}. A lease is only ever lengthened.
+CREATE OR REPLACE FUNCTION queen.renew_lease_v2(p_items jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    it      record;
+    v_out   jsonb := '[]'::jsonb;
+    v_ext   record;
+    v_error text;
+    v_secs  integer;
+BEGIN
+    IF jsonb_typeof(p_items) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'the items must be a JSON array, got %',
+            coalesce(jsonb_typeof(p_items), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    FOR it IN   -- in lease order, so two callers renewing the same leases wait in one order
+        SELECT u.o, u.x ->> 'leaseId' AS lease,
+               CASE WHEN u.x ->> 'index' ~ '^[0-9]{1,9}$' THEN (u.x ->> 'index')::integer
+                    ELSE (u.o - 1)::integer END AS idx,
+               u.x ->> 'extendSeconds' AS secs
+        FROM jsonb_array_elements(p_items) WITH ORDINALITY AS u (x, o)
+        ORDER BY u.x ->> 'leaseId', u.o
+    LOOP
+        v_ext := NULL;
+        v_error := NULL;
+        IF coalesce(it.lease, '') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+            v_error := 'invalid leaseId';
+        ELSIF it.secs IS NOT NULL AND it.secs !~ '^[0-9]{1,7}$' THEN
+            v_error := 'extendSeconds must be a whole number of seconds';
+        ELSE
+            v_secs := coalesce(it.secs::integer, 60);
+            SELECT e.renewed, e.expires_at, e.state INTO v_ext
+            FROM queen.extend_lease(it.lease::uuid, v_secs) e;
+            v_error := CASE v_ext.state WHEN 'renewed' THEN NULL
+                                        WHEN 'expired' THEN 'Lease already expired'
+                                        ELSE 'Lease not found' END;
+        END IF;
+        v_out := v_out || jsonb_build_array(jsonb_build_object(
+            'o', it.o, 'answer', jsonb_build_object(
+                'index', it.idx, 'leaseId', it.lease, 'success', v_error IS NULL,
+                'error', v_error,
+                'expiresAt', CASE WHEN v_error IS NULL
+                                  THEN to_char(v_ext.expires_at AT TIME ZONE 'UTC',
+                                               'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') END)));
+    END LOOP;
+    RETURN (SELECT coalesce(jsonb_agg(e -> 'answer' ORDER BY (e -> 'answer' ->> 'index')::integer,
+                                      (e ->> 'o')::bigint), '[]'::jsonb)
+            FROM jsonb_array_elements(v_out) AS e);
+END
+$fn$;
