@@ -34,6 +34,13 @@ LANGUAGE sql IMMUTABLE AS $fn$
                         / 1000.0)
 $fn$;
 
+-- A UUID written out in full (8-4-4-4-12 hex digits), or NULL for any other text.
+CREATE OR REPLACE FUNCTION queen.as_uuid(p_text text) RETURNS uuid
+LANGUAGE sql IMMUTABLE AS $fn$
+    SELECT CASE WHEN p_text ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                THEN p_text::uuid END
+$fn$;
+
 -- Every stored message, one row per message (read-only): its id, partition, offset,
 -- transaction id, trace id, payload (jsonb; an encrypted payload is its sealed envelope, a
 -- JSON string, and is_encrypted is true), producer identity and when it was stored.
@@ -355,8 +362,7 @@ BEGIN
             CONTINUE;
         END IF;
 
-        v_lease := CASE WHEN r.x ->> 'worker_id' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-                        THEN (r.x ->> 'worker_id')::uuid ELSE gen_random_uuid() END;
+        v_lease := coalesce(queen.as_uuid(r.x ->> 'worker_id'), gen_random_uuid());
         SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'id', m.message_id::text,
                    'transactionId', m.transaction_id,
@@ -410,10 +416,10 @@ BEGIN
                coalesce(nullif(u.x ->> 'consumerGroup', ''), '__QUEUE_MODE__') AS grp,
                CASE WHEN u.x ->> 'partitionId' ~ '^[0-9]{1,18}$'
                     THEN (u.x ->> 'partitionId')::bigint END AS pid,
-               CASE WHEN u.x ->> 'leaseId' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-                    THEN (u.x ->> 'leaseId')::uuid
-                    WHEN coalesce(u.x ->> 'leaseId', '') <> ''
-                    THEN '00000000-0000-0000-0000-000000000000'::uuid END AS lease,
+               -- (a lease id that is not a UUID never matches a live lease)
+               coalesce(queen.as_uuid(u.x ->> 'leaseId'),
+                        CASE WHEN coalesce(u.x ->> 'leaseId', '') <> ''
+                             THEN '00000000-0000-0000-0000-000000000000'::uuid END) AS lease,
                CASE lower(coalesce(nullif(u.x ->> 'status', ''), 'completed'))
                     WHEN 'completed' THEN 'completed' WHEN 'success' THEN 'completed'
                     WHEN 'failed' THEN 'failed' WHEN 'retry' THEN 'retry'
@@ -484,7 +490,7 @@ BEGIN
     LOOP
         v_ext := NULL;
         v_error := NULL;
-        IF coalesce(it.lease, '') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+        IF queen.as_uuid(it.lease) IS NULL THEN
             v_error := 'invalid leaseId';
         ELSIF it.secs IS NOT NULL AND it.secs !~ '^[0-9]{1,7}$' THEN
             v_error := 'extendSeconds must be a whole number of seconds';
