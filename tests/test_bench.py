@@ -3,9 +3,11 @@ the run plan and the report. No load is generated here."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
+import trio
 
 from bench import report, runner, servers, wrk
 from bench.runner import Options, plan
@@ -946,3 +948,27 @@ def test_the_call_counter_counts_every_python_call_of_a_group_between_its_signal
         child.stdout.close()
     # run() once, tick() 1,000 times, and the len() each tick calls, counted in tick's group
     assert profiled_calls(written)["actors"] == 2001
+
+
+async def test_the_sql_push_bench_pushes_for_real(broker: Any, pg_url: str, db: Any) -> None:
+    from bench.servers import Database
+    from bench.sql_push import PARTITIONS, parse, render, step
+
+    queue = f"sqlbench-{uuid.uuid4().hex[:8]}"
+    taken = await trio.to_thread.run_sync(
+        step, Database(pg_url, "the tests' PostgreSQL"), queue, 3, 4
+    )
+    assert (taken.items, taken.calls) == (3, 4) and taken.items_per_s > 0
+    assert taken.backend_cpu_s is None  # not measured: the database was not opened by the bench
+    assert await db.count_frames(queue) == 12
+    assert (
+        await db.value(
+            "SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id"
+            " WHERE q.name = %s",
+            queue,
+        )
+        == PARTITIONS
+    )
+    assert "items/call" in render(Database(pg_url, "x", version="PostgreSQL"), [taken])
+    with pytest.raises(SystemExit):
+        parse(["--items", "0"])
