@@ -42,6 +42,7 @@ class Mutation:
 ACTORS = "queen/actors/partition.py"
 SCHEMA = "queen/storage/schema.sql"
 CONSUME = "queen/storage/consume.sql"
+SQL_API = "queen/storage/sql_api.sql"
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "order in a partition: coalesced requests in arrival order",
@@ -179,6 +180,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         'from queen.spool.files import probe_writable\n\n_VERSION_SQL = "SHOW server_version"',
         "tests/test_layers.py::test_sql_is_written_only_in_storage",
         "SHOW server_version'",
+    ),
+    Mutation(
+        "exact dedup of a push from SQL: first wins inside a call",
+        SQL_API,
+        "IF NOT EXISTS (SELECT 1 FROM unnest(v_leaders) WITH ORDINALITY AS u (l, o)"
+        " WHERE u.l <> u.o)",
+        "IF true",
+        "tests/test_sql_api.py::test_a_push_from_sql_stores_what_http_would_and_dedups_against_it",
+        'assert [a["status"] for a in answer] == ["queued", "duplicate", "duplicate"',
     ),
 )
 
