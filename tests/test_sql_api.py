@@ -101,6 +101,13 @@ async def test_a_push_from_sql_stores_what_http_would_and_dedups_against_it(
         (answer[3]["message_id"], 2, answer[3]["message_id"], [1, 2], None, False),
     ]
 
+    named = await db.rows(
+        "SELECT transaction_id FROM queen.messages WHERE queue_name = %s AND partition_name = 'p'"
+        " ORDER BY msg_offset",
+        queue,
+    )
+    assert named == [("h",), ("a",), (answer[3]["message_id"],)]
+
     # A consumer over HTTP gets them in offset order, createdAt from the minted ids.
     popped = await broker.pop(queue, "p", batch=10, auto_ack=True)
     assert [m.transaction_id for m in popped.messages] == ["h", "a", answer[3]["message_id"]]

@@ -43,7 +43,9 @@ $fn$;
 
 -- Every stored message, one row per message (read-only): its id, partition, offset,
 -- transaction id, trace id, payload (jsonb; an encrypted payload is its sealed envelope, a
--- JSON string, and is_encrypted is true), producer identity and when it was stored.
+-- JSON string, and is_encrypted is true), producer identity, when it was stored, and the
+-- names of its queue and partition. The joins are LEFT JOINs on primary keys, so a query that
+-- reads neither name does not make them, and one filtered by queue_name starts from the queue.
 CREATE OR REPLACE VIEW queen.messages AS
 SELECT s.message_ids[u.i] AS id,
        s.partition_id,
@@ -53,9 +55,13 @@ SELECT s.message_ids[u.i] AS id,
        s.payloads[u.i]::jsonb AS payload,
        starts_with(s.payloads[u.i], '"\/qenc1:') AS is_encrypted,
        s.producer_subs[u.i] AS producer_sub,
-       s.created_at
+       s.created_at,
+       q.name AS queue_name,
+       p.name AS partition_name
 FROM queen.segments s
-CROSS JOIN LATERAL generate_subscripts(s.message_ids, 1) AS u (i);
+CROSS JOIN LATERAL generate_subscripts(s.message_ids, 1) AS u (i)
+LEFT JOIN queen.partitions p ON p.id = s.partition_id
+LEFT JOIN queen.queues q ON q.id = p.queue_id;
 
 -- Why one pushed item (jsonb) cannot be stored, as a phrase to follow "items[i]", or NULL.
 -- The rules of the HTTP route: queue required, partition "Default" when absent or null, payload
