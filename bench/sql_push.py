@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.report import table
+from bench.report import _n, table
 from bench.runner import scratch
 from bench.servers import Database, open_database, read_stat
 
@@ -80,10 +80,6 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def _fmt(value: float | None, digits: int = 0) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
 def render(db: Database, steps: Sequence[Step], *, markdown: bool = False) -> str:
     rows = []
     for items in sorted({s.items for s in steps}):
@@ -92,9 +88,9 @@ def render(db: Database, steps: Sequence[Step], *, markdown: bool = False) -> st
             [
                 str(items),
                 str(len(mine)),
-                _fmt(_median([s.items_per_s for s in mine])),
-                _fmt(_median([s.cpu_us_per_call for s in mine]), 1),
-                _fmt(_median([s.cpu_us_per_item for s in mine]), 1),
+                _n(_median([s.items_per_s for s in mine])),
+                _n(_median([s.cpu_us_per_call for s in mine]), ",.1f"),
+                _n(_median([s.cpu_us_per_item for s in mine]), ",.1f"),
             ]
         )
     headers = ["items/call", "rounds", "items/s", "backend CPU µs/call", "µs/item"]

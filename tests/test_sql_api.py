@@ -16,6 +16,8 @@ import trio
 from queen import open_broker
 from queen.broker import Broker
 from queen.consume.results import PopResult
+from queen.intake import MAX_TRANSACTION_ID_CHARS
+from queen.names import MAX_NAME_CHARS
 from queen.settings import Settings
 from queen.storage.postgres import check_foreign_schema
 from tests.conftest import Db
@@ -152,12 +154,18 @@ async def test_a_push_from_sql_exists_only_if_the_callers_transaction_commits(
         ([{"queue": "", "payload": 1}], "items[0].queue must not be empty"),
         ([{"queue": 5, "payload": 1}], "items[0].queue must be a string"),
         ([{"queue": "q\u0001", "payload": 1}], "items[0].queue must not contain control"),
-        ([{"queue": "q" * 256, "payload": 1}], "items[0].queue is longer than 255"),
+        (
+            [{"queue": "q" * (MAX_NAME_CHARS + 1), "payload": 1}],
+            f"items[0].queue is longer than {MAX_NAME_CHARS}",
+        ),
         ([{"queue": "q", "partition": 3, "payload": 1}], "items[0].partition must be a string"),
         ([{"queue": "q", "partition": "", "payload": 1}], "items[0].partition must not be empty"),
         ([{"queue": "q", "payload": 1}, {"queue": "q"}], "items[1].payload is required"),
         ([{"queue": "q", "payload": 1, "transactionId": 7}], "transactionId must be a string"),
-        ([{"queue": "q", "payload": 1, "transactionId": "t" * 1025}], "longer than 1024"),
+        (
+            [{"queue": "q", "payload": 1, "transactionId": "t" * (MAX_TRANSACTION_ID_CHARS + 1)}],
+            f"longer than {MAX_TRANSACTION_ID_CHARS}",
+        ),
         ([{"queue": "q", "payload": 1, "traceId": "zz"}], "items[0].traceId must be a UUID"),
         ([{"queue": "q", "payload": 1, "producerSub": 1}], "producerSub must be a string"),
     ],
