@@ -3,6 +3,7 @@ CORS. Figures are checked against what the test pushed, popped and acknowledged.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -208,6 +209,28 @@ async def test_overview_status_analytics_and_refresh(client: Any, queue: str) ->
     assert any(t["table"] == "segments" for t in pg["tables"])
     refreshed = await client.post("/api/v1/stats/refresh")
     assert (await refreshed.get_json())["success"] is True
+
+
+async def test_table_rows_follow_writes_before_any_analyze(
+    client: Any, db: Any, queue: str
+) -> None:
+    """The rows shown per table are PostgreSQL's live-row counts, not the planner's
+    estimate (which stays where the last ANALYZE left it, -1 before the first one)."""
+
+    async def rows_of(table: str) -> int:
+        pg = await (await client.get("/api/v1/analytics/postgres-stats")).get_json()
+        (row,) = [t for t in pg["tables"] if t["table"] == table]
+        return int(row["rows"])
+
+    before = await rows_of("queues")
+    items = [{"queue": f"{queue}-{n}", "payload": n} for n in range(3)]
+    # three new queues from SQL; this session's statistics are sent as its call ends
+    await db.rows(
+        "SELECT pg_stat_force_next_flush(), queen.push_messages_v2(%s::jsonb)",
+        json.dumps(items),
+    )
+    assert await db.value("SELECT count(*) FROM queen.queues WHERE name LIKE %s", queue + "-%") == 3
+    assert await rows_of("queues") >= before + 3
 
 
 async def test_metrics_text_json_and_queue_gauges(client: Any, broker: Broker, queue: str) -> None:

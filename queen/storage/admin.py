@@ -856,7 +856,9 @@ class PgAdminStore:
 
     async def postgres(self) -> PostgresRow:
         """The database server: version, size, connections, transaction and cache figures,
-        and the size of the broker's tables."""
+        and the broker's tables: their size, and their live rows as PostgreSQL's statistics
+        count them (where those have nothing, the planner's estimate, which reads 0 until a
+        table's first ANALYZE)."""
         row = await self.pool.fetch_one(
             """SELECT current_setting('server_version') AS version, current_database() AS name,
                       pg_database_size(current_database()) AS database_bytes,
@@ -870,9 +872,11 @@ class PgAdminStore:
                       (SELECT coalesce(jsonb_agg(jsonb_build_object(
                                   'table', c.relname,
                                   'bytes', pg_total_relation_size(c.oid),
-                                  'rows', greatest(c.reltuples, 0)::bigint)
+                                  'rows', coalesce(st.n_live_tup,
+                                                   greatest(c.reltuples, 0)::bigint))
                               ORDER BY c.relname), '[]')
                        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                       LEFT JOIN pg_stat_user_tables st ON st.relid = c.oid
                        WHERE n.nspname = 'queen' AND c.relkind = 'r') AS tables
                FROM pg_stat_database d WHERE d.datname = current_database()""",
             row=_postgres,
