@@ -214,6 +214,27 @@ def test_queues_describe_shows_the_lease_time_and_retry_limit(live: LiveBroker) 
     assert shown["retry limit"].split()[-1] == "7"
 
 
+def test_every_table_counts_pending_without_the_leased_messages(live: LiveBroker) -> None:
+    """One queue's answer counts leased messages in its ``pending`` (as the original's does),
+    the list of queues does not: the tables show the list's figure everywhere."""
+    queue = new_queue()
+    assert live.queen("push", queue, "1", "2", "3", "--partition", "p").code == 0
+    assert live.queen("pop", queue, "--batch", "1").code == 0  # one leased
+    assert (
+        json.loads(live.queen("queues", "describe", queue, "--json").out)["totals"]["pending"] == 3
+    )  # the answer itself is the original's
+
+    described = live.queen("queues", "describe", queue, "-o", "table").out
+    rows = {line.split("  ")[0].strip(): line for line in described.splitlines()}
+    shown = rows["messages"].split(None, 1)[1].strip()
+    assert shown == "total 3, pending 2, processing 1, completed 0, failed 0, deadLetter 0"
+    partition = rows["p"].split()
+    assert partition[2:5] == ["3", "2", "1"]  # total, pending, processing
+    listed = live.queen("queues", "list", "--limit", "1000", "-o", "table").out
+    (row,) = [line.split() for line in listed.splitlines() if line.split()[:1] == [queue]]
+    assert row[5:7] == ["2", "1"]  # queue, namespace, task, partitions, total, pending, ...
+
+
 def test_seek_rereads_and_skips(live: LiveBroker) -> None:
     queue = new_queue()
     assert live.queen("push", queue, "1", "2").code == 0

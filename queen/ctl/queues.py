@@ -11,7 +11,13 @@ from queen.ctl.client import CtlError, Exit, require_queue, segment, usage
 from queen.ctl.options import Ctl, broker_command, confirm, group, json_value
 from queen.ctl.output import emit_pairs, seconds
 from queen.ctl.times import EPOCH, iso, moment
-from queen.ctl.views import message_table, partition_table, queue_row, queue_table
+from queen.ctl.views import (
+    message_table,
+    partition_table,
+    queue_row,
+    queue_table,
+    without_leased,
+)
 
 LIST_ALIASES = {"ls": "list", "get": "describe", "show": "describe", "rm": "delete"}
 
@@ -108,7 +114,7 @@ def queues_describe(ctl: Ctl, *, queue: str, limit: int, offset: int) -> int:
     def table() -> None:
         config = queue_config(ctl, queue)
         options = q.get("options") or {}
-        totals = q.get("totals", {})
+        totals = without_leased(q.get("totals"))
         retention = (
             f"pending {options.get('retentionSeconds', 0)} s, completed "
             f"{options.get('completedRetentionSeconds', 0)} s"

@@ -9,11 +9,27 @@ from queen.ctl.options import Ctl
 from queen.ctl.output import seconds
 
 
+def without_leased(counts: Any) -> dict[str, Any]:
+    """The message counts of one queue's answer (``totals``) or of one of its partitions, whose
+    ``pending`` counts the messages inside a live lease too (as the original's do), with
+    ``pending`` as the list of queues counts it: without them. So every table shows one
+    figure for one fact. The scalar counts only (the answer repeats them under
+    ``messages``)."""
+    if not isinstance(counts, dict):
+        return {}
+    out = {k: v for k, v in counts.items() if not isinstance(v, dict)}
+    pending, processing = out.get("pending"), out.get("processing")
+    if isinstance(pending, int) and isinstance(processing, int):
+        out["pending"] = max(0, pending - processing)
+    return out
+
+
 def queue_row(q: dict[str, Any]) -> dict[str, Any]:
     """One queue as queenctl's ``status`` prints it, from a queue of ``GET
-    /api/v1/resources/queues`` (or the answer of ``.../queues/{queue}``)."""
-    raw = q.get("messages") if isinstance(q.get("messages"), dict) else q.get("totals")
-    counts: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    /api/v1/resources/queues`` (or the answer of ``.../queues/{queue}``, whose pending is
+    counted as the list's: :func:`without_leased`)."""
+    listed = q.get("messages")
+    counts: dict[str, Any] = listed if isinstance(listed, dict) else without_leased(q.get("totals"))
     partitions = q.get("partitionCount", q.get("partitions"))
     if q.get("oldestPendingAt"):
         lag_s = q.get("oldestPendingAgeSeconds")
@@ -89,7 +105,7 @@ def partition_table(ctl: Ctl, partitions: list[dict[str, Any]]) -> None:
                 p.get("name"),
                 p.get("id"),
                 *(
-                    (p.get("messages") or {}).get(k)
+                    without_leased(p.get("messages")).get(k)
                     for k in ("total", "pending", "processing", "completed", "deadLetter")
                 ),
                 f"{(p.get('offsets') or {}).get('low')}/{(p.get('offsets') or {}).get('next')}",
