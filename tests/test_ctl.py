@@ -358,6 +358,9 @@ def test_status_metrics_and_traces(live: LiveBroker) -> None:
     assert both["health"]["database"] == "connected"
     totals = both["status"]["totals"]
     assert f"queues            {totals['queues']} ({totals['partitions']} partitions)" in status.out
+    counted = both["status"]["messages"]  # the service's counters, not what the queues hold
+    said = f"messages          since start: total {counted['total']}, pending {counted['pending']}"
+    assert said in status.out
     figures = json.loads(live.queen("metrics", "--json").out)
     assert figures["counters"]["push_requests"] >= 0
     assert "queen_push_requests_total" in live.queen("metrics", "--prometheus").out

@@ -110,7 +110,8 @@ def _status_pairs(ctl: Ctl, health: dict[str, Any], figures: dict[str, Any]) -> 
             ("queues", f"{totals.get('queues', 0)} ({totals.get('partitions', 0)} partitions)"),
             (
                 "messages",
-                ", ".join(
+                "since start: "  # the service's counters (GET /api/v1/status)
+                + ", ".join(
                     f"{k} {messages.get(k, 0)}"
                     for k in ("total", "pending", "processing", "completed", "deadLetter")
                 ),
