@@ -43,6 +43,7 @@ ACTORS = "queen/actors/partition.py"
 SCHEMA = "queen/storage/schema.sql"
 CONSUME = "queen/storage/consume.sql"
 SQL_API = "queen/storage/sql_api.sql"
+STREAMS = "queen/storage/streams.sql"
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "order in a partition: coalesced requests in arrival order",
@@ -189,6 +190,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "IF true",
         "tests/test_sql_api.py::test_a_push_from_sql_stores_what_http_would_and_dedups_against_it",
         'assert [a["status"] for a in answer] == ["queued", "duplicate", "duplicate"',
+    ),
+    Mutation(
+        "a streams window closed once: an idle flush holds the partition's pops off",
+        STREAMS,
+        "        IF EXISTS (SELECT 1 FROM queen_streams.state s",
+        "        IF false AND EXISTS (SELECT 1 FROM queen_streams.state s",
+        "tests/test_streams.py::test_an_idle_flush_holds_the_partition_from_its_read_to_its_cycle",
+        "assert [(None, None, None)] == [(",
     ),
 )
 

@@ -263,6 +263,122 @@ async def test_a_state_read_sent_during_a_cycle_reads_what_the_cycle_left(
     assert reads == [{}]
 
 
+WINDOW = {"type": "upsert", "key": "w", "value": {"windowEnd": 1000, "acc": 1}}
+CLOSE = {"type": "delete", "key": "w"}
+
+
+async def _main_loop_opened_a_window(api: Api, queue: str) -> tuple[str, str]:
+    """A query whose main loop popped and acknowledged one message of ``queue``/p (queue
+    mode) in a cycle that opened window ``w``, ripe at 1000 ms; one more message waits."""
+    qid = await query_id(api, queue)
+    await api.push(queue, "p", {"n": 1})
+    [first] = await api.messages(queue, "p")
+    status, done = await api.post("/streams/v1/cycle", cycle_body(qid, [first], state_ops=[WINDOW]))
+    assert status == 200 and done["success"] is True, done
+    await api.push(queue, "p", {"n": 2})
+    return qid, first["partitionId"]
+
+
+def flush_cycle(qid: str, pid: str, sink: str) -> dict[str, Any]:
+    """The idle flush's cycle: it closes the window it read, no ack."""
+    return {
+        "query_id": qid,
+        "partition_id": pid,
+        "ack": None,
+        "release_lease": True,
+        "state_ops": [CLOSE],
+        "push_items": [{"queue": sink, "partition": "p", "payload": {"acc": 1}}],
+    }
+
+
+async def test_an_idle_flush_holds_the_partition_from_its_read_to_its_cycle(
+    api: Api, queue: str, db: Db
+) -> None:
+    """Between the flush's read of a ripe window and its cycle closing it, the main loop
+    cannot pop the partition, so it cannot read that window and close it a second time."""
+    qid, pid = await _main_loop_opened_a_window(api, queue)
+    assert await state(api, qid, pid, ripe_at_or_before=1500) == {"w": WINDOW["value"]}
+    held = await db.rows(
+        "SELECT lease_id::text, lease_end = next_offset, lease_expires_at > now() "
+        "FROM queen.cursors WHERE partition_id = %s",
+        int(pid),
+    )
+    assert held == [(qid, True, True)]  # a lease of no message, the query's
+    assert await api.messages(queue, "p") == []  # the main loop's pop: not now
+
+    status, done = await api.post("/streams/v1/cycle", flush_cycle(qid, pid, f"{queue}-sink"))
+    assert status == 200 and done["success"] is True, done
+    [second] = await api.messages(queue, "p")  # the hold ended with the flush's cycle
+    assert data_of([second]) == [{"n": 2}]
+    assert await state(api, qid, pid) == {}  # what the main loop reads: the window is closed
+    assert data_of(await api.messages(f"{queue}-sink", "p", batch=5)) == [{"acc": 1}]
+
+
+async def test_an_idle_flush_finds_nothing_ripe_while_the_main_loop_holds_the_partition(
+    api: Api, queue: str, db: Db
+) -> None:
+    qid, pid = await _main_loop_opened_a_window(api, queue)
+    [second] = await api.messages(queue, "p")  # the main loop's cycle is under way
+    assert await state(api, qid, pid, ripe_at_or_before=1500) == {}
+    assert await state(api, qid, pid) == {"w": WINDOW["value"]}  # (the main loop's own read)
+    status, done = await api.post("/streams/v1/cycle", cycle_body(qid, [second], state_ops=[CLOSE]))
+    assert status == 200 and done["ack_result"]["lease_released"] is True
+    assert await state(api, qid, pid, ripe_at_or_before=1500) == {}  # closed once, by it
+    # the main loop's lease was never the flush's to end: no hold was taken
+    assert (
+        await db.value(
+            "SELECT count(*) FROM queen.cursors WHERE partition_id = %s AND lease_id IS NOT NULL",
+            int(pid),
+        )
+        == 0
+    )
+
+
+async def test_a_lapsed_hold_frees_the_partition_and_its_late_cycle_ends_no_lease(
+    api: Api, queue: str, db: Db
+) -> None:
+    """A flush that never sends its cycle holds the partition for 10 s at most; a cycle sent
+    after that ends only the flush's own hold, never the lease a pop took since."""
+    qid, pid = await _main_loop_opened_a_window(api, queue)
+    assert await state(api, qid, pid, ripe_at_or_before=1500) == {"w": WINDOW["value"]}
+    lapsed = await db.rows(
+        "UPDATE queen.cursors SET lease_expires_at = now() - interval '1 second'"
+        " WHERE partition_id = %s AND lease_id = %s::uuid RETURNING 1",
+        int(pid),
+        qid,
+    )
+    assert lapsed == [(1,)]
+    [second] = await api.messages(queue, "p")  # claimable again
+    status, done = await api.post("/streams/v1/cycle", flush_cycle(qid, pid, f"{queue}-sink"))
+    assert status == 200 and done["success"] is True
+    assert (await api.ack(second))["success"] is True  # the pop's lease stood
+
+
+async def test_the_flush_cycle_wakes_a_pop_waiting_for_the_held_partition(
+    settings: Settings, queue: str
+) -> None:
+    """A pop that found the partition held waits; the flush's cycle wakes it (a re-check
+    would come only when the hold lapses, 10 s later)."""
+    async with open_broker(settings.with_changes(pop_recheck_ms=60_000)) as broker:
+        api = Api(create_app(broker).test_client())
+        qid, pid = await _main_loop_opened_a_window(api, queue)
+        assert await state(api, qid, pid, ripe_at_or_before=1500) == {"w": WINDOW["value"]}
+        got: list[Any] = []
+        with trio.fail_after(8):
+            async with trio.open_nursery() as nursery:
+
+                async def wait() -> None:
+                    got.append(await api.messages(queue, "p", wait="true", timeout=30_000))
+
+                nursery.start_soon(wait)
+                await broker.consume.wakeups.until_waiting(1)
+                status, done = await api.post(
+                    "/streams/v1/cycle", flush_cycle(qid, pid, f"{queue}-sink")
+                )
+                assert status == 200 and done["success"] is True
+        assert [data_of(m) for m in got] == [[{"n": 2}]]
+
+
 async def test_an_unknown_query_is_404_and_changes_nothing(api: Api, queue: str, db: Db) -> None:
     await api.push(queue, "p", {"n": 1})
     [message] = await api.messages(queue, "p")

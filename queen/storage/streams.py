@@ -123,7 +123,7 @@ class PgStreamsStore:
             query.key_prefix,
             query.ripe_at_or_before,
         )
-        rows = await self.pool.fetch_all(_STATE_SQL, params)
+        rows = await self.pool.fetch_all(_STATE_SQL, params, retry_deadlock=True)
         if not rows:
             return None
         return [StateEntry(r[1], r[2], r[3]) for r in rows if r[1] is not None]

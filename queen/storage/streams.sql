@@ -2,14 +2,29 @@
 -- schema of their own. Idempotent; applied after consume.sql (it calls queen.transact).
 --
 -- Lock order (see docs/architecture.md): a cycle takes the (query, partition) shard lock first
--- (a transaction-scoped advisory lock), then the source cursor row (the ack, FOR UPDATE), then
--- its query row (FOR SHARE), then state rows, then partition rows (its sink pushes, through
--- queen.transact and queen.push_frames, in id order). A state read takes the shard lock
--- shared, so it waits for the cycle of its shard in progress and reads what that cycle left.
--- A registration takes the query row (FOR UPDATE) and then, on reset, state rows. Nothing
--- takes a cursor or partition row after a query or state row, and nothing takes a shard lock
--- after any row, so no cycle of waits can form. The state table has no foreign key, for the
--- same reason as the consume tables: writing it takes no hidden lock.
+-- (a transaction-scoped advisory lock), then source cursor rows (the ack's, FOR UPDATE; an
+-- idle flush's cycle: those its read held), then its query row (FOR SHARE), then its group
+-- row, then state rows, then partition rows (its sink pushes, through queen.transact and
+-- queen.push_frames, in id order). A state read takes the shard lock shared, so it waits for
+-- the cycle of its shard in progress and reads what that cycle left; an idle flush's read
+-- (one asking for ripe windows) then takes the cursor rows of the query's groups on the
+-- partition, in group order, as acks do. A registration takes the query row (FOR UPDATE) and
+-- then, on reset, state rows. Nothing takes a cursor or partition row after a query or state
+-- row, and nothing takes a shard lock after any row, so no cycle of waits can form. The
+-- state tables have no foreign key, for the same reason as the consume tables: writing them
+-- takes no hidden lock.
+--
+-- An idle flush and the main loop of one runner both close windows: the flush reads the
+-- ripe windows and then sends a cycle without an ack that deletes them and pushes their
+-- results; the main loop pops, reads the state, and sends a cycle with the ack. Were the
+-- main loop to read between the flush's read and its cycle (or the flush between the main
+-- loop's pop and its cycle), both would close the same window and its result would reach
+-- the sink twice. So the two take turns on the partition: a flush's read finds nothing ripe
+-- while one of the query's groups holds a live lease there, and otherwise, when something is
+-- ripe, holds the groups' cursors of the partition with a lease of no message (its id: the
+-- query's) until the flush's cycle ends it, or for at most 10 s: a pop cannot claim the
+-- partition meanwhile. The flush's cycle ends the hold even when it fails, and wakes the
+-- pops waiting for the partition (in every broker process: a notification of it).
 
 CREATE SCHEMA IF NOT EXISTS queen_streams;
 
@@ -33,6 +48,14 @@ CREATE TABLE IF NOT EXISTS queen_streams.state (
     value        jsonb NOT NULL,
     updated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (query_id, partition_id, key)
+);
+
+-- The consumer groups whose acknowledging cycles a query committed: the groups whose pops
+-- its idle flush holds off (above).
+CREATE TABLE IF NOT EXISTS queen_streams.query_groups (
+    query_id       uuid NOT NULL,
+    consumer_group text NOT NULL,
+    PRIMARY KEY (query_id, consumer_group)
 );
 
 -- Register a query, or find it. A known name with another config hash is a conflict unless
@@ -101,6 +124,7 @@ DECLARE
     v_clear   boolean;
     v_ok      boolean;
     v_reason  text;
+    v_unheld  boolean := false;
 BEGIN
     ok := true;
     acked := 0;
@@ -112,6 +136,21 @@ BEGIN
     SELECT q.name INTO source_queue
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
     WHERE p.id = p_partition;
+    -- 2a. an idle flush's cycle ends the hold its read put on the partition, whatever follows
+    IF p_ack_tx IS NULL THEN
+        WITH unheld AS (
+            UPDATE queen.cursors c
+            SET lease_id = NULL, lease_end = NULL, lease_expires_at = NULL
+            WHERE c.partition_id = p_partition AND c.lease_id = p_query
+            RETURNING 1
+        )
+        SELECT count(*) > 0 INTO v_unheld FROM unheld;
+        IF v_unheld THEN   -- pops waiting for it, in every broker process (the push listener)
+            PERFORM pg_notify('queen_pushed', jsonb_build_array(q.name, p.name)::text)
+            FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+            WHERE p.id = p_partition;
+        END IF;
+    END IF;
     BEGIN
         -- 2. the source ack: the cursor row
         IF p_ack_tx IS NOT NULL THEN
@@ -191,11 +230,16 @@ BEGIN
             lease_released := v_clear AND v_live;
         END IF;
 
-        -- 3. the query row
+        -- 3. the query row, then its group's (the group an idle flush holds off)
         PERFORM 1 FROM queen_streams.queries q WHERE q.id = p_query FOR SHARE;
         IF NOT FOUND THEN
             reason := 'query';
             RAISE EXCEPTION USING ERRCODE = 'QN001';
+        END IF;
+        IF p_ack_tx IS NOT NULL THEN
+            INSERT INTO queen_streams.query_groups (query_id, consumer_group)
+            VALUES (p_query, p_group)
+            ON CONFLICT DO NOTHING;
         END IF;
 
         -- 4. state rows, in key order
@@ -234,20 +278,54 @@ BEGIN
         statuses := NULL;
         originals := NULL;
     END;
+    -- (a cycle without an ack reports no release: this tells the broker to wake the source)
+    lease_released := lease_released OR v_unheld;
 END
 $fn$;
 
 -- A query's state for one partition: every row, or those named, or those under a key
 -- prefix, or those whose value's windowEnd (epoch ms) is at or before p_ripe. known is false
--- (and no row follows) when the query is not registered.
+-- (and no row follows) when the query is not registered. A read with p_ripe is an idle
+-- flush's: nothing is ripe while one of the query's groups holds a live lease on the
+-- partition, and what is ripe holds the groups' cursors there until the flush's cycle (see
+-- the top of this file).
 CREATE OR REPLACE FUNCTION queen_streams.state_get(
     p_query uuid, p_partition bigint, p_keys text[], p_prefix text, p_ripe numeric)
 RETURNS TABLE (known boolean, key text, value text, updated_at timestamptz)
 LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_groups text[];
 BEGIN
     -- the shard's cycle under way first: its effect is read, not the state before it (the
-    -- statement below takes its snapshot once the lock is held)
+    -- statements below take their snapshots once the lock is held)
     PERFORM pg_advisory_xact_lock_shared(hashtextextended(p_query::text || ':' || p_partition, 0));
+    IF p_ripe IS NOT NULL THEN
+        v_groups := ARRAY(SELECT g.consumer_group FROM queen_streams.query_groups g
+                          WHERE g.query_id = p_query ORDER BY g.consumer_group);
+        PERFORM 1 FROM queen.cursors c
+        WHERE c.partition_id = p_partition AND c.consumer_group = ANY (v_groups)
+        ORDER BY c.consumer_group
+        FOR UPDATE;
+        IF EXISTS (SELECT 1 FROM queen.cursors c
+                   WHERE c.partition_id = p_partition AND c.consumer_group = ANY (v_groups)
+                     AND c.lease_id <> p_query AND c.lease_expires_at > now()) THEN
+            RETURN QUERY   -- a cycle of the main loop may close these windows: not ripe now
+            SELECT true, NULL::text, NULL::text, NULL::timestamptz
+            FROM queen_streams.queries q WHERE q.id = p_query;
+            RETURN;
+        END IF;
+        IF EXISTS (SELECT 1 FROM queen_streams.state s
+                   WHERE s.query_id = p_query AND s.partition_id = p_partition
+                     AND (cardinality(p_keys) = 0 OR s.key = ANY (p_keys))
+                     AND (p_prefix IS NULL OR left(s.key, length(p_prefix)) = p_prefix)
+                     AND jsonb_typeof(s.value -> 'windowEnd') = 'number'
+                     AND (s.value -> 'windowEnd')::numeric <= p_ripe) THEN
+            UPDATE queen.cursors c
+            SET lease_id = p_query, lease_end = c.next_offset,
+                lease_expires_at = now() + interval '10 seconds'
+            WHERE c.partition_id = p_partition AND c.consumer_group = ANY (v_groups);
+        END IF;
+    END IF;
     RETURN QUERY
     SELECT true, s.key, s.value::text, s.updated_at
     FROM queen_streams.queries q
