@@ -295,11 +295,15 @@ RETURNS TABLE (known boolean, key text, value text, updated_at timestamptz)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     v_groups text[];
+    v_rows   bigint;
 BEGIN
     -- the shard's cycle under way first: its effect is read, not the state before it (the
     -- statements below take their snapshots once the lock is held)
     PERFORM pg_advisory_xact_lock_shared(hashtextextended(p_query::text || ':' || p_partition, 0));
-    IF p_ripe IS NOT NULL THEN
+    IF NOT EXISTS (SELECT 1 FROM queen_streams.queries q WHERE q.id = p_query) THEN
+        RETURN;
+    END IF;
+    IF p_ripe IS NOT NULL THEN   -- an idle flush's read: the groups' cursors, then the state
         v_groups := ARRAY(SELECT g.consumer_group FROM queen_streams.query_groups g
                           WHERE g.query_id = p_query ORDER BY g.consumer_group);
         PERFORM 1 FROM queen.cursors c
@@ -309,33 +313,28 @@ BEGIN
         IF EXISTS (SELECT 1 FROM queen.cursors c
                    WHERE c.partition_id = p_partition AND c.consumer_group = ANY (v_groups)
                      AND c.lease_id <> p_query AND c.lease_expires_at > now()) THEN
-            RETURN QUERY   -- a cycle of the main loop may close these windows: not ripe now
-            SELECT true, NULL::text, NULL::text, NULL::timestamptz
-            FROM queen_streams.queries q WHERE q.id = p_query;
-            RETURN;
-        END IF;
-        IF EXISTS (SELECT 1 FROM queen_streams.state s
-                   WHERE s.query_id = p_query AND s.partition_id = p_partition
-                     AND (cardinality(p_keys) = 0 OR s.key = ANY (p_keys))
-                     AND (p_prefix IS NULL OR left(s.key, length(p_prefix)) = p_prefix)
-                     AND jsonb_typeof(s.value -> 'windowEnd') = 'number'
-                     AND (s.value -> 'windowEnd')::numeric <= p_ripe) THEN
-            UPDATE queen.cursors c
-            SET lease_id = p_query, lease_end = c.next_offset,
-                lease_expires_at = now() + interval '10 seconds'
-            WHERE c.partition_id = p_partition AND c.consumer_group = ANY (v_groups);
+            v_rows := 0;   -- a cycle of the main loop may close these windows: not ripe now
         END IF;
     END IF;
-    RETURN QUERY
-    SELECT true, s.key, s.value::text, s.updated_at
-    FROM queen_streams.queries q
-    LEFT JOIN queen_streams.state s
-           ON s.query_id = q.id AND s.partition_id = p_partition
+    IF v_rows IS NULL THEN
+        RETURN QUERY
+        SELECT true, s.key, s.value::text, s.updated_at
+        FROM queen_streams.state s
+        WHERE s.query_id = p_query AND s.partition_id = p_partition
           AND (cardinality(p_keys) = 0 OR s.key = ANY (p_keys))
           AND (p_prefix IS NULL OR left(s.key, length(p_prefix)) = p_prefix)
           AND (p_ripe IS NULL OR (jsonb_typeof(s.value -> 'windowEnd') = 'number'
                                   AND (s.value -> 'windowEnd')::numeric <= p_ripe))
-    WHERE q.id = p_query
-    ORDER BY s.key;
+        ORDER BY s.key;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
+    END IF;
+    IF v_rows = 0 THEN   -- a known query with no such row: one row saying so
+        RETURN QUERY SELECT true, NULL::text, NULL::text, NULL::timestamptz;
+    ELSIF p_ripe IS NOT NULL THEN   -- the flush will close these: hold the pops until then
+        UPDATE queen.cursors c
+        SET lease_id = p_query, lease_end = c.next_offset,
+            lease_expires_at = now() + interval '10 seconds'
+        WHERE c.partition_id = p_partition AND c.consumer_group = ANY (v_groups);
+    END IF;
 END
 $fn$;
