@@ -254,7 +254,7 @@ async def test_lease_extension_with_no_body_uses_the_lease_time(
         {"error": "leaseId must be a UUID"},
     )
     assert (await api.post(f"/api/v1/lease/{lease}/extend", {"seconds": "x"}))[0] == 400
-    for seconds in (0, 604_801):
+    for seconds in (0, 604_801, 2**64 - 1, -(2**63)):
         assert await api.post(f"/api/v1/lease/{lease}/extend", {"seconds": seconds}) == (
             400,
             {"error": "seconds must be between 1 and 604800"},

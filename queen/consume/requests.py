@@ -104,6 +104,16 @@ def count(value: str | int | None, what: str, lowest: int, highest: int) -> int 
     return number
 
 
+def integer(value: str | int | None, what: str) -> int | None:
+    """An integer parameter read for its type only, its range left to the rules that follow:
+    a value beyond 64 bits is taken as the nearest 64-bit one, so those rules word the error
+    with their own range."""
+    number = count(value, what, -(1 << 1000), 1 << 1000)
+    if number is None:
+        return None
+    return max(-_MAX_BIGINT, min(_MAX_BIGINT, number))
+
+
 def pop_request(
     args: Mapping[str, Any], *, queue: str | None, partition: str | None = None
 ) -> PopRequest:
@@ -113,15 +123,15 @@ def pop_request(
         subscription = subscription_of(args.get("subscriptionMode"), args.get("subscriptionFrom"))
     except ValueError:
         raise InvalidRequest("subscriptionFrom must be 'now' or an ISO-8601 timestamp") from None
-    timeout = count(args.get("timeout"), "timeout", -_MAX_BIGINT, _MAX_BIGINT)
+    timeout = integer(args.get("timeout"), "timeout")
     return PopRequest(
         queue=queue,
         partition=partition,
         namespace=args.get("namespace") or "",
         task=args.get("task") or "",
         consumer_group=args.get("consumerGroup") or QUEUE_MODE,
-        batch=count(args.get("batch"), "batch", -_MAX_BIGINT, _MAX_BIGINT),
-        partitions=count(args.get("partitions"), "partitions", -_MAX_BIGINT, _MAX_BIGINT),
+        batch=integer(args.get("batch"), "batch"),
+        partitions=integer(args.get("partitions"), "partitions"),
         wait=flag(args.get("wait"), "wait", False),
         timeout_ms=30_000 if timeout is None else timeout,
         auto_ack=flag(args.get("autoAck"), "autoAck", False),
@@ -331,7 +341,7 @@ def lease_seconds(body: Any) -> int | None:
         return None
     if type(body) is not dict:
         raise InvalidRequest("body must be a JSON object or empty")
-    return count(body.get("seconds"), "seconds", -_MAX_BIGINT, _MAX_BIGINT)
+    return integer(body.get("seconds"), "seconds")
 
 
 def checked_lease_seconds(seconds: int | None) -> int | None:
