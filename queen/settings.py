@@ -111,6 +111,12 @@ class Settings:
         "a request's headers must be complete this long after their first byte, or the "
         "connection is closed",
     )
+    body_timeout_s: float = _setting(
+        30.0,
+        "QUEEN_BODY_TIMEOUT_S",
+        "a request's body that stops arriving for this long before it is complete gets the "
+        "connection closed",
+    )
     max_connections: int = _setting(
         0,
         "QUEEN_MAX_CONNECTIONS",
@@ -405,6 +411,7 @@ class Settings:
         for name in (
             "keep_alive_timeout_s",
             "header_timeout_s",
+            "body_timeout_s",
             "db_call_timeout_s",
             "db_probe_timeout_s",
         ):

@@ -238,6 +238,50 @@ async def test_headers_trickled_byte_by_byte_are_cut_off(
     assert closed, "the server waited for the whole trickle"
 
 
+async def test_a_body_that_stops_arriving_is_cut_off(
+    server: Any, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(keep_alive_timeout_s=LONG_S, header_timeout_s=LONG_S, body_timeout_s=0.5)
+    client = await Client.connect(port, opened)
+    await client.send(post_head("/api/v1/push", "Content-Length: 1000") + b'{"items": [')
+    start = trio.current_time()
+    with trio.fail_after(10):  # the server ends the connection: any bytes, then the end
+        while True:
+            try:
+                if await client.stream.receive_some(65536) == b"":
+                    break
+            except trio.BrokenResourceError:
+                break
+    assert trio.current_time() - start >= 0.4  # not before the body's deadline
+
+
+async def test_a_body_that_keeps_arriving_slowly_is_not_cut_off(
+    server: Any, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(keep_alive_timeout_s=LONG_S, header_timeout_s=LONG_S, body_timeout_s=0.5)
+    client = await Client.connect(port, opened)
+    body = b'{"items": [{"queue": "slow-body", "payload": "' + b"x" * 40 + b'"}]}'
+    await client.send(post_head("/api/v1/push", f"Content-Length: {len(body)}"))
+    for at in range(0, len(body), 8):  # ten pieces, each well within the deadline of the last
+        await trio.sleep(0.2)  # (the client's pace: 2 s in all, four deadlines' worth)
+        await client.send(body[at : at + 8])
+    status, _, answer = await client.response()
+    assert status == 201 and b"queued" in answer
+
+
+async def test_a_request_with_its_whole_body_has_no_deadline(
+    server: Any, opened: list[trio.SocketStream]
+) -> None:
+    port = await server(keep_alive_timeout_s=LONG_S, header_timeout_s=LONG_S, body_timeout_s=0.3)
+    client = await Client.connect(port, opened)
+    start = trio.current_time()
+    await client.send(get("/api/v1/pop/queue/no-body-deadline?wait=true&timeout=1500"))
+    assert (await client.response())[0] == 204  # waited its 1.5 s, five body deadlines
+    assert trio.current_time() - start >= 1.4
+    await client.send(get("/health"))  # and the connection is still open
+    assert (await client.response())[0] == 200
+
+
 async def test_body_over_the_limit_gets_413_and_the_connection_closes(
     server: Any, opened: list[trio.SocketStream]
 ) -> None:

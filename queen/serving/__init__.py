@@ -117,6 +117,7 @@ async def serve_app(
                 context,
                 ConnectionState(lifespan_state.copy()),
                 header_timeout_s=settings.header_timeout_s,
+                body_timeout_s=settings.body_timeout_s,
                 capacity=capacity,
             )
             try:

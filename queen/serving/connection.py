@@ -14,6 +14,11 @@ request. It also adds:
 - **Header deadline.** Once the first byte of a request arrives, its headers must be complete
   within ``header_timeout_s``, however slowly the bytes come (Hypercorn's own read timeout
   would restart at every byte, and would also cut long polls).
+- **Body deadline.** While a request's body is incomplete, each read of it must come within
+  ``body_timeout_s`` of the one before (a request whose head says more is to come and which
+  then stalls would hold the connection, and its place in the capacity, for ever); past it
+  the request is told the client left and the connection is closed. Once the body is whole,
+  nothing limits how long the request takes (a long poll).
 - **The client's end is acted on.** Nothing more can arrive once the client's side has ended,
   and the descriptor is freed as soon as nothing is left to write, instead of sitting in
   ``CLOSE-WAIT`` until the keep-alive timeout:
@@ -50,6 +55,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import h11
 import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData, Updated
@@ -159,12 +165,15 @@ class Connection(TCPServer):
         *,
         header_timeout_s: float,
         capacity: ConnectionCapacity,
+        body_timeout_s: float = math.inf,
     ) -> None:
         self._header_timeout_s = header_timeout_s
+        self._body_timeout_s = body_timeout_s
         self._capacity = capacity
         # When the watchdog closes the connection (_due): keep-alive while idle, the header
-        # deadline once a request's first byte arrived, never while a request is being served,
-        # now once the connection has to go (shed, or its client gone). Its cancel scope's
+        # deadline once a request's first byte arrived, the body deadline while its body is
+        # incomplete, never while a request with its whole body is being served, now once the
+        # connection has to go (shed, or its client gone). Its cancel scope's
         # deadline (_armed) is never later than that, and is moved only to make it earlier:
         # when it passes before _due, the watchdog arms a new scope for _due. A request
         # then moves no deadline of Trio's, as long as the connection goes on being used
@@ -306,11 +315,23 @@ class Connection(TCPServer):
                 continue
             due = self._data_arrived()
             await handle(RawData(data))
-            if due is not None and self._idle and self._request_started and not self._must_close:
+            if not self._idle:
+                # A request is in progress: its body, if incomplete, must go on arriving;
+                # once whole, the request has no deadline.
+                if self._body_pending():
+                    self._set_due(trio.current_time() + self._body_timeout_s)
+                elif self._due < math.inf and not self._must_close:
+                    self._due = math.inf
+            elif due is not None and self._request_started and not self._must_close:
                 # The first byte of a request came and its head is not complete yet: the
                 # headers now have a deadline of their own. (A head complete in that read
-                # has turned the connection busy, which lifts every deadline.)
+                # has turned the connection busy, which lifts the header deadline.)
                 self._set_due(due)
+
+    def _body_pending(self) -> bool:
+        """Whether the request in progress still expects body bytes from the client."""
+        parser = getattr(self.protocol.protocol, "connection", None)
+        return getattr(parser, "their_state", None) is h11.SEND_BODY
 
     async def protocol_send(self, event: Event) -> None:
         kind = type(event)  # (exact types: Hypercorn's events are final, and an ABC check costs)
