@@ -350,6 +350,7 @@ async def test_embedding_api_pops_and_acks(broker: Broker, queue: str) -> None:
         ("batch=0", "batch must be between 1 and 10000"),
         ("batch=10001", "batch must be between 1 and 10000"),
         ("batch=99999999999999999999", "batch must be between 1 and 10000"),
+        (f"batch={'9' * 400}", "batch must be between 1 and 10000"),
         ("timeout=-99999999999999999999", "timeout must be between 0 and 3600000"),
         ("timeout=3600001", "timeout must be between 0 and 3600000"),
         ("batch=lots", "batch must be an integer"),

@@ -90,16 +90,20 @@ def flag(value: str | bool | None, what: str, default: bool) -> bool:
     raise InvalidRequest(f"{what} must be true or false")
 
 
-def count(value: str | int | None, what: str, lowest: int, highest: int) -> int | None:
+def _parsed(value: str | int | None, what: str) -> int | None:
     if value is None or value == "":
         return None
     if type(value) is bool:
         raise InvalidRequest(f"{what} must be an integer")
     try:
-        number = int(value)
+        return int(value)
     except (TypeError, ValueError):
         raise InvalidRequest(f"{what} must be an integer") from None
-    if not lowest <= number <= highest:
+
+
+def count(value: str | int | None, what: str, lowest: int, highest: int) -> int | None:
+    number = _parsed(value, what)
+    if number is not None and not lowest <= number <= highest:
         raise InvalidRequest(f"{what} must be between {lowest} and {highest}")
     return number
 
@@ -108,10 +112,8 @@ def integer(value: str | int | None, what: str) -> int | None:
     """An integer parameter read for its type only, its range left to the rules that follow:
     a value beyond 64 bits is taken as the nearest 64-bit one, so those rules word the error
     with their own range."""
-    number = count(value, what, -(1 << 1000), 1 << 1000)
-    if number is None:
-        return None
-    return max(-_MAX_BIGINT, min(_MAX_BIGINT, number))
+    number = _parsed(value, what)
+    return None if number is None else max(-_MAX_BIGINT, min(_MAX_BIGINT, number))
 
 
 def pop_request(
