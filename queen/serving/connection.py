@@ -318,9 +318,11 @@ class Connection(TCPServer):
             if not self._idle:
                 # A request is in progress: its body, if incomplete, must go on arriving;
                 # once whole, the request has no deadline.
+                if self._must_close:
+                    continue  # (a connection that has to go keeps its deadline of now)
                 if self._body_pending():
                     self._set_due(trio.current_time() + self._body_timeout_s)
-                elif self._due < math.inf and not self._must_close:
+                elif self._due < math.inf:
                     self._due = math.inf
             elif due is not None and self._request_started and not self._must_close:
                 # The first byte of a request came and its head is not complete yet: the
