@@ -164,8 +164,8 @@ class Connection(TCPServer):
         stream: trio.SocketStream,
         *,
         header_timeout_s: float,
+        body_timeout_s: float,
         capacity: ConnectionCapacity,
-        body_timeout_s: float = math.inf,
     ) -> None:
         self._header_timeout_s = header_timeout_s
         self._body_timeout_s = body_timeout_s
