@@ -35,8 +35,9 @@ METHOD = """\
   JSON). C3: three groups drain the same 100k messages at once, 8 consumers each; msg/s
   counts the 300k deliveries.
 - **Pipeline (PIPE)**: the original's own `benchmark-queen/2026-04-26/pipeline/queen` scripts on
-  its JS client (from its repository), unchanged, run by their environment knobs; the producer
-  runs for the window, the consumers until every message it had pushed reached both tail
+  its JS client (from its repository), unchanged, run by their environment knobs; the consumers
+  start first and take the warm-up message `warmup-partitions.js` left in every partition, then
+  the producer runs for the window, the consumers until every message it had pushed reached both tail
   groups (or nothing arrived for 65 s, longer than the queues' 60 s lease). msg/s = the
   smaller of the analytics and log rates `analyze.js` reports for the steady state (after its
   warm-up cut); p50/p99 = its end-to-end latency, producer push to analytics done; lost =
@@ -50,7 +51,8 @@ METHOD = """\
   both started together for the push window; msg/s and p50/p99 are the producer's own report;
   "unconsumed" counts what no pop had taken when both stopped (from the database).
 - **CPU** (from `/proc`, user + system, over the measured window: the push window, the drain,
-  or the pipeline from the start of its stages to the end of the drain), per 100k messages
+  or the pipeline from its producer's start, once the warm-up is taken, to the end of the
+  drain), per 100k messages
   (pushed, delivered, or produced in the pipeline): the broker's process (the original's
   threads included), the backends of the step's database (listed in `pg_stat_activity` every
   0.5 s), the PostgreSQL server's whole process tree (WAL writer, checkpointer, autovacuum too),

@@ -2,7 +2,13 @@
 client unchanged, exported from the original's mirror and installed into :func:`home`. A run does
 what its ``runner.sh`` does around its own servers, with the knobs of :class:`PipelineShape`;
 the consumers run on until every message the producer had acknowledged reached both tail groups
-(or nothing arrived for longer than a lease), and ``analyze.js`` reports."""
+(or nothing arrived for longer than a lease), and ``analyze.js`` reports.
+
+``warmup-partitions.js`` leaves one message in every partition of both queues, flagged for
+``analyze.js`` to leave out. The consumers start first and take those before the measured
+window opens and the producer starts: the window's CPU and requests are the producer's
+messages' alone, as the steady state ``analyze.js`` reports is (at 1,000 partitions the 2,000
+warm-up messages, each popped alone, would otherwise be a third of the window's requests)."""
 
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.servers import ROOT, Meter, output_of, spawn, stop_all
+from bench.servers import ROOT, Meter, output_of, spawn, stop_all, tree_cpu_s
 
 REPO_ENV = "QUEEN_PEER_REPO"
 DEFAULT_REPO = ROOT.parent / ".mirror" / "queen-mq+queen" / "repo"
@@ -31,6 +37,8 @@ CLIENT = "clients/client-js"
 QUIET_S = 65.0  # longer than the queues' lease (configure.js: 60 s): a lapsed lease redelivers
 DRAIN_LIMIT_S = 240.0
 STEP_LIMIT_S = 180.0  # configure.js, warmup-partitions.js, analyze.js
+WARMUP_QUIET_S = 15.0  # the warm-up messages' drain ends early when nothing arrives this long
+COUNTS_EVERY_S = 1.0  # count_requests.cjs writes its counts this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +172,10 @@ class Tail:
                     self.txids.setdefault(role, set()).add(str(record.get("txid")))
         return new
 
+    def seen(self, role: str) -> int:
+        """How many distinct txids ``role``'s records carry so far."""
+        return len(self.txids.get(role, ()))
+
     def missing(self) -> int:
         """Pushed (acknowledged) txids that have not reached both tail groups."""
         produced = self.txids.get("producer", set())
@@ -219,19 +231,33 @@ def run(
     _once("warmup-partitions.js", base, where, log_path)
     counted = results / "requests"  # each stage's requests by route (count_requests.cjs)
     counted.mkdir()
-    meter.start()
-    procs = [
-        spawn(
-            ["node", env.pop("SCRIPT")],
-            {**env, **_counting(counted)},
-            log_path,
-            cwd=where / "queen",
-        )
-        for env in _stages(shape, base, seconds)
-    ]
-    producers, consumers = procs[: shape.producers], procs[shape.producers :]
+    stages = _stages(shape, base, seconds)
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(envs: list[dict[str, str]]) -> list[subprocess.Popen[bytes]]:
+        procs = [
+            spawn(
+                ["node", env.pop("SCRIPT")],
+                {**env, **_counting(counted)},
+                log_path,
+                cwd=where / "queen",
+            )
+            for env in envs
+        ]
+        started.extend(procs)
+        return procs
+
     tail = Tail(results)
     try:
+        consumers = start(stages[shape.producers :])  # first: they take the warm-up
+        warmup = _drain_warmup(tail, shape)
+        time.sleep(COUNTS_EVERY_S * 1.5)  # the consumers' counts written since the drain
+        before = requests_counted(counted)
+        meter.start()
+        # Reaped at the end, the consumers count among the clients with all their CPU time:
+        # what they spent before the window is taken off.
+        early_s = tree_cpu_s(proc.pid for proc in consumers)
+        producers = start(stages[: shape.producers])
         for proc in producers:
             proc.wait(timeout=seconds + 120)
         drained_at = quiet_since = time.monotonic()
@@ -243,9 +269,9 @@ def run(
             time.sleep(1.0)
         drain_s = time.monotonic() - drained_at
     finally:
-        stop_all(consumers, 30.0)
-        stop_all(producers, 30.0)
+        stop_all(started, 30.0)
     window = meter.stop()
+    window["client_cpu_s"] -= early_s
     tail.read()
     env = {**base, "WARMUP_SEC": str(round(warmup_s))}
     summary: dict[str, Any] = json.loads(_once("analyze.js", env, where, log_path))
@@ -255,9 +281,33 @@ def run(
         "push_errors": tail.errors,
         "missing_all": tail.missing(),
         "drain_s": drain_s,
-        "requests": requests_counted(counted),
+        "requests": _less(requests_counted(counted), before),
+        "warmup": warmup,
         **window,
     }
+
+
+def _drain_warmup(tail: Tail, shape: PipelineShape) -> dict[str, Any]:
+    """Wait until the consumers have taken ``warmup-partitions.js``'s messages: one in every
+    partition of q1, which the workers forward to q2, and one in every partition of q2, so the
+    workers log ``partitions`` records and each tail group twice that. Ends early when nothing
+    arrives for :data:`WARMUP_QUIET_S`; says what it saw."""
+    want = {"worker": shape.partitions, "analytics": 2 * shape.partitions}
+    want["log"] = 2 * shape.partitions
+    began = quiet_since = time.monotonic()
+    while not all(tail.seen(role) >= n for role, n in want.items()):
+        if tail.read():
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > WARMUP_QUIET_S:
+            break
+        time.sleep(0.2)
+    seen = {role: tail.seen(role) for role in want}
+    drained = all(seen[role] >= n for role, n in want.items())
+    return {"drained": drained, "seconds": time.monotonic() - began, "records": seen}
+
+
+def _less(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {route: n - before.get(route, 0) for route, n in after.items()}
 
 
 def _counting(into: Path) -> dict[str, str]:

@@ -91,3 +91,57 @@ def test_the_pipelines_requests_are_added_up_and_shown_per_message(tmp_path: Pat
         {"shapes": {"PIPE": {"description": "", "steps": {"ours": [{"pushed": 100}]}}}}
     )
     assert older[-1] == "-"  # a run saved before requests were counted
+
+
+def _records(path: Path, role: str, txids: range) -> None:
+    lines = (json.dumps({"role": role, "txid": f"t{n}"}) for n in txids)
+    with path.open("a") as f:
+        f.write("".join(f"{line}\n" for line in lines))
+
+
+def test_the_warm_up_is_drained_before_the_window_once_every_group_logged_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # warmup-partitions.js leaves one message per partition in q1 and in q2: the workers log
+    # one record per partition, each tail group two (q1's forwarded, q2's own)
+    shape = PipelineShape.at(3)
+    _records(tmp_path / "worker-1.jsonl", "worker", range(3))
+    _records(tmp_path / "analytics-1.jsonl", "analytics", range(6))
+    _records(tmp_path / "log-1.jsonl", "log", range(5))
+    looks: list[int] = []
+
+    def sleep(_: float) -> None:  # the log group's last record arrives on the second look
+        looks.append(1)
+        if len(looks) == 2:
+            _records(tmp_path / "log-1.jsonl", "log", range(5, 6))
+
+    monkeypatch.setattr(pipeline.time, "sleep", sleep)
+    drained = pipeline._drain_warmup(pipeline.Tail(tmp_path), shape)
+    assert drained["drained"] is True
+    assert drained["records"] == {"worker": 3, "analytics": 6, "log": 6}  # it waited for it
+
+
+def test_a_warm_up_that_stops_arriving_short_is_reported_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shape = PipelineShape.at(3)
+    _records(tmp_path / "worker-1.jsonl", "worker", range(3))
+    _records(tmp_path / "analytics-1.jsonl", "analytics", range(6))
+    _records(tmp_path / "log-1.jsonl", "log", range(4))  # two never come
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    monkeypatch.setattr(pipeline.time, "sleep", sleep)
+    monkeypatch.setattr(pipeline.time, "monotonic", lambda: clock[0])
+    drained = pipeline._drain_warmup(pipeline.Tail(tmp_path), shape)
+    assert drained["drained"] is False
+    assert drained["records"]["log"] == 4
+    assert pipeline.WARMUP_QUIET_S < drained["seconds"] < pipeline.WARMUP_QUIET_S + 1
+
+
+def test_the_window_counts_only_the_requests_made_after_the_warm_up() -> None:
+    before = {"push": 0, "pop": 2010, "ack": 2000, "other": 0}
+    after = {"push": 1500, "pop": 4000, "ack": 3990, "other": 0}
+    assert pipeline._less(after, before) == {"push": 1500, "pop": 1990, "ack": 1990, "other": 0}
