@@ -37,8 +37,8 @@ METHOD = """\
 - **Pipeline (PIPE)**: the original's own `benchmark-queen/2026-04-26/pipeline/queen` scripts on
   its JS client (from its repository), unchanged, run by their environment knobs; the consumers
   start first and take the warm-up message `warmup-partitions.js` left in every partition, then
-  the producer runs for the window, the consumers until every message it had pushed reached both tail
-  groups (or nothing arrived for 65 s, longer than the queues' 60 s lease). msg/s = the
+  the producer runs for the window, the consumers until every message it had pushed reached
+  both tail groups (or nothing arrived for 65 s, longer than the queues' 60 s lease). msg/s = the
   smaller of the analytics and log rates `analyze.js` reports for the steady state (after its
   warm-up cut); p50/p99 = its end-to-end latency, producer push to analytics done; lost =
   producer txids of the steady state that `analyze.js` finds missing at analytics or log (the
