@@ -99,15 +99,19 @@ def _records(path: Path, role: str, txids: range) -> None:
         f.write("".join(f"{line}\n" for line in lines))
 
 
+def _logged(directory: Path, **counts: int) -> None:
+    """Each role's JSONL file holding that many records."""
+    for role, n in counts.items():
+        _records(directory / f"{role}-1.jsonl", role, range(n))
+
+
 def test_the_warm_up_is_drained_before_the_window_once_every_group_logged_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # warmup-partitions.js leaves one message per partition in q1 and in q2: the workers log
     # one record per partition, each tail group two (q1's forwarded, q2's own)
     shape = PipelineShape.at(3)
-    _records(tmp_path / "worker-1.jsonl", "worker", range(3))
-    _records(tmp_path / "analytics-1.jsonl", "analytics", range(6))
-    _records(tmp_path / "log-1.jsonl", "log", range(5))
+    _logged(tmp_path, worker=3, analytics=6, log=5)
     looks: list[int] = []
 
     def sleep(_: float) -> None:  # the log group's last record arrives on the second look
@@ -125,9 +129,7 @@ def test_a_warm_up_that_stops_arriving_short_is_reported_not_waited_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     shape = PipelineShape.at(3)
-    _records(tmp_path / "worker-1.jsonl", "worker", range(3))
-    _records(tmp_path / "analytics-1.jsonl", "analytics", range(6))
-    _records(tmp_path / "log-1.jsonl", "log", range(4))  # two never come
+    _logged(tmp_path, worker=3, analytics=6, log=4)  # two of the log group's never come
     clock = [0.0]
 
     def sleep(seconds: float) -> None:
