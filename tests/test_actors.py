@@ -11,6 +11,7 @@ import trio.testing
 from queen import open_broker
 from queen.actors.messages import PushRequest
 from queen.actors.policy import may_spread, spread_count
+from queen.actors.resolver import PartitionResolver
 from queen.broker import Broker
 from queen.ids import NIL_UUID, mint_ids
 from queen.model import PartitionKey, Status
@@ -299,6 +300,64 @@ async def test_idle_actor_stops_and_a_new_one_starts(
     assert second_actor is not None and second_actor is not first_actor
     assert broker.metrics.actors_started == 2
     assert [s.first_offset for s in store.segments_of("p")] == [0, 1]
+
+
+async def test_an_actor_started_again_takes_its_partition_id_from_memory(
+    broker: Broker, store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    key = PartitionKey("q", "p")
+    await broker.push([item("p", "a")])
+    asked = store.resolve_calls
+    await trio.sleep(IDLE_S * 2)
+    assert broker.supervisor.actor(key) is None  # stopped idle
+    [answer] = await broker.push([item("p", "b")])
+    assert answer.status == "queued"
+    assert broker.metrics.actors_started == 2
+    assert store.resolve_calls == asked  # the id came from the resolver's memory
+    assert [s.first_offset for s in store.segments_of("p")] == [0, 1]
+
+
+async def test_a_remembered_id_whose_partition_was_deleted_is_asked_for_again(
+    broker: Broker, store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    key = PartitionKey("q", "p")
+    await broker.push([item("p", "a")])
+    old_id = store.partitions[key]
+    await trio.sleep(IDLE_S * 2)
+    assert broker.supervisor.actor(key) is None
+    store.vanishing["p"] = 1  # its queue was deleted meanwhile
+    asked = store.resolve_calls
+    [answer] = await broker.push([item("p", "b")])
+    assert answer.status == "queued"
+    assert store.resolve_calls == asked + 1  # the remembered id was not trusted twice
+    new_id = store.partitions[key]
+    assert new_id != old_id
+    assert [(s.partition_id, s.transaction_ids) for s in store.segments] == [
+        (old_id, ["a"]),
+        (new_id, ["b"]),
+    ]
+    [again] = await broker.push([item("p", "c")])  # and the new id is the one remembered
+    assert again.status == "queued"
+    assert store.resolve_calls == asked + 1
+
+
+async def test_the_resolver_remembers_a_bounded_number_of_ids() -> None:
+    asked: list[list[str]] = []
+
+    async def ensure(keys) -> list[int]:
+        await trio.lowlevel.checkpoint()
+        asked.append([k.partition for k in keys])
+        return [ord(k.partition) for k in keys]
+
+    resolver = PartitionResolver(ensure, remembered=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(resolver.run)
+        for name in "abca":  # a, b, c asked; "a", the oldest learned, is forgotten for "c"
+            assert await resolver.resolve(PartitionKey("q", name)) == ord(name)
+        assert await resolver.resolve(PartitionKey("q", "c")) == ord("c")  # remembered
+        assert await resolver.resolve(PartitionKey("q", "c"), fresh=True) == ord("c")
+        nursery.cancel_scope.cancel()
+    assert asked == [["a"], ["b"], ["c"], ["a"], ["c"]]
 
 
 async def test_push_racing_an_idle_stop_is_not_lost(

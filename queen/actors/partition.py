@@ -8,7 +8,8 @@ It owns its partition's write path in this process:
   request whether it sits in the inbox or in front of a full one, so a bound here would move
   requests, not save memory (measured: ``docs/benchmark.md``); what bounds them is the producers
   (see "Backpressure and memory" in ``docs/producing.md``);
-- the **partition id** (resolved, and the queue and partition created, on first use);
+- the **partition id** (resolved, and the queue and partition created, on first use; asked
+  again, past the resolver's memory, when a write finds the partition row gone);
 - the **one write in flight**: it hands one segment to the batcher (or one record to the spool)
   and starts nothing else before its outcome is in, so a partition is never in two writes at
   once. The batcher *settles* the write (:meth:`PartitionActor._settled`, in the batcher's
@@ -77,6 +78,13 @@ Settle = Callable[[WriteResult | StoreError, float], None]
 (or the error that failed its transaction) and the time it knew."""
 
 
+class Resolve(Protocol):
+    """Where an actor gets its partition's id: the resolver
+    (:meth:`queen.actors.resolver.PartitionResolver.resolve`)."""
+
+    def __call__(self, key: PartitionKey, *, fresh: bool = False) -> Awaitable[int]: ...
+
+
 class SegmentWriter(Protocol):
     """Where an actor sends its segment: the batcher."""
 
@@ -129,7 +137,7 @@ class PartitionActor:
         self,
         key: PartitionKey,
         *,
-        resolve: Callable[[PartitionKey], Awaitable[int]],
+        resolve: Resolve,
         writer: SegmentWriter,
         router: WriteRouter,
         on_idle_stop: Callable[[PartitionActor], None],
@@ -365,7 +373,7 @@ class PartitionActor:
         try:
             if self.partition_id is None:
                 try:
-                    self.partition_id = await self._resolve(self.key)
+                    self.partition_id = await self._resolve(self.key, fresh=rewrite)
                 except StoreError as error:
                     await self._failed(batch, error)
                     return
