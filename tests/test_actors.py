@@ -302,14 +302,18 @@ async def test_idle_actor_stops_and_a_new_one_starts(
     assert [s.first_offset for s in store.segments_of("p")] == [0, 1]
 
 
+async def _pushed_then_stopped_idle(broker: Broker, partition: str) -> None:
+    """One push to ``partition`` of "q", then its actor's idle time passes and it stops."""
+    await broker.push([item(partition, "a")])
+    await trio.sleep(IDLE_S * 2)
+    assert broker.supervisor.actor(PartitionKey("q", partition)) is None
+
+
 async def test_an_actor_started_again_takes_its_partition_id_from_memory(
     broker: Broker, store: MemoryStore, autojump_clock: trio.testing.MockClock
 ) -> None:
-    key = PartitionKey("q", "p")
-    await broker.push([item("p", "a")])
+    await _pushed_then_stopped_idle(broker, "p")
     asked = store.resolve_calls
-    await trio.sleep(IDLE_S * 2)
-    assert broker.supervisor.actor(key) is None  # stopped idle
     [answer] = await broker.push([item("p", "b")])
     assert answer.status == "queued"
     assert broker.metrics.actors_started == 2
@@ -321,10 +325,8 @@ async def test_a_remembered_id_whose_partition_was_deleted_is_asked_for_again(
     broker: Broker, store: MemoryStore, autojump_clock: trio.testing.MockClock
 ) -> None:
     key = PartitionKey("q", "p")
-    await broker.push([item("p", "a")])
+    await _pushed_then_stopped_idle(broker, "p")
     old_id = store.partitions[key]
-    await trio.sleep(IDLE_S * 2)
-    assert broker.supervisor.actor(key) is None
     store.vanishing["p"] = 1  # its queue was deleted meanwhile
     asked = store.resolve_calls
     [answer] = await broker.push([item("p", "b")])
