@@ -292,8 +292,11 @@ def _drain_warmup(tail: Tail, shape: PipelineShape) -> dict[str, Any]:
     partition of q1, which the workers forward to q2, and one in every partition of q2, so the
     workers log ``partitions`` records and each tail group twice that. Ends early when nothing
     arrives for :data:`WARMUP_QUIET_S`; says what it saw."""
-    want = {"worker": shape.partitions, "analytics": 2 * shape.partitions}
-    want["log"] = 2 * shape.partitions
+    want = {
+        "worker": shape.partitions,
+        "analytics": 2 * shape.partitions,
+        "log": 2 * shape.partitions,
+    }
     began = quiet_since = time.monotonic()
     while not all(tail.seen(role) >= n for role, n in want.items()):
         if tail.read():
