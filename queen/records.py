@@ -39,8 +39,12 @@ class Subscription:
 
 @dataclass(frozen=True, slots=True)
 class Sizing:
+    """What one pop may take: ``batch`` messages from ``partitions`` partitions at most; more
+    than one partition only when at least ``spread`` are claimable (1: whatever are)."""
+
     batch: int
     partitions: int
+    spread: int = 1
 
 
 AckStatus = Literal["completed", "failed", "dlq", "retry"]

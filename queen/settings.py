@@ -256,6 +256,12 @@ class Settings:
         "most partitions one pop may claim when the client leaves it to the broker (autopilot;"
         " never more than the batch)",
     )
+    pop_autopilot_spread: int = _setting(
+        8,
+        "QUEEN_POP_AUTOPILOT_SPREAD",
+        "fewest claimable partitions of a group for which an autopilot pop claims more than one"
+        " (with fewer it claims one and leaves the rest to the group's other consumers)",
+    )
     pop_linger_ms: float = _setting(
         0.0,
         "QUEEN_POP_LINGER_MS",

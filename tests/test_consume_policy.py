@@ -116,19 +116,30 @@ def test_subscription_parsing_follows_the_contract() -> None:
 
 
 def test_pop_sizing_uses_client_values_and_fills_the_rest() -> None:
-    common = {"default_batch": 1, "autopilot_batch": 100, "autopilot_partitions": 4}
+    common = {
+        "default_batch": 1,
+        "autopilot_batch": 100,
+        "autopilot_partitions": 4,
+        "autopilot_spread": 8,
+    }
     assert pop_sizing(None, None, one_partition_route=False, autopilot=False, **common) == (
         pop_sizing(1, 1, one_partition_route=False, autopilot=False, **common)
     )
+    plain = pop_sizing(None, None, one_partition_route=False, autopilot=False, **common)
+    assert (plain.batch, plain.partitions, plain.spread) == (1, 1, 1)
+    # the broker's width, on condition that as many partitions as the spread are ready
     auto = pop_sizing(None, None, one_partition_route=False, autopilot=True, **common)
-    assert (auto.batch, auto.partitions) == (100, 4)
+    assert (auto.batch, auto.partitions, auto.spread) == (100, 4, 8)
     # the broker never claims more partitions than the batch has messages
     small = pop_sizing(2, None, one_partition_route=False, autopilot=True, **common)
-    assert (small.batch, small.partitions) == (2, 2)
+    assert (small.batch, small.partitions, small.spread) == (2, 2, 8)
+    alone = pop_sizing(1, None, one_partition_route=False, autopilot=True, **common)
+    assert (alone.partitions, alone.spread) == (1, 1)
+    # a count the client set is used as it is, whatever is ready
     pinned = pop_sizing(7, 2, one_partition_route=False, autopilot=True, **common)
-    assert (pinned.batch, pinned.partitions) == (7, 2)
+    assert (pinned.batch, pinned.partitions, pinned.spread) == (7, 2, 1)
     single = pop_sizing(None, 9, one_partition_route=True, autopilot=True, **common)
-    assert single.partitions == 1
+    assert (single.partitions, single.spread) == (1, 1)
 
 
 def test_times_are_iso_utc_with_z_and_the_id_carries_creation_time() -> None:

@@ -6,6 +6,7 @@ moves by SQL, never by sleeping.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -301,11 +302,34 @@ async def test_autopilot_fills_a_batch_from_as_many_partitions_as_it_needs(
     assert body["autopilot"]["partitions"] == 10
     assert body["partitionsClaimed"] == 10
     assert len({m["partitionId"] for m in body["messages"]}) == 10
-    # the next pop gets the two partitions the first one left
-    status, rest = await api.pop(queue, batch=10, autopilot=True)
-    assert status == 200 and sorted(m["data"] for m in rest["messages"]) == sorted(
-        set(range(12)) - {m["data"] for m in body["messages"]}
-    )
+    # two partitions are left, fewer than QUEEN_POP_AUTOPILOT_SPREAD: one to a pop
+    left = set(range(12)) - {m["data"] for m in body["messages"]}
+    status, second = await api.pop(queue, batch=10, autopilot=True)
+    assert status == 200 and second["partitionsClaimed"] == 1
+    status, third = await api.pop(queue, batch=10, autopilot=True)
+    assert status == 200 and third["partitionsClaimed"] == 1
+    assert sorted(m["data"] for m in second["messages"] + third["messages"]) == sorted(left)
+
+
+async def test_autopilot_leaves_a_few_ready_partitions_one_to_each_consumer(
+    api: Api, queue: str, settings: Settings
+) -> None:
+    for n in range(4):
+        await api.push(queue, f"p{n}", *(f"{n}.{m}" for m in range(5)))
+    # four partitions ready, fewer than 8: the first pop takes one, the others stay claimable
+    status, first = await api.pop(queue, batch=100, autopilot=True, consumerGroup="g")
+    assert status == 200 and first["partitionsClaimed"] == 1
+    assert data_of(first["messages"]) == [f"{first['partition'][1]}.{m}" for m in range(5)]
+    status, second = await api.pop(queue, batch=100, autopilot=True, consumerGroup="g")
+    assert status == 200 and second["partitionsClaimed"] == 1
+    assert second["partition"] != first["partition"]
+    # a count the client sets is used as it is
+    status, pinned = await api.pop(queue, batch=100, partitions=4, consumerGroup="h")
+    assert status == 200 and pinned["partitionsClaimed"] == 4
+    # with the spread at 1 the broker's width applies whatever is ready
+    async with open_broker(dataclasses.replace(settings, pop_autopilot_spread=1)) as wide:
+        taken = await wide.pop(queue, consumer_group="k", batch=100, autopilot=True)
+    assert len({m.partition for m in taken.messages}) == 4 and len(taken.messages) == 20
 
 
 async def test_pop_maintenance_answers_204_at_once_in_every_process(

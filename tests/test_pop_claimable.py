@@ -16,7 +16,7 @@ from tests.consuming import Api, age_messages
 GROUP = "__QUEUE_MODE__"
 POP = (
     "SELECT * FROM queen.pop(%s, NULL, %s, '', %s, 100, 100, false, 'all', NULL,"
-    " gen_random_uuid(), %s, NULL, %s)"
+    " gen_random_uuid(), %s, NULL, %s, %s)"
 )
 
 
@@ -42,15 +42,17 @@ async def _hold(db: Db, queue: str, partition: str, column: str) -> None:
     )
 
 
-def _looks(url: str, looks: list[tuple[str | None, str, list[str] | None]], ripe: bool) -> Any:
+def _looks(
+    url: str, looks: list[tuple[str | None, str, list[str] | None]], ripe: bool, spread: int = 1
+) -> Any:
     """What queen.pop answers for each look (queue, namespace, hint), each rolled back to a
     savepoint of one transaction (one now()): the claimed (queue, partition) pairs, and the
-    ripe rows."""
+    ripe rows. ``spread``: queen.pop's p_spread."""
     out = []
     with psycopg.connect(url) as conn:
         for queue, ns, hint in looks:
             conn.execute("SAVEPOINT look")
-            rows = conn.execute(POP, (queue, ns, GROUP, ripe, hint)).fetchall()
+            rows = conn.execute(POP, (queue, ns, GROUP, ripe, hint, spread)).fetchall()
             conn.execute("ROLLBACK TO SAVEPOINT look")
             out.append(
                 (
@@ -97,6 +99,28 @@ async def test_each_walk_claims_the_same_partitions(api: Api, queue: str, db: Db
     assert sorted(p for claimed, _ in hinted for p in claimed) == wanted
 
 
+async def test_each_walk_counts_its_spread_by_the_same_rule(api: Api, queue: str, db: Db) -> None:
+    """p_spread: a pop claims more than one partition only when at least that many are
+    claimable; the leased and the consumed ones do not count."""
+    ns = f"ns-{queue}"
+    await _namespace(api, ns, (queue, {}))
+    names = ["a", "b", "c", "leased", "done"]
+    for name in names:
+        await api.push(queue, name, 1)
+    assert len(await api.messages(queue, "done", autoAck=True)) == 1
+    assert len(await api.messages(queue, "leased")) == 1
+    looks: list[tuple[str | None, str, list[str] | None]] = [
+        (None, ns, None),
+        (queue, "", None),
+        (queue, "", names),
+    ]
+    for spread, claimed in ((3, 3), (4, 1), (1, 3)):
+        answers = await trio.to_thread.run_sync(_looks, db.url, looks, False, spread)
+        assert [len(pairs) for pairs, _ in answers] == [claimed] * 3, spread
+        for pairs, _ in answers:
+            assert {p for _, p in pairs} <= {"a", "b", "c"}
+
+
 async def test_each_ripe_scan_dates_the_same_wait(api: Api, queue: str, db: Db) -> None:
     held, empty = f"{queue}-held", f"{queue}-empty"
     ns = f"ns-{queue}"
@@ -122,8 +146,8 @@ async def test_each_ripe_scan_dates_the_same_wait(api: Api, queue: str, db: Db) 
 
 def _nested_plans(url: str, queue: str, ns: str, hint: list[str]) -> list[tuple[str, str]]:
     """(query text, plan) of every statement run inside queen.pop for a look at ``queue``
-    with ``hint``, one at ``queue`` and one at the namespace ``ns``: each walk and, as
-    nothing is claimable, each ripe scan."""
+    with ``hint``, one at ``queue`` and one at the namespace ``ns``: each spread count (a
+    spread of 2), each walk and, as nothing is claimable, each ripe scan."""
     notes: list[str] = []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.add_notice_handler(lambda d: notes.append(d.message_primary or ""))
@@ -140,7 +164,7 @@ def _nested_plans(url: str, queue: str, ns: str, hint: list[str]) -> list[tuple[
         for look in ((queue, "", hint), (queue, "", None), (None, ns, None)):
             for _ in range(2):  # the second: the cached generic plans
                 conn.execute("BEGIN")
-                conn.execute(POP, (look[0], look[1], GROUP, True, look[2]))
+                conn.execute(POP, (look[0], look[1], GROUP, True, look[2], 2))
                 conn.execute("ROLLBACK")
     logged = [json.loads(n[n.index("{") :]) for n in notes if "{" in n]
     return [(entry["Query Text"], json.dumps(entry["Plan"])) for entry in logged]
@@ -158,15 +182,17 @@ async def test_the_claim_rule_is_written_once_and_inlined_into_every_walk(
     await api.push(queue, "p", 1)  # within its window buffer: nothing claimable
     plans = await trio.to_thread.run_sync(_nested_plans, db.url, queue, ns, ["p"])
     readers = [plan for text, plan in plans if "queen.cursor_claim(" in text]
-    # three walks and two ripe scans (the whole queues' one after either walk), each run twice
-    assert len({text for text, _ in plans if "queen.cursor_claim(" in text}) == 5
-    assert len(readers) == 12
+    # three walks, two spread counts (by name, by queue) and two ripe scans (the whole
+    # queues' ones after either walk), each run twice
+    assert len({text for text, _ in plans if "queen.cursor_claim(" in text}) == 7
+    assert len(readers) == 18
     for plan in readers:
         assert "cursor_claim" not in plan, plan
         assert "segments_pkey" in plan, plan  # the window buffer's look-up, inlined
     [source] = await db.rows(
         "SELECT p.prosrc FROM pg_proc p WHERE p.oid = 'queen.pop(text, text, text, text, text,"
-        " integer, integer, boolean, text, timestamptz, uuid, boolean, bigint, text[])'"
+        " integer, integer, boolean, text, timestamptz, uuid, boolean, bigint, text[],"
+        " integer)'"
         "::regprocedure"
     )
     for condition in (  # the rule's conditions are queen.cursor_claim's alone

@@ -205,7 +205,7 @@ def _explain_pop(url: str, queue: str, group: str, hint: list[str] | None) -> in
             row = conn.execute(
                 "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM queen.pop("
                 "%s, NULL, '', '', %s, 10, 1, false, 'all', NULL, gen_random_uuid(), true,"
-                " 1048576, %s)",
+                " 1048576, %s, 1)",
                 (queue, group, hint),
             ).fetchone()
             conn.execute("ROLLBACK")  # (nothing leased)
@@ -276,7 +276,7 @@ async def test_a_whole_queue_look_reaches_each_partition_by_its_key_under_a_gene
                 conn.execute("BEGIN")
                 conn.execute(
                     "SELECT * FROM queen.pop(%s, NULL, '', '', 'g', 10, 1, false, 'all', NULL,"
-                    " gen_random_uuid(), true, 1048576, NULL)",
+                    " gen_random_uuid(), true, 1048576, NULL, 1)",
                     (queue,),
                 )
                 conn.execute("ROLLBACK")

@@ -41,6 +41,7 @@ def pop_sizing(
     autopilot_batch: int,
     autopilot_partitions: int,
     autopilot: bool,
+    autopilot_spread: int = 1,
 ) -> Sizing:
     """How many messages and partitions one pop may take.
 
@@ -48,14 +49,21 @@ def pop_sizing(
     (``autopilot=true``), an omitted batch is ``autopilot_batch`` and an omitted partition
     count is as many partitions as the batch could use, up to ``autopilot_partitions``: a
     batch fills from several partitions when each holds only a few messages, and a pop that
-    fills it from its first partition claims no other. Without autopilot they are
+    fills it from its first partition claims no other. That width applies only while at least
+    ``autopilot_spread`` partitions are claimable: with fewer, the pop claims one and leaves
+    the rest to the group's other consumers, so that a few ready partitions are worked on side
+    by side (a count the client set applies as it is). Without autopilot they are
     ``default_batch`` (1, as the official clients expect from a pop without ``batch``) and 1.
     The partition route always claims one partition.
     """
     if autopilot:
         size = batch or autopilot_batch
-        width = partitions or min(size, autopilot_partitions)
-        return Sizing(size, 1 if one_partition_route else width)
+        if one_partition_route:
+            return Sizing(size, 1)
+        if partitions:
+            return Sizing(size, partitions)
+        width = min(size, autopilot_partitions)
+        return Sizing(size, width, autopilot_spread if width > 1 else 1)
     return Sizing(batch or default_batch, 1 if one_partition_route else partitions or 1)
 
 

@@ -253,6 +253,7 @@ class ConsumeService:
             autopilot_batch=s.pop_autopilot_batch,
             autopilot_partitions=s.pop_autopilot_partitions,
             autopilot=request.autopilot,
+            autopilot_spread=s.pop_autopilot_spread,
         )
         self.metrics.pop_requests += 1
         result = PopResult(request.consumer_group, sizing=sizing if request.autopilot else None)

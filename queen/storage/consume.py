@@ -50,7 +50,7 @@ _POP_TEXT_SQL = (
     b" ripe_in_s"
     b" FROM queen.pop($1::text, $2::text, $3::text, $4::text, $5::text, $6::integer,"
     b" $7::integer, $8::boolean, $9::text, $10::timestamptz, $11::uuid, $12::boolean,"
-    b" $13::bigint, $14::text[])"
+    b" $13::bigint, $14::text[], $15::integer)"
 )
 _ACK_TEXT_SQL = (
     b"SELECT idx, success, error, queue_name, partition_name, lease_released, dlq"
@@ -267,6 +267,7 @@ class PgConsumeStore:
             request.wait,
             max_bytes,
             None if hint is None else _pg_array(sorted(hint)).decode(),
+            sizing.spread,
         )
 
         # Shielded: a pop that reached the database finishes there (its lease is taken, or

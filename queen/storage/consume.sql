@@ -327,6 +327,10 @@ $fn$;
 -- up to p_batch messages from them (a budget shared by all claimed partitions), in offset
 -- order per partition. One row per delivered message.
 --
+-- p_spread (1: no condition) is the fewest claimable partitions in scope for which the pop
+-- claims more than one: with fewer, it claims one, and leaves the others to the group's
+-- other consumers. They are counted before the walk, up to p_spread, without locking them.
+--
 -- The payloads delivered add up to at most p_max_bytes (octets), also shared by all claimed
 -- partitions: a partition's messages are taken in offset order while they fit, so what is
 -- left of it stays unleased (with autoAck, the cursor stays before it) for the next pop. The
@@ -363,14 +367,14 @@ $fn$;
 -- cursors x partitions, which is what a cached generic plan picked once the table had grown.
 -- The queries are written so that their generic plans are the plans wanted, and the function
 -- keeps them (plan_cache_mode): a custom plan made again at every call cost more than the look.
--- (The earlier signatures, without p_hint, p_ripe or p_max_bytes, are left in place: a
--- broker of a previous build on the same database keeps popping through them during a
--- rolling upgrade.)
+-- (The earlier signatures, without p_spread, p_hint, p_ripe or p_max_bytes, are left in
+-- place: a broker of a previous build on the same database keeps popping through them during
+-- a rolling upgrade.)
 CREATE OR REPLACE FUNCTION queen.pop(
     p_queue text, p_partition text, p_namespace text, p_task text, p_group text,
     p_batch integer, p_max_partitions integer, p_auto_ack boolean,
     p_sub_start text, p_sub_at timestamptz, p_lease_id uuid, p_ripe boolean,
-    p_max_bytes bigint, p_hint text[])
+    p_max_bytes bigint, p_hint text[], p_spread integer)
 RETURNS TABLE (partition_id bigint, queue_name text, partition_name text, msg_offset bigint,
                message_id uuid, transaction_id text, payload text, producer_sub text,
                trace_id uuid, retry_count integer, lease_expires_at timestamptz,
@@ -404,6 +408,8 @@ DECLARE
                                ELSE p_hint END;
     v_pids      bigint[];   -- the named partitions' ids
     v_q         record;
+    v_width     integer := p_max_partitions;   -- partitions this pop may claim
+    v_ready     integer;
 BEGIN
     IF p_queue IS NOT NULL THEN
         SELECT ARRAY[q.id] INTO v_queues FROM queen.queues q WHERE q.name = p_queue;
@@ -525,6 +531,44 @@ BEGIN
         PERFORM queen.refresh_statistics('{queen.cursors}');
     END IF;
 
+    -- Fewer claimable partitions than p_spread: one is claimed, the rest left to others.
+    IF p_spread > 1 AND v_width > 1 THEN
+        IF v_names IS NOT NULL THEN
+            SELECT count(*) INTO v_ready FROM (
+                SELECT 1
+                FROM queen.partitions p
+                JOIN queen.cursors cu ON cu.partition_id = p.id
+                CROSS JOIN LATERAL (SELECT x.window_buffer_s, x.delayed_processing_s
+                                    FROM queen.queues x WHERE x.id = p.queue_id OFFSET 0) q
+                CROSS JOIN LATERAL queen.cursor_claim(p.id, p.next_offset, cu.next_offset,
+                                                      cu.lease_expires_at, cu.not_before,
+                                                      q.window_buffer_s,
+                                                      q.delayed_processing_s) k
+                WHERE p.id = ANY (v_pids)
+                  AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
+                  AND k.claimable
+                LIMIT p_spread) r;
+        ELSE
+            SELECT count(*) INTO v_ready FROM (
+                SELECT 1
+                FROM queen.cursors cu
+                CROSS JOIN LATERAL (SELECT p.next_offset FROM queen.partitions p
+                                    WHERE p.id = cu.partition_id OFFSET 0) p
+                JOIN queen.queues q ON q.id = cu.queue_id
+                CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset,
+                                                      cu.next_offset, cu.lease_expires_at,
+                                                      cu.not_before, q.window_buffer_s,
+                                                      q.delayed_processing_s) k
+                WHERE cu.queue_id = ANY (v_queues)
+                  AND cu.consumer_group = p_group
+                  AND k.claimable
+                LIMIT p_spread) r;
+        END IF;
+        IF v_ready < p_spread THEN
+            v_width := 1;
+        END IF;
+    END IF;
+
     -- The candidates, least recently served first. Named partitions (the partition route, a
     -- hint) are found by name; on one queue the walk follows an index of the group's cursors
     -- and stops at the first ones with messages; across queues, priority comes first.
@@ -544,7 +588,7 @@ BEGIN
           AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
           AND k.claimable
         ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT p_max_partitions + 4   -- room for partitions found empty (below)
+        LIMIT v_width + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
     ELSIF cardinality(v_queues) = 1 THEN
         SELECT q.name, q.lease_time_s, q.delayed_processing_s, q.window_buffer_s INTO v_q
@@ -562,7 +606,7 @@ BEGIN
           AND cu.consumer_group = p_group
           AND k.claimable
         ORDER BY cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT p_max_partitions + 4   -- room for partitions found empty (below)
+        LIMIT v_width + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
     ELSE
         OPEN v_cands FOR
@@ -579,12 +623,12 @@ BEGIN
           AND cu.consumer_group = p_group
           AND k.claimable
         ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT p_max_partitions + 4   -- room for partitions found empty (below)
+        LIMIT v_width + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
     END IF;
     LOOP
         -- before the fetch: a fetched candidate is a locked row
-        EXIT WHEN v_left <= 0 OR v_bytes <= 0 OR v_claimed >= p_max_partitions;
+        EXIT WHEN v_left <= 0 OR v_bytes <= 0 OR v_claimed >= v_width;
         FETCH v_cands INTO c;
         EXIT WHEN NOT FOUND;
 

@@ -382,7 +382,7 @@ BEGIN
                max(m.lease_expires_at)
         INTO v_msgs, v_expires
         FROM queen.pop(r.x ->> 'queue_name', r.x ->> 'partition_name', '', '', v_group, v_batch,
-                       1, v_auto, v_start, v_at, v_lease, false, NULL, NULL) m;
+                       1, v_auto, v_start, v_at, v_lease, false, NULL, NULL, 1) m;
         v_out := v_out || jsonb_build_array(jsonb_build_object('o', r.o, 'answer',
             jsonb_build_object('idx', r.idx, 'result', jsonb_build_object(
                 'success', true,
