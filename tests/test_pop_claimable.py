@@ -146,8 +146,8 @@ async def test_each_ripe_scan_dates_the_same_wait(api: Api, queue: str, db: Db) 
 
 def _nested_plans(url: str, queue: str, ns: str, hint: list[str]) -> list[tuple[str, str]]:
     """(query text, plan) of every statement run inside queen.pop for a look at ``queue``
-    with ``hint``, one at ``queue`` and one at the namespace ``ns``: each spread count (a
-    spread of 2), each walk and, as nothing is claimable, each ripe scan."""
+    with ``hint``, one at ``queue`` and one at the namespace ``ns`` (a spread of 2): each
+    walk and, as nothing is claimable, each ripe scan."""
     notes: list[str] = []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.add_notice_handler(lambda d: notes.append(d.message_primary or ""))
@@ -182,10 +182,9 @@ async def test_the_claim_rule_is_written_once_and_inlined_into_every_walk(
     await api.push(queue, "p", 1)  # within its window buffer: nothing claimable
     plans = await trio.to_thread.run_sync(_nested_plans, db.url, queue, ns, ["p"])
     readers = [plan for text, plan in plans if "queen.cursor_claim(" in text]
-    # three walks, two spread counts (by name, by queue) and two ripe scans (the whole
-    # queues' ones after either walk), each run twice
-    assert len({text for text, _ in plans if "queen.cursor_claim(" in text}) == 7
-    assert len(readers) == 18
+    # three walks and two ripe scans (the whole queues' one after either walk), each run twice
+    assert len({text for text, _ in plans if "queen.cursor_claim(" in text}) == 5
+    assert len(readers) == 12
     for plan in readers:
         assert "cursor_claim" not in plan, plan
         assert "segments_pkey" in plan, plan  # the window buffer's look-up, inlined

@@ -323,13 +323,21 @@ LANGUAGE sql STABLE AS $fn$
                          + make_interval(secs => p_delay_s) END)
 $fn$;
 
+-- One candidate of a pop's walk, as queen.pop fetches it.
+DO $do$ BEGIN
+    CREATE TYPE queen.pop_candidate AS (
+        pid bigint, nxt bigint, acked bigint[], pname text, qname text, lease_time_s integer,
+        delayed_processing_s integer);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $do$;
+
 -- Pop: claim up to p_max_partitions partitions of the queue(s) in scope for p_group and lease
 -- up to p_batch messages from them (a budget shared by all claimed partitions), in offset
 -- order per partition. One row per delivered message.
 --
 -- p_spread (1: no condition) is the fewest claimable partitions in scope for which the pop
 -- claims more than one: with fewer, it claims one, and leaves the others to the group's
--- other consumers. They are counted before the walk, up to p_spread, without locking them.
+-- other consumers. The walk fetches that many candidates ahead before it claims.
 --
 -- The payloads delivered add up to at most p_max_bytes (octets), also shared by all claimed
 -- partitions: a partition's messages are taken in offset order while they fit, so what is
@@ -385,7 +393,10 @@ DECLARE
     v_queues    bigint[];
     v_left      integer := p_batch;
     v_bytes     bigint := coalesce(p_max_bytes, 9223372036854775807);   -- octets left
-    c           record;
+    c           queen.pop_candidate;
+    v_buf       queen.pop_candidate[] := '{}';   -- candidates fetched ahead (p_spread)
+    v_ahead     integer := 0;
+    v_taken     integer := 0;
     v_seg_first bigint;
     v_seg_last  bigint;
     v_from      bigint;
@@ -409,7 +420,6 @@ DECLARE
     v_pids      bigint[];   -- the named partitions' ids
     v_q         record;
     v_width     integer := p_max_partitions;   -- partitions this pop may claim
-    v_ready     integer;
 BEGIN
     IF p_queue IS NOT NULL THEN
         SELECT ARRAY[q.id] INTO v_queues FROM queen.queues q WHERE q.name = p_queue;
@@ -531,44 +541,6 @@ BEGIN
         PERFORM queen.refresh_statistics('{queen.cursors}');
     END IF;
 
-    -- Fewer claimable partitions than p_spread: one is claimed, the rest left to others.
-    IF p_spread > 1 AND v_width > 1 THEN
-        IF v_names IS NOT NULL THEN
-            SELECT count(*) INTO v_ready FROM (
-                SELECT 1
-                FROM queen.partitions p
-                JOIN queen.cursors cu ON cu.partition_id = p.id
-                CROSS JOIN LATERAL (SELECT x.window_buffer_s, x.delayed_processing_s
-                                    FROM queen.queues x WHERE x.id = p.queue_id OFFSET 0) q
-                CROSS JOIN LATERAL queen.cursor_claim(p.id, p.next_offset, cu.next_offset,
-                                                      cu.lease_expires_at, cu.not_before,
-                                                      q.window_buffer_s,
-                                                      q.delayed_processing_s) k
-                WHERE p.id = ANY (v_pids)
-                  AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
-                  AND k.claimable
-                LIMIT p_spread) r;
-        ELSE
-            SELECT count(*) INTO v_ready FROM (
-                SELECT 1
-                FROM queen.cursors cu
-                CROSS JOIN LATERAL (SELECT p.next_offset FROM queen.partitions p
-                                    WHERE p.id = cu.partition_id OFFSET 0) p
-                JOIN queen.queues q ON q.id = cu.queue_id
-                CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset,
-                                                      cu.next_offset, cu.lease_expires_at,
-                                                      cu.not_before, q.window_buffer_s,
-                                                      q.delayed_processing_s) k
-                WHERE cu.queue_id = ANY (v_queues)
-                  AND cu.consumer_group = p_group
-                  AND k.claimable
-                LIMIT p_spread) r;
-        END IF;
-        IF v_ready < p_spread THEN
-            v_width := 1;
-        END IF;
-    END IF;
-
     -- The candidates, least recently served first. Named partitions (the partition route, a
     -- hint) are found by name; on one queue the walk follows an index of the group's cursors
     -- and stops at the first ones with messages; across queues, priority comes first.
@@ -588,7 +560,7 @@ BEGIN
           AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
           AND k.claimable
         ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT v_width + 4   -- room for partitions found empty (below)
+        LIMIT greatest(v_width, p_spread) + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
     ELSIF cardinality(v_queues) = 1 THEN
         SELECT q.name, q.lease_time_s, q.delayed_processing_s, q.window_buffer_s INTO v_q
@@ -606,7 +578,7 @@ BEGIN
           AND cu.consumer_group = p_group
           AND k.claimable
         ORDER BY cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT v_width + 4   -- room for partitions found empty (below)
+        LIMIT greatest(v_width, p_spread) + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
     ELSE
         OPEN v_cands FOR
@@ -623,14 +595,33 @@ BEGIN
           AND cu.consumer_group = p_group
           AND k.claimable
         ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT v_width + 4   -- room for partitions found empty (below)
+        LIMIT greatest(v_width, p_spread) + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
+    END IF;
+    -- Fewer candidates than p_spread: one is claimed, the rest left to others. The first
+    -- p_spread are fetched ahead (locked as the walk locks them) and claimed from the buffer.
+    IF p_spread > 1 AND v_width > 1 THEN
+        LOOP
+            EXIT WHEN v_ahead >= p_spread;
+            FETCH v_cands INTO c;
+            EXIT WHEN NOT FOUND;
+            v_ahead := v_ahead + 1;
+            v_buf[v_ahead] := c;
+        END LOOP;
+        IF v_ahead < p_spread THEN
+            v_width := 1;
+        END IF;
     END IF;
     LOOP
         -- before the fetch: a fetched candidate is a locked row
         EXIT WHEN v_left <= 0 OR v_bytes <= 0 OR v_claimed >= v_width;
-        FETCH v_cands INTO c;
-        EXIT WHEN NOT FOUND;
+        IF v_taken < v_ahead THEN
+            v_taken := v_taken + 1;
+            c := v_buf[v_taken];
+        ELSE
+            FETCH v_cands INTO c;
+            EXIT WHEN NOT FOUND;
+        END IF;
 
         -- The first stored offset at or after the cursor (retention, eviction, a clear or a
         -- deleted message may have left a gap).
