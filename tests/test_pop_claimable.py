@@ -121,6 +121,33 @@ async def test_each_walk_counts_its_spread_by_the_same_rule(api: Api, queue: str
             assert {p for _, p in pairs} <= {"a", "b", "c"}
 
 
+def _side_by_side(url: str, queue: str) -> tuple[list[str], list[str]]:
+    """The partitions two pops of one message each claim while both are open (a wide width,
+    a spread of 8): the second pop's walk runs while the first still holds what it locked."""
+    with psycopg.connect(url) as first, psycopg.connect(url) as second:
+        pop = POP.replace("100, 100, false", "1, 32, false")
+        a = first.execute(pop, (queue, "", GROUP, False, None, 8)).fetchall()
+        b = second.execute(pop, (queue, "", GROUP, False, None, 8)).fetchall()
+        first.rollback()
+        second.rollback()
+    return [r[2] for r in a], [r[2] for r in b]
+
+
+async def test_a_pop_whose_first_claim_fills_its_batch_fetches_nothing_ahead(
+    api: Api, queue: str, db: Db
+) -> None:
+    """Candidates are fetched ahead (and locked) only when a second claim may follow: a pop
+    filled by its first partition leaves the others free for a pop running beside it."""
+    for name in ("a", "b", "c"):
+        await api.push(queue, name, 1, 2)
+    # a first look makes the group's cursors (a second one would wait for them) and leases one
+    status, body = await api.pop(queue, batch=1)
+    assert status == 200
+    first, second = await trio.to_thread.run_sync(_side_by_side, db.url, queue)
+    assert len(first) == 1 and len(second) == 1
+    assert sorted(first + second + [body["partition"]]) == ["a", "b", "c"]
+
+
 async def test_each_ripe_scan_dates_the_same_wait(api: Api, queue: str, db: Db) -> None:
     held, empty = f"{queue}-held", f"{queue}-empty"
     ns = f"ns-{queue}"

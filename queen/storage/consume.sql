@@ -337,7 +337,8 @@ END $do$;
 --
 -- p_spread (1: no condition) is the fewest claimable partitions in scope for which the pop
 -- claims more than one: with fewer, it claims one, and leaves the others to the group's
--- other consumers. The walk fetches that many candidates ahead before it claims.
+-- other consumers. Once a first claim leaves room in the batch, the walk fetches that many
+-- candidates ahead before it claims a second.
 --
 -- The payloads delivered add up to at most p_max_bytes (octets), also shared by all claimed
 -- partitions: a partition's messages are taken in offset order while they fit, so what is
@@ -397,6 +398,7 @@ DECLARE
     v_buf       queen.pop_candidate[] := '{}';   -- candidates fetched ahead (p_spread)
     v_ahead     integer := 0;
     v_taken     integer := 0;
+    v_found     integer := 0;   -- candidates fetched
     v_seg_first bigint;
     v_seg_last  bigint;
     v_from      bigint;
@@ -598,29 +600,30 @@ BEGIN
         LIMIT greatest(v_width, p_spread) + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
     END IF;
-    -- Fewer candidates than p_spread: one is claimed, the rest left to others. The first
-    -- p_spread are fetched ahead (locked as the walk locks them) and claimed from the buffer.
-    IF p_spread > 1 AND v_width > 1 THEN
-        LOOP
-            EXIT WHEN v_ahead >= p_spread;
-            FETCH v_cands INTO c;
-            EXIT WHEN NOT FOUND;
-            v_ahead := v_ahead + 1;
-            v_buf[v_ahead] := c;
-        END LOOP;
-        IF v_ahead < p_spread THEN
-            v_width := 1;
-        END IF;
-    END IF;
     LOOP
         -- before the fetch: a fetched candidate is a locked row
         EXIT WHEN v_left <= 0 OR v_bytes <= 0 OR v_claimed >= v_width;
+        -- A second partition only when the walk finds at least p_spread candidates: the
+        -- first claim left room in the batch, so the rest are fetched ahead (locked, as every
+        -- candidate is) and claimed from there; with fewer, the pop stops at one.
+        IF v_claimed = 1 AND p_spread > v_found AND v_ahead = 0 THEN
+            LOOP
+                EXIT WHEN v_found >= p_spread;
+                FETCH v_cands INTO c;
+                EXIT WHEN NOT FOUND;
+                v_found := v_found + 1;
+                v_ahead := v_ahead + 1;
+                v_buf[v_ahead] := c;
+            END LOOP;
+            EXIT WHEN v_found < p_spread;
+        END IF;
         IF v_taken < v_ahead THEN
             v_taken := v_taken + 1;
             c := v_buf[v_taken];
         ELSE
             FETCH v_cands INTO c;
             EXIT WHEN NOT FOUND;
+            v_found := v_found + 1;
         END IF;
 
         -- The first stored offset at or after the cursor (retention, eviction, a clear or a
