@@ -325,10 +325,11 @@ $fn$;
 
 -- One candidate of a pop's walk, as queen.pop fetches it.
 DO $do$ BEGIN
-    CREATE TYPE queen.pop_candidate AS (
-        pid bigint, nxt bigint, acked bigint[], pname text, qname text, lease_time_s integer,
-        delayed_processing_s integer);
-EXCEPTION WHEN duplicate_object THEN NULL;
+    IF to_regtype('queen.pop_candidate') IS NULL THEN
+        CREATE TYPE queen.pop_candidate AS (
+            pid bigint, nxt bigint, acked bigint[], pname text, qname text,
+            lease_time_s integer, delayed_processing_s integer);
+    END IF;
 END $do$;
 
 -- Pop: claim up to p_max_partitions partitions of the queue(s) in scope for p_group and lease
