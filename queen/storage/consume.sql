@@ -422,7 +422,6 @@ DECLARE
                                ELSE p_hint END;
     v_pids      bigint[];   -- the named partitions' ids
     v_q         record;
-    v_width     integer := p_max_partitions;   -- partitions this pop may claim
 BEGIN
     IF p_queue IS NOT NULL THEN
         SELECT ARRAY[q.id] INTO v_queues FROM queen.queues q WHERE q.name = p_queue;
@@ -563,7 +562,7 @@ BEGIN
           AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
           AND k.claimable
         ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT greatest(v_width, p_spread) + 4   -- room for partitions found empty (below)
+        LIMIT greatest(p_max_partitions, p_spread) + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
     ELSIF cardinality(v_queues) = 1 THEN
         SELECT q.name, q.lease_time_s, q.delayed_processing_s, q.window_buffer_s INTO v_q
@@ -581,7 +580,7 @@ BEGIN
           AND cu.consumer_group = p_group
           AND k.claimable
         ORDER BY cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT greatest(v_width, p_spread) + 4   -- room for partitions found empty (below)
+        LIMIT greatest(p_max_partitions, p_spread) + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
     ELSE
         OPEN v_cands FOR
@@ -598,12 +597,12 @@ BEGIN
           AND cu.consumer_group = p_group
           AND k.claimable
         ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT greatest(v_width, p_spread) + 4   -- room for partitions found empty (below)
+        LIMIT greatest(p_max_partitions, p_spread) + 4   -- room for partitions found empty (below)
         FOR UPDATE OF cu SKIP LOCKED;
     END IF;
     LOOP
         -- before the fetch: a fetched candidate is a locked row
-        EXIT WHEN v_left <= 0 OR v_bytes <= 0 OR v_claimed >= v_width;
+        EXIT WHEN v_left <= 0 OR v_bytes <= 0 OR v_claimed >= p_max_partitions;
         -- A second partition only when the walk finds at least p_spread candidates: the
         -- first claim left room in the batch, so the rest are fetched ahead (locked, as every
         -- candidate is) and claimed from there; with fewer, the pop stops at one.
