@@ -251,3 +251,21 @@ def test_a_partition_ticket_is_set_by_its_partition_or_its_whole_queue() -> None
     assert again is not mine and not again.is_set()
     wakeups.fire(["q"])  # the queue as a whole: a NOTIFY, a released lease, a seek
     assert again.is_set()
+
+
+async def test_an_ack_in_another_process_wakes_a_pop_waiting_behind_its_lease(
+    settings: Settings, queue: str
+) -> None:
+    quiet = settings.with_changes(pop_recheck_ms=NO_RECHECK)
+    async with open_broker(quiet) as waiting, open_broker(quiet) as acking:
+        await acking.push([{"queue": queue, "payload": n} for n in ("first", "second")])
+        held = await acking.pop(queue, batch=1)
+        assert [m.data for m in held.messages] == ["first"]
+        got: list[PopResult] = []
+        with trio.fail_after(10):  # the lease would end in 300 s, the pop's own wait in 30 s
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(wait_for_pop, waiting, queue, got, timeout_ms=30_000))
+                await waiting.consume.wakeups.until_waiting(1)
+                [done] = await acking.ack(held.messages[0])
+                assert done.success and done.lease_released
+        assert [m.data for m in got[0].messages] == ["second"]

@@ -1013,6 +1013,11 @@ BEGIN
             WHERE f.partition_id = k.pid AND f.consumer_group = k.grp
               AND f.msg_offset < v_next;
         END IF;
+        -- A released lease with messages behind it: pops waiting in other broker processes,
+        -- which knew the partition as leased, are told as of a push to it (at commit).
+        IF v_clear AND v_live AND cu.high > v_next THEN
+            PERFORM pg_notify('queen_pushed', jsonb_build_array(cu.qname, cu.pname)::text);
+        END IF;
 
         RETURN QUERY
         SELECT r.i, r.ok, r.err, cu.qname, cu.pname, v_clear AND v_live, r.d

@@ -2,8 +2,9 @@
 
 Every push transaction notifies channel ``queen_pushed``, once per queue it wrote, with a JSON
 array of the queue's name and the names of the partitions it wrote (a trigger in
-``consume.sql``), at commit; the queue's name alone stands for the queue as a whole (a seek, a
-deleted group, more partitions than a notification holds). This component owns one dedicated
+``consume.sql``), at commit; so does an ack that releases a lease with messages behind it, for
+that partition; the queue's name alone stands for the queue as a whole (a seek, a deleted
+group, more partitions than a notification holds). This component owns one dedicated
 PostgreSQL connection that LISTENs on that channel. The Trio task waits on the connection's
 socket itself (no worker thread while waiting), reads every notification that arrived, and
 calls ``on_partitions`` with the (queue, partition) written and ``on_queues`` with the queues
