@@ -253,7 +253,7 @@ def test_a_partition_ticket_is_set_by_its_partition_or_its_whole_queue() -> None
     assert again.is_set()
 
 
-async def test_an_ack_in_another_process_wakes_a_pop_waiting_behind_its_lease(
+async def test_a_lease_handed_back_in_another_process_wakes_a_pop_waiting_behind_it(
     settings: Settings, queue: str
 ) -> None:
     quiet = settings.with_changes(pop_recheck_ms=NO_RECHECK)
@@ -266,6 +266,13 @@ async def test_an_ack_in_another_process_wakes_a_pop_waiting_behind_its_lease(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(partial(wait_for_pop, waiting, queue, got, timeout_ms=30_000))
                 await waiting.consume.wakeups.until_waiting(1)
-                [done] = await acking.ack(held.messages[0])
+                [done] = await acking.ack(
+                    AckItem(
+                        held.messages[0].transaction_id,
+                        held.messages[0].partition_id,
+                        "retry",
+                        lease_id=held.lease_id,
+                    )
+                )
                 assert done.success and done.lease_released
-        assert [m.data for m in got[0].messages] == ["second"]
+        assert [m.data for m in got[0].messages] == ["first"]  # handed back: delivered again

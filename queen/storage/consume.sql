@@ -1013,9 +1013,11 @@ BEGIN
             WHERE f.partition_id = k.pid AND f.consumer_group = k.grp
               AND f.msg_offset < v_next;
         END IF;
-        -- A released lease with messages behind it: pops waiting in other broker processes,
-        -- which knew the partition as leased, are told as of a push to it (at commit).
-        IF v_clear AND v_live AND cu.high > v_next THEN
+        -- A lease handed back (retry, a failure) with messages behind it: pops waiting in
+        -- other broker processes, which knew the partition as leased, are told as of a push
+        -- to it (at commit). A batch completed is usually followed by its consumer's next pop;
+        -- other processes' waiting pops find what is left at their re-check.
+        IF v_release AND v_clear AND v_live AND cu.high > v_next THEN
             PERFORM pg_notify('queen_pushed', jsonb_build_array(cu.qname, cu.pname)::text);
         END IF;
 

@@ -2,14 +2,14 @@
 
 Every push transaction notifies channel ``queen_pushed``, once per queue it wrote, with a JSON
 array of the queue's name and the names of the partitions it wrote (a trigger in
-``consume.sql``), at commit; so does an ack that releases a lease with messages behind it, for
-that partition; the queue's name alone stands for the queue as a whole (a seek, a deleted
-group, more partitions than a notification holds). This component owns one dedicated
-PostgreSQL connection that LISTENs on that channel. The Trio task waits on the connection's
-socket itself (no worker thread while waiting), reads every notification that arrived, and
-calls ``on_partitions`` with the (queue, partition) written and ``on_queues`` with the queues
-named as a whole (a payload that is not such an array is taken as a queue's name); so a push
-in another broker process reaches a waiting pop here within milliseconds.
+``consume.sql``), at commit; so does an ack that hands a lease back (retry, a failure) with
+messages behind it, for that partition; the queue's name alone stands for the queue as a whole
+(a seek, a deleted group, more partitions than a notification holds). This component owns one
+dedicated PostgreSQL connection that LISTENs on that channel. The Trio task waits on the
+connection's socket itself (no worker thread while waiting), reads every notification that
+arrived, and calls ``on_partitions`` with the (queue, partition) written and ``on_queues`` with
+the queues named as a whole (a payload that is not such an array is taken as a queue's name);
+so a push in another broker process reaches a waiting pop here within milliseconds.
 
 Lifetime: started with ``await nursery.start(listener.run)``; ready once the first LISTEN
 succeeded (or failed: the broker does not wait for the database here; waiting pops then rely
