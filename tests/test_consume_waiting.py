@@ -374,8 +374,8 @@ async def test_a_pop_looks_again_when_its_pending_partition_ripens(
 async def test_a_pop_whose_pending_partition_ripens_late_still_rechecks_on_time(
     rechecking: ConsumeService, store: MemoryConsumeStore, autojump_clock: trio.testing.MockClock
 ) -> None:
-    # a lease that ends in a minute: what nobody announces meanwhile (an ack in a broker of
-    # an earlier build, which does not notify) is still found at the re-check
+    # a lease that ends in a minute: what nobody announces meanwhile (its batch completed in
+    # another process, or handed back by a broker of an earlier build) is found at the re-check
     store.ripe_in_s = 60.0
     await _finds_unannounced(rechecking, store)
     assert trio.current_time() == pytest.approx(1.0)
