@@ -1017,7 +1017,7 @@ BEGIN
         -- other broker processes, which knew the partition as leased, are told as of a push
         -- to it (at commit). A batch completed is usually followed by its consumer's next pop;
         -- other processes' waiting pops find what is left at their re-check.
-        IF v_release AND v_clear AND v_live AND cu.high > v_next THEN
+        IF v_release AND v_live AND cu.high > v_next THEN   -- (a live lease: released)
             PERFORM pg_notify('queen_pushed', jsonb_build_array(cu.qname, cu.pname)::text);
         END IF;
 
