@@ -78,6 +78,27 @@ async def test_order_is_kept_per_partition_for_every_group(api: Api, queue: str)
         assert seen == list(range(30)), group
 
 
+async def test_pops_take_a_large_write_in_turn_and_skip_what_was_acked_out_of_order(
+    api: Api, queue: str
+) -> None:
+    await api.push(queue, "p", *range(40))  # one write of 40 frames
+    first = await api.messages(queue, "p", batch=10)
+    assert data_of(first) == list(range(10))
+    for done in (first[2], first[5]):
+        assert (await api.ack(done))["success"]
+    assert (await api.ack(first[0], "retry"))["success"]  # the lease handed back
+    again = await api.messages(queue, "p", batch=10)
+    assert [(m["data"], m["offset"]) for m in again] == [
+        (n, n) for n in (0, 1, 3, 4, 6, 7, 8, 9, 10, 11)
+    ]
+    assert all(r["success"] for r in await api.ack_batch(again))
+    rest: list[int] = []
+    while batch := await api.messages(queue, "p", batch=7):
+        rest.extend(m["offset"] for m in batch)
+        assert all(r["success"] for r in await api.ack_batch(batch))
+    assert rest == list(range(12, 40))
+
+
 async def test_queue_mode_consumers_share_one_cursor(api: Api, queue: str) -> None:
     await api.push(queue, "a", "a0", "a1")
     await api.push(queue, "b", "b0", "b1")

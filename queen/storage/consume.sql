@@ -692,18 +692,26 @@ BEGIN
         -- what is left of the byte budget (the pop's first message always fits); the octets
         -- taken are left in a transaction-local setting for the budget's next turn.
         RETURN QUERY
+        -- Of each write, only the frames in [v_from, v_upto) are unnested (b.lo: the first
+        -- offset taken from it; b.shift: an offset's subscript less the offset), so a pop
+        -- of a few messages from a write of thousands does not make a row of every frame.
         WITH cand AS (
-            SELECT s.first_offset + u.i - 1 AS off, u.mid, u.tx, u.pl, u.sub, u.tr,
+            SELECT b.lo + u.i - 1 AS off, u.mid, u.tx, u.pl, u.sub, u.tr,
                    octet_length(u.pl) AS len
             FROM queen.segments s
-            CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads,
-                                      s.producer_subs, s.trace_ids)
+            CROSS JOIN LATERAL (SELECT greatest(s.first_offset, v_from) AS lo,
+                                       array_lower(s.message_ids, 1) - s.first_offset
+                                           AS shift) b
+            CROSS JOIN LATERAL unnest(
+                s.message_ids[b.lo + b.shift : v_upto - 1 + b.shift],
+                s.transaction_ids[b.lo + b.shift : v_upto - 1 + b.shift],
+                s.payloads[b.lo + b.shift : v_upto - 1 + b.shift],
+                s.producer_subs[b.lo + b.shift : v_upto - 1 + b.shift],
+                s.trace_ids[b.lo + b.shift : v_upto - 1 + b.shift])
                  WITH ORDINALITY AS u (mid, tx, pl, sub, tr, i)
             WHERE s.partition_id = c.pid AND s.first_offset >= v_seg_first
               AND s.first_offset < v_upto
-              AND s.first_offset + u.i - 1 >= v_from
-              AND s.first_offset + u.i - 1 < v_upto
-              AND s.first_offset + u.i - 1 <> ALL (c.acked)
+              AND b.lo + u.i - 1 <> ALL (c.acked)
             ORDER BY 1
             LIMIT v_left
         ),
@@ -749,15 +757,24 @@ BEGIN
             USING adv
             WHERE p_auto_ack AND f.partition_id = c.pid AND f.consumer_group = p_group
               AND f.msg_offset < adv.next_offset
+        ),
+        -- A message's earlier failures are looked up only when something within reach
+        -- failed before: one probe of the range, not one per message, in the usual case.
+        failed AS (
+            SELECT EXISTS (SELECT 1 FROM queen.failures f
+                           WHERE f.partition_id = c.pid AND f.consumer_group = p_group
+                             AND f.msg_offset >= v_from AND f.msg_offset < v_upto) AS any_failed
         )
         SELECT c.pid, c.qname, c.pname, pick.off, pick.mid, pick.tx, pick.pl, pick.sub,
-               pick.tr, coalesce(f.attempts, 0), (SELECT m.lease_expires_at FROM mark m),
-               NULL::double precision
+               pick.tr,
+               CASE WHEN (SELECT failed.any_failed FROM failed)
+                    THEN coalesce((SELECT f.attempts FROM queen.failures f
+                                   WHERE f.partition_id = c.pid AND f.consumer_group = p_group
+                                     AND f.msg_offset = pick.off), 0)
+                    ELSE 0 END,
+               (SELECT m.lease_expires_at FROM mark m), NULL::double precision
         FROM pick
         CROSS JOIN taken
-        LEFT JOIN queen.failures f
-               ON f.partition_id = c.pid AND f.consumer_group = p_group
-              AND f.msg_offset = pick.off
         ORDER BY pick.off;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_left := v_left - v_n;
@@ -824,11 +841,16 @@ AS $fn$
              WITH ORDINALITY AS u (pid, grp, tx, st, err, lease, ord)
         WHERE u.pid = p_pid AND u.grp = p_group
     ),
-    frames AS MATERIALIZED (   -- read and unnest the batch's segments once
-        SELECT s.first_offset + f.i - 1 AS off, f.tx, f.mid, f.pl, f.sub, f.tr
+    frames AS MATERIALIZED (   -- read the batch's segments once, unnest [p_next, p_hi) of them
+        SELECT b.lo + f.i - 1 AS off, f.tx, f.mid, f.pl, f.sub, f.tr
         FROM queen.segments s
-        CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads,
-                                  s.producer_subs, s.trace_ids)
+        CROSS JOIN LATERAL (SELECT greatest(s.first_offset, p_next) AS lo,
+                                   array_lower(s.message_ids, 1) - s.first_offset AS shift) b
+        CROSS JOIN LATERAL unnest(s.message_ids[b.lo + b.shift : p_hi - 1 + b.shift],
+                                  s.transaction_ids[b.lo + b.shift : p_hi - 1 + b.shift],
+                                  s.payloads[b.lo + b.shift : p_hi - 1 + b.shift],
+                                  s.producer_subs[b.lo + b.shift : p_hi - 1 + b.shift],
+                                  s.trace_ids[b.lo + b.shift : p_hi - 1 + b.shift])
              WITH ORDINALITY AS f (mid, tx, pl, sub, tr, i)
         WHERE s.partition_id = p_pid AND s.first_offset >= p_from AND s.first_offset < p_hi
     ),
