@@ -228,3 +228,20 @@ async def test_the_claim_rule_is_written_once_and_inlined_into_every_walk(
         "delayed_processing_s = 0",
     ):
         assert condition not in source[0], condition
+
+
+async def test_the_read_of_a_claimed_partition_inlines_its_slice_of_each_write(
+    api: Api, queue: str, db: Db
+) -> None:
+    """The statement that reads and leases a claimed partition's messages takes each write's
+    range from queen.segment_range; inlined, it is a few expressions per segment, where a
+    Function Scan would be a call per segment."""
+    ns = f"ns-{queue}"
+    await _namespace(api, ns, (queue, {}))
+    await api.push(queue, "p", *range(5))  # claimable at once: every look reads it
+    plans = await trio.to_thread.run_sync(_nested_plans, db.url, queue, ns, ["p"])
+    readers = [plan for text, plan in plans if "queen.segment_range(" in text]
+    assert len(readers) == 6  # three looks, each twice, each one read
+    for plan in readers:
+        assert "segment_range" not in plan, plan
+        assert "unnest" in plan, plan

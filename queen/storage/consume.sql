@@ -275,6 +275,19 @@ BEGIN
 END
 $fn$;
 
+-- The part of one segment within offsets [p_from, p_upto), for a read that unnests only that
+-- slice of a write: lo, the first offset in it, and a..z, the subscripts of its parallel
+-- arrays (lower bound p_lower) that hold lo..p_upto - 1; past the arrays' end the slice is
+-- simply shorter, or empty. One SELECT, IMMUTABLE, not STRICT: inlined where it is used.
+CREATE OR REPLACE FUNCTION queen.segment_range(
+    p_first bigint, p_lower integer, p_from bigint, p_upto bigint)
+RETURNS TABLE (lo bigint, a integer, z integer)
+LANGUAGE sql IMMUTABLE AS $fn$
+    SELECT greatest(p_first, p_from),
+           (greatest(p_first, p_from) - p_first + p_lower)::integer,
+           least(p_upto - 1 - p_first + p_lower, 2147483647)::integer
+$fn$;
+
 -- Where a group stands in one partition, for queen.pop: the one statement of when its cursor
 -- there is claimable. pending: messages past the cursor (p_end, the partition's next offset;
 -- p_next, the cursor's). claimable: pending, no live lease, no retry delay still running, the
@@ -693,21 +706,18 @@ BEGIN
         -- taken are left in a transaction-local setting for the budget's next turn.
         RETURN QUERY
         -- Of each write, only the frames in [v_from, v_upto) are unnested (b.lo: the first
-        -- offset taken from it; b.shift: an offset's subscript less the offset), so a pop
-        -- of a few messages from a write of thousands does not make a row of every frame.
+        -- offset taken from it; b.a, b.z: the subscripts of that range), so a pop of a few
+        -- messages from a write of thousands does not make a row of every frame.
         WITH cand AS (
             SELECT b.lo + u.i - 1 AS off, u.mid, u.tx, u.pl, u.sub, u.tr,
                    octet_length(u.pl) AS len
             FROM queen.segments s
-            CROSS JOIN LATERAL (SELECT greatest(s.first_offset, v_from) AS lo,
-                                       array_lower(s.message_ids, 1) - s.first_offset
-                                           AS shift) b
-            CROSS JOIN LATERAL unnest(
-                s.message_ids[b.lo + b.shift : v_upto - 1 + b.shift],
-                s.transaction_ids[b.lo + b.shift : v_upto - 1 + b.shift],
-                s.payloads[b.lo + b.shift : v_upto - 1 + b.shift],
-                s.producer_subs[b.lo + b.shift : v_upto - 1 + b.shift],
-                s.trace_ids[b.lo + b.shift : v_upto - 1 + b.shift])
+            CROSS JOIN LATERAL queen.segment_range(s.first_offset,
+                                                   array_lower(s.message_ids, 1), v_from,
+                                                   v_upto) b
+            CROSS JOIN LATERAL unnest(s.message_ids[b.a : b.z], s.transaction_ids[b.a : b.z],
+                                      s.payloads[b.a : b.z], s.producer_subs[b.a : b.z],
+                                      s.trace_ids[b.a : b.z])
                  WITH ORDINALITY AS u (mid, tx, pl, sub, tr, i)
             WHERE s.partition_id = c.pid AND s.first_offset >= v_seg_first
               AND s.first_offset < v_upto
@@ -844,13 +854,11 @@ AS $fn$
     frames AS MATERIALIZED (   -- read the batch's segments once, unnest [p_next, p_hi) of them
         SELECT b.lo + f.i - 1 AS off, f.tx, f.mid, f.pl, f.sub, f.tr
         FROM queen.segments s
-        CROSS JOIN LATERAL (SELECT greatest(s.first_offset, p_next) AS lo,
-                                   array_lower(s.message_ids, 1) - s.first_offset AS shift) b
-        CROSS JOIN LATERAL unnest(s.message_ids[b.lo + b.shift : p_hi - 1 + b.shift],
-                                  s.transaction_ids[b.lo + b.shift : p_hi - 1 + b.shift],
-                                  s.payloads[b.lo + b.shift : p_hi - 1 + b.shift],
-                                  s.producer_subs[b.lo + b.shift : p_hi - 1 + b.shift],
-                                  s.trace_ids[b.lo + b.shift : p_hi - 1 + b.shift])
+        CROSS JOIN LATERAL queen.segment_range(s.first_offset, array_lower(s.message_ids, 1),
+                                               p_next, p_hi) b
+        CROSS JOIN LATERAL unnest(s.message_ids[b.a : b.z], s.transaction_ids[b.a : b.z],
+                                  s.payloads[b.a : b.z], s.producer_subs[b.a : b.z],
+                                  s.trace_ids[b.a : b.z])
              WITH ORDINALITY AS f (mid, tx, pl, sub, tr, i)
         WHERE s.partition_id = p_pid AND s.first_offset >= p_from AND s.first_offset < p_hi
     ),
