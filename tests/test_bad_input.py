@@ -159,6 +159,7 @@ FINGERPRINTED = (
     "queen.failures",
     "queen.dlq",
     "queen.consumer_groups",
+    "queen.consumer_watermarks",
     "queen.traces",
     "queen.system_state",
     "queen_streams.queries",

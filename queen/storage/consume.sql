@@ -91,6 +91,21 @@ ALTER TABLE queen.cursor_marks
     ADD COLUMN IF NOT EXISTS scanned xid8,
     ADD COLUMN IF NOT EXISTS empties bigint[] NOT NULL DEFAULT '{}';
 
+-- When each group last found a queue with nothing to deliver: a pop of the queue as a whole
+-- (no partition named) that delivered nothing writes now() here, at most once a second per
+-- (queue, group), and the row goes when the group's place there is moved back or forgotten
+-- (seek, a new subscription start, the group's or the queue's deletion). No pop reads it: it
+-- is a record for operators and for tools that read this table, in the columns and keys an
+-- original Queen database has (queue mode is the group '__QUEUE_MODE__'). Rows are keyed by
+-- name, so a queue deleted and made again starts without one.
+CREATE TABLE IF NOT EXISTS queen.consumer_watermarks (
+    queue_name         varchar(255) NOT NULL,
+    consumer_group     varchar(255) NOT NULL DEFAULT '__QUEUE_MODE__',
+    last_empty_scan_at timestamptz NOT NULL DEFAULT 'epoch',
+    updated_at         timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue_name, consumer_group)
+);
+
 -- Failed deliveries not yet resolved: how often the message at msg_offset failed for a group.
 CREATE TABLE IF NOT EXISTS queen.failures (
     partition_id   bigint NOT NULL,
@@ -141,6 +156,7 @@ BEGIN
     DELETE FROM queen.failures WHERE queue_id IN (SELECT g.id FROM gone g);
     DELETE FROM queen.dlq WHERE queue_id IN (SELECT g.id FROM gone g);
     DELETE FROM queen.consumer_groups WHERE queue_id IN (SELECT g.id FROM gone g);
+    DELETE FROM queen.consumer_watermarks WHERE queue_name IN (SELECT g.name FROM gone g);
     RETURN NULL;
 END
 $fn$;
@@ -829,6 +845,30 @@ BEGIN
               AND k.pending;
         END IF;
     END IF;
+
+    -- A look at the queue(s) as a whole that delivered nothing is recorded, last, in
+    -- queen.consumer_watermarks: a row written within the last second is left as it is, and
+    -- one that another transaction holds is skipped, so pops never queue on it.
+    IF v_left = p_batch AND p_partition IS NULL THEN
+        UPDATE queen.consumer_watermarks w SET last_empty_scan_at = now(), updated_at = now()
+        FROM (SELECT x.queue_name, x.consumer_group
+              FROM queen.queues q
+              JOIN queen.consumer_watermarks x
+                ON x.queue_name = q.name AND x.consumer_group = p_group
+              WHERE q.id = ANY (v_queues) AND x.last_empty_scan_at < now() - interval '1 second'
+              ORDER BY x.queue_name
+              FOR UPDATE OF x SKIP LOCKED) l
+        WHERE w.queue_name = l.queue_name AND w.consumer_group = l.consumer_group;
+        INSERT INTO queen.consumer_watermarks (queue_name, consumer_group, last_empty_scan_at,
+                                              updated_at)
+        SELECT q.name, p_group, now(), now()
+        FROM queen.queues q
+        WHERE q.id = ANY (v_queues)
+          AND NOT EXISTS (SELECT 1 FROM queen.consumer_watermarks x
+                          WHERE x.queue_name = q.name AND x.consumer_group = p_group)
+        ORDER BY q.name
+        ON CONFLICT DO NOTHING;
+    END IF;
 END
 $fn$;
 
@@ -1247,6 +1287,7 @@ BEGIN
     IF p_metadata THEN
         DELETE FROM queen.consumer_groups WHERE consumer_group = p_group;
     END IF;
+    DELETE FROM queen.consumer_watermarks WHERE consumer_group = p_group;
     RETURN v_n;
 END
 $fn$;
@@ -1279,6 +1320,7 @@ BEGIN
         not_before = NULL
     WHERE c.consumer_group = p_group;
     DELETE FROM queen.failures WHERE consumer_group = p_group;
+    DELETE FROM queen.consumer_watermarks WHERE consumer_group = p_group;
     RETURN v_n;
 END
 $fn$;
@@ -1312,6 +1354,8 @@ BEGIN
         WHERE g.queue_id = v_qid AND g.consumer_group = p_group;
         metadata_deleted := FOUND;
     END IF;
+    DELETE FROM queen.consumer_watermarks w
+    WHERE w.queue_name = p_queue AND w.consumer_group = p_group;
 END
 $fn$;
 
@@ -1377,6 +1421,8 @@ BEGIN
     USING queen.partitions p
     WHERE p.id = f.partition_id AND f.queue_id = v_qid AND f.consumer_group = p_group
       AND (p_partition IS NULL OR p.name = p_partition);
+    DELETE FROM queen.consumer_watermarks w
+    WHERE w.queue_name = p_queue AND w.consumer_group = p_group;
 
     IF p_to_end THEN
         SELECT max(s.created_at) INTO moved_to
