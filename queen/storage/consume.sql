@@ -451,6 +451,8 @@ DECLARE
                                ELSE p_hint END;
     v_pids      bigint[];   -- the named partitions' ids
     v_q         record;
+    v_wm_queue  text;
+    v_wm_at     timestamptz;
 BEGIN
     IF p_queue IS NOT NULL THEN
         SELECT ARRAY[q.id] INTO v_queues FROM queen.queues q WHERE q.name = p_queue;
@@ -848,26 +850,28 @@ BEGIN
 
     -- A look at the queue(s) as a whole that delivered nothing is recorded, last, in
     -- queen.consumer_watermarks: a row written within the last second is left as it is, and
-    -- one that another transaction holds is skipped, so pops never queue on it.
+    -- one that another transaction holds is skipped, so pops never queue on it. (Each
+    -- statement names its row's whole key: its plan is the key's index at any table size.)
     IF v_left = p_batch AND p_partition IS NULL THEN
-        UPDATE queen.consumer_watermarks w SET last_empty_scan_at = now(), updated_at = now()
-        FROM (SELECT x.queue_name, x.consumer_group
-              FROM queen.queues q
-              JOIN queen.consumer_watermarks x
-                ON x.queue_name = q.name AND x.consumer_group = p_group
-              WHERE q.id = ANY (v_queues) AND x.last_empty_scan_at < now() - interval '1 second'
-              ORDER BY x.queue_name
-              FOR UPDATE OF x SKIP LOCKED) l
-        WHERE w.queue_name = l.queue_name AND w.consumer_group = l.consumer_group;
-        INSERT INTO queen.consumer_watermarks (queue_name, consumer_group, last_empty_scan_at,
-                                              updated_at)
-        SELECT q.name, p_group, now(), now()
-        FROM queen.queues q
-        WHERE q.id = ANY (v_queues)
-          AND NOT EXISTS (SELECT 1 FROM queen.consumer_watermarks x
-                          WHERE x.queue_name = q.name AND x.consumer_group = p_group)
-        ORDER BY q.name
-        ON CONFLICT DO NOTHING;
+        FOREACH v_qid IN ARRAY v_queues LOOP
+            SELECT q.name INTO v_wm_queue FROM queen.queues q WHERE q.id = v_qid;
+            CONTINUE WHEN NOT FOUND;
+            SELECT w.last_empty_scan_at INTO v_wm_at FROM queen.consumer_watermarks w
+            WHERE w.queue_name = v_wm_queue AND w.consumer_group = p_group;
+            IF NOT FOUND THEN
+                INSERT INTO queen.consumer_watermarks (queue_name, consumer_group,
+                                                      last_empty_scan_at, updated_at)
+                VALUES (v_wm_queue, p_group, now(), now())
+                ON CONFLICT DO NOTHING;
+            ELSIF v_wm_at < now() - interval '1 second' THEN
+                UPDATE queen.consumer_watermarks w
+                SET last_empty_scan_at = now(), updated_at = now()
+                WHERE w.queue_name = v_wm_queue AND w.consumer_group = p_group
+                  AND w.ctid = (SELECT x.ctid FROM queen.consumer_watermarks x
+                                WHERE x.queue_name = v_wm_queue AND x.consumer_group = p_group
+                                FOR UPDATE SKIP LOCKED);
+            END IF;
+        END LOOP;
     END IF;
 END
 $fn$;
