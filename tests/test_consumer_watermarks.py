@@ -1,5 +1,5 @@
 """queen.consumer_watermarks: when each group last found a queue with nothing to deliver,
-written by a pop of the whole queue that came back empty and removed when the group's place
+written by a pop of one whole queue that came back empty and removed when the group's place
 there moves back or goes away. No pop reads it: a row dated in the future (as a tool may
 write) never hides a message."""
 
@@ -59,6 +59,18 @@ async def test_an_empty_pop_of_the_whole_queue_records_when_and_a_delivering_one
     assert len(await api.messages(other, "p1", consumerGroup=group)) == 1
     assert await api.messages(other, "p1", consumerGroup=group) == []
     assert await watermark(db, other, group) is None
+    # nor is a pop across the queues of a namespace
+    spread = f"{queue}-ns"
+    status, _ = await api.post(
+        "/api/v1/configure", {"queue": spread, "namespace": f"ns-{queue}", "task": "t"}
+    )
+    assert status == 200
+    await api.push(spread, "p1", 1)
+    assert len(await api.messages(None, namespace=f"ns-{queue}", consumerGroup=group)) == 1
+    assert await api.messages(None, namespace=f"ns-{queue}", consumerGroup=group) == []
+    assert await watermark(db, spread, group) is None
+    assert await api.messages(spread, consumerGroup=group) == []
+    assert await watermark(db, spread, group) is not None
 
 
 async def test_a_recent_row_is_left_as_it_is(api: Api, queue: str, db: Db) -> None:

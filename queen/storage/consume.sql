@@ -91,8 +91,8 @@ ALTER TABLE queen.cursor_marks
     ADD COLUMN IF NOT EXISTS scanned xid8,
     ADD COLUMN IF NOT EXISTS empties bigint[] NOT NULL DEFAULT '{}';
 
--- When each group last found a queue with nothing to deliver: a pop of the queue as a whole
--- (no partition named) that delivered nothing writes now() here, at most once a second per
+-- When each group last found a queue with nothing to deliver: a pop of one queue as a whole
+-- (named, no partition named) that delivered nothing writes now() here, at most once a second per
 -- (queue, group), and the row goes when the group's place there is moved back or forgotten
 -- (seek, a new subscription start, the group's or the queue's deletion). No pop reads it: it
 -- is a record for operators and for tools that read this table, in the columns and keys an
@@ -451,7 +451,6 @@ DECLARE
                                ELSE p_hint END;
     v_pids      bigint[];   -- the named partitions' ids
     v_q         record;
-    v_wm_queue  text;
     v_wm_at     timestamptz;
 BEGIN
     IF p_queue IS NOT NULL THEN
@@ -848,30 +847,26 @@ BEGIN
         END IF;
     END IF;
 
-    -- A look at the queue(s) as a whole that delivered nothing is recorded, last, in
+    -- A look at a named queue as a whole that delivered nothing is recorded, last, in
     -- queen.consumer_watermarks: a row written within the last second is left as it is, and
     -- one that another transaction holds is skipped, so pops never queue on it. (Each
     -- statement names its row's whole key: its plan is the key's index at any table size.)
-    IF v_left = p_batch AND p_partition IS NULL THEN
-        FOREACH v_qid IN ARRAY v_queues LOOP
-            SELECT q.name INTO v_wm_queue FROM queen.queues q WHERE q.id = v_qid;
-            CONTINUE WHEN NOT FOUND;
-            SELECT w.last_empty_scan_at INTO v_wm_at FROM queen.consumer_watermarks w
-            WHERE w.queue_name = v_wm_queue AND w.consumer_group = p_group;
-            IF NOT FOUND THEN
-                INSERT INTO queen.consumer_watermarks (queue_name, consumer_group,
-                                                      last_empty_scan_at, updated_at)
-                VALUES (v_wm_queue, p_group, now(), now())
-                ON CONFLICT DO NOTHING;
-            ELSIF v_wm_at < now() - interval '1 second' THEN
-                UPDATE queen.consumer_watermarks w
-                SET last_empty_scan_at = now(), updated_at = now()
-                WHERE w.queue_name = v_wm_queue AND w.consumer_group = p_group
-                  AND w.ctid = (SELECT x.ctid FROM queen.consumer_watermarks x
-                                WHERE x.queue_name = v_wm_queue AND x.consumer_group = p_group
-                                FOR UPDATE SKIP LOCKED);
-            END IF;
-        END LOOP;
+    IF v_left = p_batch AND p_partition IS NULL AND p_queue IS NOT NULL THEN
+        SELECT w.last_empty_scan_at INTO v_wm_at FROM queen.consumer_watermarks w
+        WHERE w.queue_name = p_queue AND w.consumer_group = p_group;
+        IF NOT FOUND THEN
+            INSERT INTO queen.consumer_watermarks (queue_name, consumer_group,
+                                                  last_empty_scan_at, updated_at)
+            VALUES (p_queue, p_group, now(), now())
+            ON CONFLICT DO NOTHING;
+        ELSIF v_wm_at < now() - interval '1 second' THEN
+            UPDATE queen.consumer_watermarks w
+            SET last_empty_scan_at = now(), updated_at = now()
+            WHERE w.queue_name = p_queue AND w.consumer_group = p_group
+              AND w.ctid = (SELECT x.ctid FROM queen.consumer_watermarks x
+                            WHERE x.queue_name = p_queue AND x.consumer_group = p_group
+                            FOR UPDATE SKIP LOCKED);
+        END IF;
     END IF;
 END
 $fn$;
