@@ -95,12 +95,13 @@ ALTER TABLE queen.cursor_marks
 -- (named, no partition named) that delivered nothing writes now() here, at most once a second per
 -- (queue, group), and the row goes when the group's place there is moved back or forgotten
 -- (seek, a new subscription start, the group's or the queue's deletion). No pop reads it: it
--- is a record for operators and for tools that read this table, in the columns and keys an
--- original Queen database has (queue mode is the group '__QUEUE_MODE__'). Rows are keyed by
--- name, so a queue deleted and made again starts without one.
+-- is a record for operators and for tools that read this table, with the column names and
+-- key an original Queen database has (queue mode is the group '__QUEUE_MODE__'; names as
+-- text, so no name a pop accepts is too long for it). Rows are keyed by name, so a queue
+-- deleted and made again starts without one.
 CREATE TABLE IF NOT EXISTS queen.consumer_watermarks (
-    queue_name         varchar(255) NOT NULL,
-    consumer_group     varchar(255) NOT NULL DEFAULT '__QUEUE_MODE__',
+    queue_name         text NOT NULL,
+    consumer_group     text NOT NULL DEFAULT '__QUEUE_MODE__',
     last_empty_scan_at timestamptz NOT NULL DEFAULT 'epoch',
     updated_at         timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (queue_name, consumer_group)
