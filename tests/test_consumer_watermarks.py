@@ -30,10 +30,12 @@ async def push_and_drain(api: Api, queue: str, group: str) -> None:
     await api.ack_batch(done, group=group)
 
 
-async def dated_in_the_future(db: Db, queue: str, group: str) -> None:
+async def redate(db: Db, queue: str, group: str, shift: str) -> None:
+    """Set the row's time to now() plus ``shift`` (an interval, e.g. '10 minutes')."""
     await db.rows(
-        "UPDATE queen.consumer_watermarks SET last_empty_scan_at = now() + interval '10 minutes'"
+        "UPDATE queen.consumer_watermarks SET last_empty_scan_at = now() + %s::interval"
         " WHERE queue_name = %s AND consumer_group = %s RETURNING 1",
+        shift,
         queue,
         group,
     )
@@ -82,12 +84,7 @@ async def test_a_recent_row_is_left_as_it_is(api: Api, queue: str, db: Db) -> No
     assert await api.messages(queue, consumerGroup=group) == []
     assert await watermark(db, queue, group) == first
     # an older one moves on
-    await db.rows(
-        "UPDATE queen.consumer_watermarks SET last_empty_scan_at = now() - interval '1 minute'"
-        " WHERE queue_name = %s AND consumer_group = %s RETURNING 1",
-        queue,
-        group,
-    )
+    await redate(db, queue, group, "-1 minute")
     assert await api.messages(queue, consumerGroup=group) == []
     again = await watermark(db, queue, group)
     assert first is not None and again is not None and again > first
@@ -100,7 +97,7 @@ async def test_seek_back_removes_the_row_and_everything_is_read_again(
     await push_and_drain(api, queue, group)
     assert await api.messages(queue, batch=10, consumerGroup=group) == []
     assert await watermark(db, queue, group) is not None
-    await dated_in_the_future(db, queue, group)
+    await redate(db, queue, group, "10 minutes")
     status, _ = await api.post(
         f"/api/v1/consumer-groups/{group}/queues/{queue}/seek",
         {"timestamp": "2000-01-01T00:00:00Z"},
@@ -120,7 +117,7 @@ async def test_deleting_the_group_on_the_queue_or_everywhere_removes_its_rows(
         await push_and_drain(api, name, group)
         assert await api.messages(name, consumerGroup=group) == []
         assert await watermark(db, name, group) is not None
-    await dated_in_the_future(db, queue, group)
+    await redate(db, queue, group, "10 minutes")
     status, _ = await api.delete(f"/api/v1/consumer-groups/{group}/queues/{queue}")
     assert status == 200
     assert await watermark(db, queue, group) is None
