@@ -63,4 +63,4 @@ echo "== pytest (embedded PostgreSQL 18)"
 echo "== pytest (PostgreSQL 15, default settings): push, pop, ack, transactions, sessions, streams, SQL interface"
 QUEEN_TEST_PG=15 .venv/bin/python -m pytest -q tests/test_pg_sessions.py \
     tests/test_push_http.py tests/test_pop.py tests/test_ack.py tests/test_transaction.py \
-    tests/test_streams.py tests/test_push_plans.py tests/test_sql_api.py
+    tests/test_streams.py tests/test_push_plans.py tests/test_sql_api.py tests/test_pop_parking.py

@@ -37,6 +37,8 @@ CREATE INDEX IF NOT EXISTS queues_encrypted ON queen.queues (name) WHERE encrypt
 --                      to lease_id until lease_expires_at; an expired lease is simply free
 --   not_before         a failed ack's retry delay: the partition waits until then
 --   delivered_at       last pop; the least recently served partition is claimed first
+--   parked             nothing was past the cursor a while after it was last served: a pop's
+--                      walk of the whole queue leaves it out (see "Parking" below)
 CREATE TABLE IF NOT EXISTS queen.cursors (
     partition_id     bigint NOT NULL,
     consumer_group   text NOT NULL,
@@ -55,10 +57,28 @@ DROP INDEX IF EXISTS queen.cursors_by_queue;
 CREATE INDEX IF NOT EXISTS cursors_by_queue_group ON queen.cursors (queue_id, consumer_group);
 CREATE INDEX IF NOT EXISTS cursors_by_group ON queen.cursors (consumer_group);
 CREATE INDEX IF NOT EXISTS cursors_by_lease ON queen.cursors (lease_id) WHERE lease_id IS NOT NULL;
--- A pop on one queue walks its group's cursors least recently served first and stops at the
--- first ones with messages, instead of sorting them all.
-CREATE INDEX IF NOT EXISTS cursors_by_queue_group_served
-    ON queen.cursors (queue_id, consumer_group, delivered_at NULLS FIRST, partition_id);
+-- Parking. A pop on one queue walks its group's cursors least recently served first and stops
+-- at the first ones with messages, instead of sorting them all. A partition served and then
+-- written no more would stay at the front of that order, and every walk would read past it: so
+-- at most once a second per (queue, group) a pop parks the cursors with nothing past them that
+-- were last served over five seconds before, and unparks the parked ones with something past
+-- them again, looking at a thousand of them a time, in partition order, from where the last
+-- sweep stopped (queen.pop, "the sweep"). The walk follows the unparked cursors only, so its
+-- cost does not grow with the partitions that have nothing to give. A parked cursor with
+-- messages is still found: a pop of its partition by name (the partition route, a hint: the
+-- partitions pushed while pops waited) claims it, which unparks it; a walk that finds nothing
+-- unparks every parked cursor with something past it and walks again; seek and a new
+-- subscription start unpark what they move. Otherwise it waits, behind partitions that are
+-- claimable, for the sweep that reaches it: within a second for each thousand parked cursors
+-- of its group on the queue. Parked is a hint, never a condition of delivery: no pop of a
+-- partition by name, no ripe scan and no walk across queues reads it.
+ALTER TABLE queen.cursors ADD COLUMN IF NOT EXISTS parked boolean NOT NULL DEFAULT false;
+DROP INDEX IF EXISTS queen.cursors_by_queue_group_served;
+CREATE INDEX IF NOT EXISTS cursors_by_queue_group_active
+    ON queen.cursors (queue_id, consumer_group, delivered_at NULLS FIRST, partition_id)
+    WHERE NOT parked;
+CREATE INDEX IF NOT EXISTS cursors_parked_by_queue_group
+    ON queen.cursors (queue_id, consumer_group, partition_id) WHERE parked;
 
 -- Which partitions a group has looked at: a pop creates the missing cursors of partitions
 -- created since its group's mark only. Every partition whose creating transaction id is below
@@ -89,7 +109,9 @@ CREATE TABLE IF NOT EXISTS queen.cursor_marks (
 );
 ALTER TABLE queen.cursor_marks
     ADD COLUMN IF NOT EXISTS scanned xid8,
-    ADD COLUMN IF NOT EXISTS empties bigint[] NOT NULL DEFAULT '{}';
+    ADD COLUMN IF NOT EXISTS empties bigint[] NOT NULL DEFAULT '{}',
+    ADD COLUMN IF NOT EXISTS swept_at timestamptz,   -- the group's last sweep (Parking, above)
+    ADD COLUMN IF NOT EXISTS swept_past bigint NOT NULL DEFAULT 0;   -- and where it stopped
 
 -- When each group last found a queue with nothing to deliver: a pop of one queue as a whole
 -- (named, no partition named) that delivered nothing writes now() here, at most once a second per
@@ -353,6 +375,44 @@ LANGUAGE sql STABLE AS $fn$
                          + make_interval(secs => p_delay_s) END)
 $fn$;
 
+-- Unpark the group's parked cursors on one queue that have something past them, looking at
+-- those after partition p_past in partition order, at most p_limit of them (NULL: all). Cursors
+-- another transaction holds are skipped. unparked: how many; last_seen: the last partition
+-- looked at when p_limit were, else 0 (the next look starts over). For queen.pop (Parking, at
+-- the cursors table).
+CREATE OR REPLACE FUNCTION queen.unpark_cursors(
+    p_queue_id bigint, p_group text, p_past bigint, p_limit integer)
+RETURNS TABLE (unparked integer, last_seen bigint)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+BEGIN
+    RETURN QUERY
+    WITH slice AS MATERIALIZED (
+        SELECT c.partition_id FROM queen.cursors c
+        WHERE c.queue_id = p_queue_id AND c.consumer_group = p_group AND c.parked
+          AND c.partition_id > p_past
+        ORDER BY c.partition_id
+        LIMIT p_limit
+    ),
+    t AS (
+        SELECT c.partition_id FROM slice x
+        JOIN queen.cursors c ON c.partition_id = x.partition_id AND c.consumer_group = p_group
+        CROSS JOIN LATERAL (SELECT p.next_offset FROM queen.partitions p
+                            WHERE p.id = c.partition_id OFFSET 0) p
+        WHERE c.parked AND p.next_offset > c.next_offset
+        FOR UPDATE OF c SKIP LOCKED
+    ),
+    up AS (
+        UPDATE queen.cursors cu SET parked = false
+        FROM t WHERE cu.partition_id = t.partition_id AND cu.consumer_group = p_group
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM up)::integer,
+           CASE WHEN p_limit IS NULL OR count(*) < p_limit THEN 0
+                ELSE coalesce(max(x.partition_id), 0) END
+    FROM slice x;
+END
+$fn$;
+
 -- One candidate of a pop's walk, as queen.pop fetches it.
 DO $do$ BEGIN
     IF to_regtype('queen.pop_candidate') IS NULL THEN
@@ -453,6 +513,9 @@ DECLARE
     v_pids      bigint[];   -- the named partitions' ids
     v_q         record;
     v_wm_at     timestamptz;
+    v_round     integer := 0;   -- walks made (a second one after unparking)
+    v_swept     timestamptz;    -- the group's last sweep of the queue (one queue)
+    v_swept_past bigint := 0;   -- and the partition it stopped after
 BEGIN
     IF p_queue IS NOT NULL THEN
         SELECT ARRAY[q.id] INTO v_queues FROM queen.queues q WHERE q.name = p_queue;
@@ -507,8 +570,9 @@ BEGIN
             v_mark := NULL;
             v_scanned := NULL;
             v_listed := '{}';
-            SELECT m.covered, coalesce(m.scanned, m.covered), m.empties
-            INTO v_mark, v_scanned, v_listed
+            SELECT m.covered, coalesce(m.scanned, m.covered), m.empties, m.swept_at,
+                   m.swept_past
+            INTO v_mark, v_scanned, v_listed, v_swept, v_swept_past
             FROM queen.cursor_marks m
             WHERE m.queue_id = v_qid AND m.consumer_group = p_group;
             -- Taken before the look: every transaction below it has ended, so the look
@@ -574,243 +638,291 @@ BEGIN
         PERFORM queen.refresh_statistics('{queen.cursors}');
     END IF;
 
-    -- The candidates, least recently served first. Named partitions (the partition route, a
-    -- hint) are found by name; on one queue the walk follows an index of the group's cursors
-    -- and stops at the first ones with messages; across queues, priority comes first.
-    IF v_names IS NOT NULL THEN
-        OPEN v_cands FOR
-        SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
-               q.name AS qname, q.lease_time_s, q.delayed_processing_s
-        FROM queen.partitions p
-        JOIN queen.cursors cu ON cu.partition_id = p.id
-        CROSS JOIN LATERAL (SELECT x.name, x.lease_time_s, x.delayed_processing_s,
-                                   x.window_buffer_s, x.priority
-                            FROM queen.queues x WHERE x.id = p.queue_id OFFSET 0) q
-        CROSS JOIN LATERAL queen.cursor_claim(p.id, p.next_offset, cu.next_offset,
-                                              cu.lease_expires_at, cu.not_before,
-                                              q.window_buffer_s, q.delayed_processing_s) k
-        WHERE p.id = ANY (v_pids)
-          AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
-          AND k.claimable
-        ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT greatest(p_max_partitions, p_spread) + 4   -- room for partitions found empty (below)
-        FOR UPDATE OF cu SKIP LOCKED;
-    ELSIF cardinality(v_queues) = 1 THEN
-        SELECT q.name, q.lease_time_s, q.delayed_processing_s, q.window_buffer_s INTO v_q
-        FROM queen.queues q WHERE q.id = v_queues[1];
-        OPEN v_cands FOR
-        SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
-               v_q.name AS qname, v_q.lease_time_s, v_q.delayed_processing_s
-        FROM queen.cursors cu
-        CROSS JOIN LATERAL (SELECT p.name, p.next_offset FROM queen.partitions p
-                            WHERE p.id = cu.partition_id OFFSET 0) p
-        CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset, cu.next_offset,
-                                              cu.lease_expires_at, cu.not_before,
-                                              v_q.window_buffer_s, v_q.delayed_processing_s) k
-        WHERE cu.queue_id = v_queues[1]
-          AND cu.consumer_group = p_group
-          AND k.claimable
-        ORDER BY cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT greatest(p_max_partitions, p_spread) + 4   -- room for partitions found empty (below)
-        FOR UPDATE OF cu SKIP LOCKED;
-    ELSE
-        OPEN v_cands FOR
-        SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
-               q.name AS qname, q.lease_time_s, q.delayed_processing_s
-        FROM queen.cursors cu
-        CROSS JOIN LATERAL (SELECT p.name, p.next_offset FROM queen.partitions p
-                            WHERE p.id = cu.partition_id OFFSET 0) p
-        JOIN queen.queues q ON q.id = cu.queue_id
-        CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset, cu.next_offset,
-                                              cu.lease_expires_at, cu.not_before,
-                                              q.window_buffer_s, q.delayed_processing_s) k
-        WHERE cu.queue_id = ANY (v_queues)
-          AND cu.consumer_group = p_group
-          AND k.claimable
-        ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
-        LIMIT greatest(p_max_partitions, p_spread) + 4   -- room for partitions found empty (below)
-        FOR UPDATE OF cu SKIP LOCKED;
+    -- The sweep (Parking, at the cursors table): a look at one queue as a whole, at most once
+    -- a second per (queue, group), by the pop that takes the group's marks row (the others
+    -- skip it; the row is read above, and locked only when a sweep is due). Cursors another
+    -- transaction holds are left for the next sweep.
+    IF v_names IS NULL AND cardinality(v_queues) = 1 AND v_mark IS NOT NULL
+       AND (v_swept IS NULL OR v_swept <= now() - interval '1 second') THEN
+        UPDATE queen.cursor_marks m SET swept_at = now()
+        WHERE m.queue_id = v_queues[1] AND m.consumer_group = p_group
+          AND (m.swept_at IS NULL OR m.swept_at <= now() - interval '1 second')
+          AND m.ctid = (SELECT x.ctid FROM queen.cursor_marks x
+                        WHERE x.queue_id = v_queues[1] AND x.consumer_group = p_group
+                        FOR UPDATE SKIP LOCKED);
+        IF FOUND THEN
+            -- the parked cursors, 1,000 a sweep in partition order, from where the last
+            -- stopped: each sweep's work is bounded, and every parked cursor is looked at
+            -- once in as many seconds as it has thousands of parked neighbours
+            SELECT u.last_seen INTO v_swept_past
+            FROM queen.unpark_cursors(v_queues[1], p_group, v_swept_past, 1000) u;
+            UPDATE queen.cursor_marks m SET swept_past = v_swept_past
+            WHERE m.queue_id = v_queues[1] AND m.consumer_group = p_group;
+            WITH t AS (
+                SELECT c.partition_id FROM queen.cursors c
+                CROSS JOIN LATERAL (SELECT p.next_offset FROM queen.partitions p
+                                    WHERE p.id = c.partition_id OFFSET 0) p
+                WHERE c.queue_id = v_queues[1] AND c.consumer_group = p_group AND NOT c.parked
+                  AND p.next_offset <= c.next_offset
+                  AND (c.delivered_at IS NULL OR c.delivered_at < now() - interval '5 seconds')
+                FOR UPDATE OF c SKIP LOCKED
+            )
+            UPDATE queen.cursors cu SET parked = true
+            FROM t WHERE cu.partition_id = t.partition_id AND cu.consumer_group = p_group;
+        END IF;
     END IF;
+
+    -- The candidates, least recently served first. Named partitions (the partition route, a
+    -- hint) are found by name; on one queue the walk follows an index of the group's unparked
+    -- cursors and stops at the first ones with messages; across queues, priority comes first.
+    <<walks>>
     LOOP
-        -- before the fetch: a fetched candidate is a locked row
-        EXIT WHEN v_left <= 0 OR v_bytes <= 0 OR v_claimed >= p_max_partitions;
-        -- A second partition only when the walk finds at least p_spread candidates: the
-        -- first claim left room in the batch, so the rest are fetched ahead (locked, as every
-        -- candidate is) and claimed from there; with fewer, the pop stops at one.
-        IF v_claimed = 1 AND p_spread > v_found AND v_ahead = 0 THEN
-            LOOP
-                EXIT WHEN v_found >= p_spread;
+        v_round := v_round + 1;
+        v_found := 0;
+        IF v_names IS NOT NULL THEN
+            OPEN v_cands FOR
+            SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
+                   q.name AS qname, q.lease_time_s, q.delayed_processing_s
+            FROM queen.partitions p
+            JOIN queen.cursors cu ON cu.partition_id = p.id
+            CROSS JOIN LATERAL (SELECT x.name, x.lease_time_s, x.delayed_processing_s,
+                                       x.window_buffer_s, x.priority
+                                FROM queen.queues x WHERE x.id = p.queue_id OFFSET 0) q
+            CROSS JOIN LATERAL queen.cursor_claim(p.id, p.next_offset, cu.next_offset,
+                                                  cu.lease_expires_at, cu.not_before,
+                                                  q.window_buffer_s, q.delayed_processing_s) k
+            WHERE p.id = ANY (v_pids)
+              AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
+              AND k.claimable
+            ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
+            LIMIT greatest(p_max_partitions, p_spread) + 4   -- room for partitions found empty
+            FOR UPDATE OF cu SKIP LOCKED;
+        ELSIF cardinality(v_queues) = 1 THEN
+            SELECT q.name, q.lease_time_s, q.delayed_processing_s, q.window_buffer_s INTO v_q
+            FROM queen.queues q WHERE q.id = v_queues[1];
+            OPEN v_cands FOR
+            SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
+                   v_q.name AS qname, v_q.lease_time_s, v_q.delayed_processing_s
+            FROM queen.cursors cu
+            CROSS JOIN LATERAL (SELECT p.name, p.next_offset FROM queen.partitions p
+                                WHERE p.id = cu.partition_id OFFSET 0) p
+            CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset, cu.next_offset,
+                                                  cu.lease_expires_at, cu.not_before,
+                                                  v_q.window_buffer_s, v_q.delayed_processing_s) k
+            WHERE cu.queue_id = v_queues[1]
+              AND cu.consumer_group = p_group
+              AND NOT cu.parked
+              AND k.claimable
+            ORDER BY cu.delivered_at NULLS FIRST, cu.partition_id
+            LIMIT greatest(p_max_partitions, p_spread) + 4   -- room for partitions found empty
+            FOR UPDATE OF cu SKIP LOCKED;
+        ELSE
+            OPEN v_cands FOR
+            SELECT cu.partition_id AS pid, cu.next_offset AS nxt, cu.acked, p.name AS pname,
+                   q.name AS qname, q.lease_time_s, q.delayed_processing_s
+            FROM queen.cursors cu
+            CROSS JOIN LATERAL (SELECT p.name, p.next_offset FROM queen.partitions p
+                                WHERE p.id = cu.partition_id OFFSET 0) p
+            JOIN queen.queues q ON q.id = cu.queue_id
+            CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset, cu.next_offset,
+                                                  cu.lease_expires_at, cu.not_before,
+                                                  q.window_buffer_s, q.delayed_processing_s) k
+            WHERE cu.queue_id = ANY (v_queues)
+              AND cu.consumer_group = p_group
+              AND k.claimable
+            ORDER BY q.priority DESC, cu.delivered_at NULLS FIRST, cu.partition_id
+            LIMIT greatest(p_max_partitions, p_spread) + 4   -- room for partitions found empty
+            FOR UPDATE OF cu SKIP LOCKED;
+        END IF;
+        LOOP
+            -- before the fetch: a fetched candidate is a locked row
+            EXIT WHEN v_left <= 0 OR v_bytes <= 0 OR v_claimed >= p_max_partitions;
+            -- A second partition only when the walk finds at least p_spread candidates: the
+            -- first claim left room in the batch, so the rest are fetched ahead (locked, as every
+            -- candidate is) and claimed from there; with fewer, the pop stops at one.
+            IF v_claimed = 1 AND p_spread > v_found AND v_ahead = 0 THEN
+                LOOP
+                    EXIT WHEN v_found >= p_spread;
+                    FETCH v_cands INTO c;
+                    EXIT WHEN NOT FOUND;
+                    v_found := v_found + 1;
+                    v_ahead := v_ahead + 1;
+                    v_buf[v_ahead] := c;
+                END LOOP;
+                EXIT WHEN v_found < p_spread;
+            END IF;
+            IF v_taken < v_ahead THEN
+                v_taken := v_taken + 1;
+                c := v_buf[v_taken];
+            ELSE
                 FETCH v_cands INTO c;
                 EXIT WHEN NOT FOUND;
                 v_found := v_found + 1;
-                v_ahead := v_ahead + 1;
-                v_buf[v_ahead] := c;
-            END LOOP;
-            EXIT WHEN v_found < p_spread;
-        END IF;
-        IF v_taken < v_ahead THEN
-            v_taken := v_taken + 1;
-            c := v_buf[v_taken];
-        ELSE
-            FETCH v_cands INTO c;
-            EXIT WHEN NOT FOUND;
-            v_found := v_found + 1;
-        END IF;
-
-        -- The first stored offset at or after the cursor (retention, eviction, a clear or a
-        -- deleted message may have left a gap).
-        v_from := c.nxt;
-        SELECT s.first_offset, s.last_offset INTO v_seg_first, v_seg_last
-        FROM queen.segments s
-        WHERE s.partition_id = c.pid AND s.first_offset <= v_from
-        ORDER BY s.first_offset DESC LIMIT 1;
-        IF NOT FOUND OR v_seg_last < v_from THEN
-            SELECT s.first_offset INTO v_seg_first
-            FROM queen.segments s
-            WHERE s.partition_id = c.pid AND s.first_offset > v_from
-            ORDER BY s.first_offset LIMIT 1;
-            IF NOT FOUND THEN
-                -- Nothing is stored from the cursor on: it moves to the end, so the partition
-                -- is not pending for the group any more. One statement reads both the
-                -- partition's end and its segments: a push committed meanwhile is seen in
-                -- both, and then the cursor stays.
-                WITH moved AS (
-                    UPDATE queen.cursors cu SET next_offset = p.next_offset, acked = '{}'
-                    FROM queen.partitions p
-                    WHERE cu.partition_id = c.pid AND cu.consumer_group = p_group
-                      AND p.id = c.pid AND p.next_offset > cu.next_offset
-                      AND NOT EXISTS (SELECT 1 FROM queen.segments s
-                                      WHERE s.partition_id = c.pid AND s.first_offset > v_from)
-                    RETURNING cu.next_offset
-                )
-                DELETE FROM queen.failures f   -- of messages no longer stored
-                USING moved
-                WHERE f.partition_id = c.pid AND f.consumer_group = p_group
-                  AND f.msg_offset < moved.next_offset;
-                CONTINUE;   -- not a claim: the next candidate may take its place
             END IF;
-            v_from := v_seg_first;
-        END IF;
-        v_claimed := v_claimed + 1;
 
-        -- Nothing at or past v_upto is needed: the budget, plus offsets already acked.
-        v_upto := v_from + v_left + cardinality(c.acked);
-        -- Offsets removed inside that reach (a deleted message; a clear, retention or eviction
-        -- that kept a write below them: queen.gaps, usually empty) hold no message, so the
-        -- reach grows by as many. v_from is a stored offset: no gap holds it.
-        IF EXISTS (SELECT 1 FROM queen.gaps g
-                   WHERE g.partition_id = c.pid AND g.first_offset > v_from
-                     AND g.first_offset < v_upto) THEN
-            FOR v_gap IN SELECT g.first_offset, g.last_offset FROM queen.gaps g
-                         WHERE g.partition_id = c.pid AND g.first_offset > v_from
-                         ORDER BY g.first_offset LOOP
-                EXIT WHEN v_gap.first_offset >= v_upto;
-                v_upto := v_upto + (v_gap.last_offset - v_gap.first_offset + 1);
-            END LOOP;
-        END IF;
-        IF c.delayed_processing_s > 0 THEN   -- stop at the first segment not yet visible
-            SELECT s.first_offset INTO v_until
+            -- The first stored offset at or after the cursor (retention, eviction, a clear or a
+            -- deleted message may have left a gap).
+            v_from := c.nxt;
+            SELECT s.first_offset, s.last_offset INTO v_seg_first, v_seg_last
             FROM queen.segments s
-            WHERE s.partition_id = c.pid AND s.first_offset >= v_seg_first
-              AND s.created_at > now() - make_interval(secs => c.delayed_processing_s)
-            ORDER BY s.first_offset LIMIT 1;
-            IF FOUND THEN
-                v_upto := least(v_upto, v_until);
+            WHERE s.partition_id = c.pid AND s.first_offset <= v_from
+            ORDER BY s.first_offset DESC LIMIT 1;
+            IF NOT FOUND OR v_seg_last < v_from THEN
+                SELECT s.first_offset INTO v_seg_first
+                FROM queen.segments s
+                WHERE s.partition_id = c.pid AND s.first_offset > v_from
+                ORDER BY s.first_offset LIMIT 1;
+                IF NOT FOUND THEN
+                    -- Nothing is stored from the cursor on: it moves to the end, so the partition
+                    -- is not pending for the group any more. One statement reads both the
+                    -- partition's end and its segments: a push committed meanwhile is seen in
+                    -- both, and then the cursor stays.
+                    WITH moved AS (
+                        UPDATE queen.cursors cu SET next_offset = p.next_offset, acked = '{}'
+                        FROM queen.partitions p
+                        WHERE cu.partition_id = c.pid AND cu.consumer_group = p_group
+                          AND p.id = c.pid AND p.next_offset > cu.next_offset
+                          AND NOT EXISTS (SELECT 1 FROM queen.segments s
+                                          WHERE s.partition_id = c.pid AND s.first_offset > v_from)
+                        RETURNING cu.next_offset
+                    )
+                    DELETE FROM queen.failures f   -- of messages no longer stored
+                    USING moved
+                    WHERE f.partition_id = c.pid AND f.consumer_group = p_group
+                      AND f.msg_offset < moved.next_offset;
+                    CONTINUE;   -- not a claim: the next candidate may take its place
+                END IF;
+                v_from := v_seg_first;
             END IF;
-        END IF;
+            v_claimed := v_claimed + 1;
 
-        -- One read of the messages: they are taken in offset order while their payloads fit
-        -- what is left of the byte budget (the pop's first message always fits); the octets
-        -- taken are left in a transaction-local setting for the budget's next turn.
-        RETURN QUERY
-        -- Of each write, only the frames in [v_from, v_upto) are unnested (b.lo: the first
-        -- offset taken from it; b.a, b.z: the subscripts of that range), so a pop of a few
-        -- messages from a write of thousands does not make a row of every frame.
-        WITH cand AS (
-            SELECT b.lo + u.i - 1 AS off, u.mid, u.tx, u.pl, u.sub, u.tr,
-                   octet_length(u.pl) AS len
-            FROM queen.segments s
-            CROSS JOIN LATERAL queen.segment_range(s.first_offset,
-                                                   array_lower(s.message_ids, 1), v_from,
-                                                   v_upto) b
-            CROSS JOIN LATERAL unnest(s.message_ids[b.a : b.z], s.transaction_ids[b.a : b.z],
-                                      s.payloads[b.a : b.z], s.producer_subs[b.a : b.z],
-                                      s.trace_ids[b.a : b.z])
-                 WITH ORDINALITY AS u (mid, tx, pl, sub, tr, i)
-            WHERE s.partition_id = c.pid AND s.first_offset >= v_seg_first
-              AND s.first_offset < v_upto
-              AND b.lo + u.i - 1 <> ALL (c.acked)
-            ORDER BY 1
-            LIMIT v_left
-        ),
-        pick AS (
-            SELECT w.off, w.mid, w.tx, w.pl, w.sub, w.tr, w.len
-            FROM (
-                SELECT cand.*,
-                       sum(cand.len) OVER (ORDER BY cand.off ROWS UNBOUNDED PRECEDING) AS upto,
-                       row_number() OVER (ORDER BY cand.off ROWS UNBOUNDED PRECEDING) AS rn
-                FROM cand
-            ) w
-            WHERE w.upto <= v_bytes OR (w.rn = 1 AND v_left = p_batch)
-        ),
-        taken AS (
-            SELECT set_config('queen.pop_taken_bytes', coalesce(sum(pick.len), 0)::text, true)
+            -- Nothing at or past v_upto is needed: the budget, plus offsets already acked.
+            v_upto := v_from + v_left + cardinality(c.acked);
+            -- Offsets removed inside that reach (a deleted message; a clear, retention or eviction
+            -- that kept a write below them: queen.gaps, usually empty) hold no message, so the
+            -- reach grows by as many. v_from is a stored offset: no gap holds it.
+            IF EXISTS (SELECT 1 FROM queen.gaps g
+                       WHERE g.partition_id = c.pid AND g.first_offset > v_from
+                         AND g.first_offset < v_upto) THEN
+                FOR v_gap IN SELECT g.first_offset, g.last_offset FROM queen.gaps g
+                             WHERE g.partition_id = c.pid AND g.first_offset > v_from
+                             ORDER BY g.first_offset LOOP
+                    EXIT WHEN v_gap.first_offset >= v_upto;
+                    v_upto := v_upto + (v_gap.last_offset - v_gap.first_offset + 1);
+                END LOOP;
+            END IF;
+            IF c.delayed_processing_s > 0 THEN   -- stop at the first segment not yet visible
+                SELECT s.first_offset INTO v_until
+                FROM queen.segments s
+                WHERE s.partition_id = c.pid AND s.first_offset >= v_seg_first
+                  AND s.created_at > now() - make_interval(secs => c.delayed_processing_s)
+                ORDER BY s.first_offset LIMIT 1;
+                IF FOUND THEN
+                    v_upto := least(v_upto, v_until);
+                END IF;
+            END IF;
+
+            -- One read of the messages: they are taken in offset order while their payloads fit
+            -- what is left of the byte budget (the pop's first message always fits); the octets
+            -- taken are left in a transaction-local setting for the budget's next turn.
+            RETURN QUERY
+            -- Of each write, only the frames in [v_from, v_upto) are unnested (b.lo: the first
+            -- offset taken from it; b.a, b.z: the subscripts of that range), so a pop of a few
+            -- messages from a write of thousands does not make a row of every frame.
+            WITH cand AS (
+                SELECT b.lo + u.i - 1 AS off, u.mid, u.tx, u.pl, u.sub, u.tr,
+                       octet_length(u.pl) AS len
+                FROM queen.segments s
+                CROSS JOIN LATERAL queen.segment_range(s.first_offset,
+                                                       array_lower(s.message_ids, 1), v_from,
+                                                       v_upto) b
+                CROSS JOIN LATERAL unnest(s.message_ids[b.a : b.z], s.transaction_ids[b.a : b.z],
+                                          s.payloads[b.a : b.z], s.producer_subs[b.a : b.z],
+                                          s.trace_ids[b.a : b.z])
+                     WITH ORDINALITY AS u (mid, tx, pl, sub, tr, i)
+                WHERE s.partition_id = c.pid AND s.first_offset >= v_seg_first
+                  AND s.first_offset < v_upto
+                  AND b.lo + u.i - 1 <> ALL (c.acked)
+                ORDER BY 1
+                LIMIT v_left
+            ),
+            pick AS (
+                SELECT w.off, w.mid, w.tx, w.pl, w.sub, w.tr, w.len
+                FROM (
+                    SELECT cand.*,
+                           sum(cand.len) OVER (ORDER BY cand.off ROWS UNBOUNDED PRECEDING) AS upto,
+                           row_number() OVER (ORDER BY cand.off ROWS UNBOUNDED PRECEDING) AS rn
+                    FROM cand
+                ) w
+                WHERE w.upto <= v_bytes OR (w.rn = 1 AND v_left = p_batch)
+            ),
+            taken AS (
+                SELECT set_config('queen.pop_taken_bytes', coalesce(sum(pick.len), 0)::text, true)
+                FROM pick
+            ),
+            adv AS (
+                SELECT a.next_offset, a.rest
+                FROM queen.cursor_advance(
+                    v_from,
+                    CASE WHEN p_auto_ack THEN c.acked || ARRAY(SELECT pick.off FROM pick)
+                         ELSE c.acked END) a
+            ),
+            mark AS (
+                UPDATE queen.cursors cu SET
+                    next_offset = adv.next_offset,
+                    acked = adv.rest,
+                    lease_id = CASE WHEN p_auto_ack THEN NULL ELSE p_lease_id END,
+                    lease_end = CASE WHEN p_auto_ack THEN NULL
+                                     ELSE (SELECT max(pick.off) + 1 FROM pick) END,
+                    lease_expires_at = CASE WHEN p_auto_ack THEN NULL
+                                            ELSE now() + make_interval(secs => c.lease_time_s) END,
+                    not_before = NULL,
+                    delivered_at = clock_timestamp(),
+                    parked = false
+                FROM adv
+                WHERE cu.partition_id = c.pid AND cu.consumer_group = p_group
+                  AND EXISTS (SELECT 1 FROM pick)
+                RETURNING cu.lease_expires_at
+            ),
+            tidy AS (   -- with autoAck, failures behind the cursor are resolved
+                DELETE FROM queen.failures f
+                USING adv
+                WHERE p_auto_ack AND f.partition_id = c.pid AND f.consumer_group = p_group
+                  AND f.msg_offset < adv.next_offset
+            ),
+            -- A message's earlier failures are looked up only when something within reach
+            -- failed before: one probe of the range, not one per message, in the usual case.
+            failed AS (
+                SELECT EXISTS (SELECT 1 FROM queen.failures f
+                               WHERE f.partition_id = c.pid AND f.consumer_group = p_group
+                                 AND f.msg_offset >= v_from
+                                 AND f.msg_offset < v_upto) AS any_failed
+            )
+            SELECT c.pid, c.qname, c.pname, pick.off, pick.mid, pick.tx, pick.pl, pick.sub,
+                   pick.tr,
+                   CASE WHEN (SELECT failed.any_failed FROM failed)
+                        THEN coalesce((SELECT f.attempts FROM queen.failures f
+                                       WHERE f.partition_id = c.pid AND f.consumer_group = p_group
+                                         AND f.msg_offset = pick.off), 0)
+                        ELSE 0 END,
+                   (SELECT m.lease_expires_at FROM mark m), NULL::double precision
             FROM pick
-        ),
-        adv AS (
-            SELECT a.next_offset, a.rest
-            FROM queen.cursor_advance(
-                v_from,
-                CASE WHEN p_auto_ack THEN c.acked || ARRAY(SELECT pick.off FROM pick)
-                     ELSE c.acked END) a
-        ),
-        mark AS (
-            UPDATE queen.cursors cu SET
-                next_offset = adv.next_offset,
-                acked = adv.rest,
-                lease_id = CASE WHEN p_auto_ack THEN NULL ELSE p_lease_id END,
-                lease_end = CASE WHEN p_auto_ack THEN NULL
-                                 ELSE (SELECT max(pick.off) + 1 FROM pick) END,
-                lease_expires_at = CASE WHEN p_auto_ack THEN NULL
-                                        ELSE now() + make_interval(secs => c.lease_time_s) END,
-                not_before = NULL,
-                delivered_at = clock_timestamp()
-            FROM adv
-            WHERE cu.partition_id = c.pid AND cu.consumer_group = p_group
-              AND EXISTS (SELECT 1 FROM pick)
-            RETURNING cu.lease_expires_at
-        ),
-        tidy AS (   -- with autoAck, failures behind the cursor are resolved
-            DELETE FROM queen.failures f
-            USING adv
-            WHERE p_auto_ack AND f.partition_id = c.pid AND f.consumer_group = p_group
-              AND f.msg_offset < adv.next_offset
-        ),
-        -- A message's earlier failures are looked up only when something within reach
-        -- failed before: one probe of the range, not one per message, in the usual case.
-        failed AS (
-            SELECT EXISTS (SELECT 1 FROM queen.failures f
-                           WHERE f.partition_id = c.pid AND f.consumer_group = p_group
-                             AND f.msg_offset >= v_from AND f.msg_offset < v_upto) AS any_failed
-        )
-        SELECT c.pid, c.qname, c.pname, pick.off, pick.mid, pick.tx, pick.pl, pick.sub,
-               pick.tr,
-               CASE WHEN (SELECT failed.any_failed FROM failed)
-                    THEN coalesce((SELECT f.attempts FROM queen.failures f
-                                   WHERE f.partition_id = c.pid AND f.consumer_group = p_group
-                                     AND f.msg_offset = pick.off), 0)
-                    ELSE 0 END,
-               (SELECT m.lease_expires_at FROM mark m), NULL::double precision
-        FROM pick
-        CROSS JOIN taken
-        ORDER BY pick.off;
-        GET DIAGNOSTICS v_n = ROW_COUNT;
-        v_left := v_left - v_n;
-        IF v_n > 0 THEN
-            v_bytes := v_bytes - current_setting('queen.pop_taken_bytes')::bigint;
-        END IF;
-    END LOOP;
-    CLOSE v_cands;
+            CROSS JOIN taken
+            ORDER BY pick.off;
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            v_left := v_left - v_n;
+            IF v_n > 0 THEN
+                v_bytes := v_bytes - current_setting('queen.pop_taken_bytes')::bigint;
+            END IF;
+        END LOOP;
+        CLOSE v_cands;
+        -- A walk of one queue that claimed nothing: the parked cursors with something past them
+        -- are unparked, and it walks again (once).
+        EXIT walks WHEN v_claimed > 0 OR v_round > 1 OR v_names IS NOT NULL
+                        OR cardinality(v_queues) <> 1;
+        SELECT u.unparked INTO v_n FROM queen.unpark_cursors(v_queues[1], p_group, 0, NULL) u;
+        EXIT walks WHEN v_n = 0;
+    END LOOP walks;
 
     IF p_ripe AND v_left = p_batch THEN
         IF v_names IS NOT NULL THEN
@@ -1317,7 +1429,7 @@ BEGIN
                                (SELECT p.next_offset FROM queen.partitions p
                                 WHERE p.id = c.partition_id)),
         acked = '{}', lease_id = NULL, lease_end = NULL, lease_expires_at = NULL,
-        not_before = NULL
+        not_before = NULL, parked = false
     WHERE c.consumer_group = p_group;
     DELETE FROM queen.failures WHERE consumer_group = p_group;
     DELETE FROM queen.consumer_watermarks WHERE consumer_group = p_group;
@@ -1410,7 +1522,7 @@ BEGIN
                           p.next_offset)
         END,
         acked = '{}', lease_id = NULL, lease_end = NULL, lease_expires_at = NULL,
-        not_before = NULL
+        not_before = NULL, parked = false
     FROM queen.partitions p
     WHERE p.id = c.partition_id AND c.queue_id = v_qid AND c.consumer_group = p_group
       AND (p_partition IS NULL OR p.name = p_partition);

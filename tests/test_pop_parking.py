@@ -1,0 +1,274 @@
+"""Parking: a pop's walk of a whole queue leaves out the cursors found with nothing past them a
+while after they were last served, so its cost does not grow with the partitions that have
+nothing to give; and a parked cursor with messages is never hidden from a pop that would
+otherwise come back empty-handed (docs/consuming.md, "Partitions with nothing to give")."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import psycopg
+import trio
+
+from queen import Broker
+from tests.conftest import Db
+from tests.consuming import Api
+
+GROUP = "g"
+
+
+async def _consumed(broker: Broker, queue: str, count: int) -> None:
+    """``count`` partitions ``idle-<i>`` of ``queue``, one message each, all consumed."""
+    await broker.push(
+        [{"queue": queue, "partition": f"idle-{i}", "payload": i} for i in range(count)]
+    )
+    taken = 0
+    while taken < count:
+        result = await broker.pop(
+            queue, consumer_group=GROUP, batch=1000, partitions=1000, auto_ack=True
+        )
+        assert result, "the partitions were not all consumed"
+        taken += len(result.messages)
+
+
+async def _served_long_ago(db: Db, queue: str) -> None:
+    """Every cursor of the group served an hour ago, and its sweep due."""
+    await db.rows(
+        """UPDATE queen.cursors c SET delivered_at = now() - interval '1 hour'
+           FROM queen.queues q WHERE q.id = c.queue_id AND q.name = %s""",
+        queue,
+    )
+    await _sweep_due(db, queue)
+
+
+async def _sweep_due(db: Db, queue: str) -> None:
+    await db.rows(
+        """UPDATE queen.cursor_marks m SET swept_at = NULL
+           FROM queen.queues q WHERE q.id = m.queue_id AND q.name = %s""",
+        queue,
+    )
+
+
+async def _parked(db: Db, queue: str) -> dict[str, bool]:
+    rows = await db.rows(
+        """SELECT p.name, c.parked FROM queen.cursors c
+           JOIN queen.partitions p ON p.id = c.partition_id
+           JOIN queen.queues q ON q.id = c.queue_id
+           WHERE q.name = %s AND c.consumer_group = %s""",
+        queue,
+        GROUP,
+    )
+    return {str(name): bool(parked) for name, parked in rows}
+
+
+async def _pop(broker: Broker, queue: str, partition: str | None = None) -> list[Any]:
+    result = await broker.pop(queue, partition, consumer_group=GROUP, batch=1, auto_ack=True)
+    return [(m.partition, m.data) for m in result.messages] if result else []
+
+
+def _blocks_read(url: str, queue: str) -> int:
+    """Shared buffers a whole look at ``queue`` reads (rolled back: nothing changes)."""
+    read = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET jit = off")
+        for _ in range(4):  # the least: once the session's plans and catalog caches are made
+            conn.execute("BEGIN")
+            row = conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM queen.pop("
+                "%s, NULL, '', '', %s, 1, 1, false, 'all', NULL, gen_random_uuid(), true,"
+                " 1048576, NULL, 1)",
+                (queue, GROUP),
+            ).fetchone()
+            conn.execute("ROLLBACK")
+            assert row is not None
+            plan: Any = row[0][0]["Plan"]
+            read.append(int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"]))
+    return min(read)
+
+
+async def test_a_sweep_parks_the_cursors_with_nothing_past_them_and_the_walk_reads_past_none(
+    broker: Broker, db: Db, pg_url: str, queue: str
+) -> None:
+    await _consumed(broker, queue, 400)
+    await broker.push([{"queue": queue, "partition": "live", "payload": "first"}])
+    assert await _pop(broker, queue, "live") == [("live", "first")]
+    await _served_long_ago(db, queue)
+    assert await _pop(broker, queue) == []  # nothing to give: this look sweeps
+    parked = await _parked(db, queue)
+    assert sum(parked.values()) == 401
+    # "live" is written again: the sweep is not due, the walk meets it first
+    await broker.push([{"queue": queue, "partition": "live", "payload": "second"}])
+    await db.rows(
+        """UPDATE queen.cursors c SET parked = false FROM queen.partitions p
+           WHERE p.id = c.partition_id AND p.name = 'live'"""
+    )
+    beside_parked = await trio.to_thread.run_sync(_blocks_read, pg_url, queue)
+    # the same look with the 400 idle cursors unparked reads past each of them
+    await db.rows(
+        """UPDATE queen.cursors c SET parked = false FROM queen.queues q
+           WHERE q.id = c.queue_id AND q.name = %s""",
+        queue,
+    )
+    await db.rows(
+        """UPDATE queen.cursor_marks m SET swept_at = now() + interval '1 hour'
+           FROM queen.queues q WHERE q.id = m.queue_id AND q.name = %s""",
+        queue,
+    )
+    beside_unparked = await trio.to_thread.run_sync(_blocks_read, pg_url, queue)
+    assert beside_unparked > beside_parked + 390, (beside_parked, beside_unparked)
+    assert beside_parked < 150, beside_parked
+    assert await _pop(broker, queue) == [("live", "second")]
+
+
+async def test_a_recently_served_cursor_and_one_with_messages_are_not_parked(
+    broker: Broker, db: Db, queue: str
+) -> None:
+    await _consumed(broker, queue, 3)
+    await broker.push([{"queue": queue, "partition": "idle-1", "payload": "more"}])
+    await _sweep_due(db, queue)
+    await broker.pop(queue, "elsewhere", consumer_group=GROUP)  # (makes the marks row)
+    assert await _pop(broker, queue) == [("idle-1", "more")]  # the sweep: all served just now
+    assert await _parked(db, queue) == {"idle-0": False, "idle-1": False, "idle-2": False}
+    await broker.push([{"queue": queue, "partition": "idle-2", "payload": "waiting"}])
+    await _served_long_ago(db, queue)
+    await broker.pop(queue, "elsewhere", consumer_group=GROUP)
+    result = await broker.pop(queue, consumer_group=GROUP, batch=1)  # leased, not acked
+    assert [m.partition for m in result.messages] == ["idle-2"]
+    assert await _parked(db, queue) == {"idle-0": True, "idle-1": True, "idle-2": False}
+
+
+async def test_a_walk_that_finds_nothing_else_unparks_and_delivers_a_parked_partition(
+    broker: Broker, db: Db, queue: str
+) -> None:
+    await _consumed(broker, queue, 20)
+    await _served_long_ago(db, queue)
+    assert await _pop(broker, queue) == []
+    assert all((await _parked(db, queue)).values())
+    await broker.push([{"queue": queue, "partition": "idle-7", "payload": "back"}])
+    # the sweep is not due: the walk of the unparked cursors finds nothing, so it unparks
+    assert await _pop(broker, queue) == [("idle-7", "back")]
+    parked = await _parked(db, queue)
+    assert not parked["idle-7"] and sum(parked.values()) == 19
+
+
+async def test_a_parked_partition_waits_behind_claimable_ones_until_the_sweep(
+    broker: Broker, db: Db, queue: str
+) -> None:
+    await _consumed(broker, queue, 5)
+    await _served_long_ago(db, queue)
+    assert await _pop(broker, queue) == []  # parks all five
+    live = ("live-a", "live-b", "live-c")
+    for _ in range(2):
+        await broker.push([{"queue": queue, "partition": p, "payload": p} for p in live])
+    for name in live:  # served now, in this order
+        assert await _pop(broker, queue, name) == [(name, name)]
+    await broker.push([{"queue": queue, "partition": "idle-3", "payload": "parked"}])
+    # the parked one is left out of the walk, though served an hour before the others
+    assert await _pop(broker, queue) == [("live-a", "live-a")]
+    # the sweep, once due, unparks it: served an hour ago, it is the first in line
+    await _sweep_due(db, queue)
+    assert await _pop(broker, queue) == [("idle-3", "parked")]
+    assert sorted(await _pop(broker, queue) + await _pop(broker, queue)) == [
+        ("live-b", "live-b"),
+        ("live-c", "live-c"),
+    ]
+    assert await _pop(broker, queue) == []
+
+
+async def test_a_sweep_looks_at_a_thousand_parked_cursors_and_the_next_at_the_rest(
+    broker: Broker, db: Db, queue: str
+) -> None:
+    await _consumed(broker, queue, 1200)
+    live = ("live-a", "live-b", "live-c")
+    for _ in range(2):
+        await broker.push([{"queue": queue, "partition": p, "payload": p} for p in live])
+    await _served_long_ago(db, queue)
+    for name in live:  # served now
+        assert await _pop(broker, queue, name) == [(name, name)]
+    assert await _pop(broker, queue) == [("live-a", "live-a")]  # this look parks the 1,200
+    assert sum((await _parked(db, queue)).values()) == 1200
+    late = await db.value(
+        """SELECT p.name FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+           WHERE q.name = %s AND p.name LIKE 'idle-%%' ORDER BY p.id OFFSET 1100 LIMIT 1""",
+        queue,
+    )
+    await broker.push([{"queue": queue, "partition": late, "payload": "late"}])
+    await _sweep_due(db, queue)  # looks at the first thousand parked cursors only
+    assert await _pop(broker, queue) == [("live-b", "live-b")]
+    await _sweep_due(db, queue)  # and the next, at the rest
+    assert await _pop(broker, queue) == [(late, "late")]
+
+
+async def test_a_pop_of_a_parked_partition_by_name_takes_it_and_unparks_it(
+    broker: Broker, db: Db, queue: str
+) -> None:
+    await _consumed(broker, queue, 4)
+    await _served_long_ago(db, queue)
+    assert await _pop(broker, queue) == []
+    await broker.push([{"queue": queue, "partition": "idle-2", "payload": "named"}])
+    assert await _pop(broker, queue, "idle-2") == [("idle-2", "named")]
+    assert (await _parked(db, queue))["idle-2"] is False
+
+
+async def test_seek_back_unparks_what_it_moves(
+    broker: Broker, api: Api, db: Db, queue: str
+) -> None:
+    await _consumed(broker, queue, 6)
+    await _served_long_ago(db, queue)
+    assert await _pop(broker, queue) == []
+    assert all((await _parked(db, queue)).values())
+    await broker.push([{"queue": queue, "partition": "live", "payload": "x"}])
+    assert await _pop(broker, queue, "live") == [("live", "x")]  # served now
+    await broker.push([{"queue": queue, "partition": "live", "payload": "new"}])
+    status, _ = await api.post(
+        f"/api/v1/consumer-groups/{GROUP}/queues/{queue}/seek",
+        {"timestamp": "2000-01-01T00:00:00Z"},
+    )
+    assert status == 200
+    assert not any((await _parked(db, queue)).values())
+    # every partition served an hour ago is ahead of the one served now again
+    first = await _pop(broker, queue)
+    assert first and first[0][0].startswith("idle-"), first
+
+
+async def test_no_whole_look_comes_back_empty_while_a_partition_has_something_for_it(
+    broker: Broker, db: Db, queue: str
+) -> None:
+    """A random run of pushes, pops of the whole queue and by name, sweeps made due and
+    cursors dated back: every message is delivered once, and a pop of the whole queue that
+    delivers nothing leaves nothing pending for the group (auto-ack: no lease holds any)."""
+    rng = random.Random(20261207)
+    names = [f"p{i}" for i in range(8)]
+    pushed: list[tuple[str, int]] = []
+    delivered: list[tuple[str, int]] = []
+    for step in range(160):
+        roll = rng.random()
+        if roll < 0.35:
+            name = rng.choice(names)
+            await broker.push([{"queue": queue, "partition": name, "payload": step}])
+            pushed.append((name, step))
+        elif roll < 0.45:
+            await _served_long_ago(db, queue)
+        elif roll < 0.55:
+            await _sweep_due(db, queue)
+        elif roll < 0.62:
+            delivered += await _pop(broker, queue, rng.choice(names))
+        else:
+            got = await _pop(broker, queue)
+            delivered += got
+            if not got:
+                pending = await db.value(
+                    """SELECT count(*) FROM queen.cursors c
+                       JOIN queen.partitions p ON p.id = c.partition_id
+                       JOIN queen.queues q ON q.id = c.queue_id
+                       WHERE q.name = %s AND c.consumer_group = %s
+                         AND p.next_offset > c.next_offset""",
+                    queue,
+                    GROUP,
+                )
+                unseen = {n for n, _ in pushed} - set(await _parked(db, queue))
+                assert pending == 0 and not unseen, (step, pending, unseen)
+    while got := await _pop(broker, queue):
+        delivered += got
+    assert sorted(delivered) == sorted(pushed)
