@@ -1,5 +1,5 @@
-"""Helpers for the consume-side tests: HTTP calls in the client's exact shapes, and SQL that
-moves time for leases and message ages (no test waits for a clock)."""
+"""Helpers for the consume-side tests: HTTP calls in the client's exact shapes, SQL that
+moves time for leases and message ages (no test waits for a clock), and partitions made idle."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
+from queen.broker import Broker
 from tests.conftest import Db
 
 JSON = {"content-type": "application/json"}
@@ -171,3 +172,18 @@ async def end_retry_delays(db: Db, queue: str) -> None:
            FROM queen.queues q WHERE q.id = c.queue_id AND q.name = %s""",
         queue,
     )
+
+
+async def idle_partitions(broker: Broker, queue: str, group: str, count: int) -> None:
+    """``count`` partitions ``idle-<i>`` of ``queue``, each with one message (``i``) that
+    ``group`` consumed."""
+    await broker.push(
+        [{"queue": queue, "partition": f"idle-{i}", "payload": i} for i in range(count)]
+    )
+    taken = 0
+    while taken < count:
+        result = await broker.pop(
+            queue, consumer_group=group, batch=1000, partitions=1000, auto_ack=True
+        )
+        assert result, "the idle partitions were not all consumed"
+        taken += len(result.messages)

@@ -28,6 +28,7 @@ from queen.settings import Settings
 from queen.storage.base import SegmentWrite
 from queen.storage.consume import PENDING_NONE
 from queen.storage.listener import parse
+from tests.consuming import idle_partitions
 from tests.fakes import MemoryConsumeStore, idle_push_service
 
 NO_RECHECK = 60_000  # ms: only a wake-up can deliver within a test's time limit
@@ -215,27 +216,13 @@ def _explain_pop(url: str, queue: str, group: str, hint: list[str] | None) -> in
     return min(read)
 
 
-async def _idle_partitions(broker: Broker, queue: str, group: str, count: int) -> None:
-    """``count`` partitions of ``queue``, each with one message that ``group`` consumed."""
-    await broker.push(
-        [{"queue": queue, "partition": f"idle-{i}", "payload": i} for i in range(count)]
-    )
-    taken = 0
-    while taken < count:
-        result = await broker.pop(
-            queue, consumer_group=group, batch=1000, partitions=1000, auto_ack=True
-        )
-        assert result, "the idle partitions were not all consumed"
-        taken += len(result.messages)
-
-
 async def test_a_hinted_pop_reads_as_much_beside_10_or_400_idle_partitions(
     broker: Broker, pg_url: str, queue: str
 ) -> None:
     read: dict[int, tuple[int, int]] = {}
     for idle in (10, 400):
         name = f"{queue}-{idle}"
-        await _idle_partitions(broker, name, "g", idle)
+        await idle_partitions(broker, name, "g", idle)
         hinted = await trio.to_thread.run_sync(_explain_pop, pg_url, name, "g", ["idle-3"])
         whole = await trio.to_thread.run_sync(_explain_pop, pg_url, name, "g", None)
         read[idle] = (hinted, whole)
@@ -252,7 +239,7 @@ async def test_a_whole_queue_look_reaches_each_partition_by_its_key_under_a_gene
     # A cached generic plan once joined the group's cursors against a scan of the queue's
     # partitions (cursors x partitions rows compared); each cursor now reaches its partition
     # through the key, whatever the plan.
-    await _idle_partitions(broker, queue, "g", 1000)
+    await idle_partitions(broker, queue, "g", 1000)
     # a partition served once, like the others: the walk meets it among them
     await broker.push([{"queue": queue, "partition": "idle-500", "payload": "x"}])
 
@@ -302,7 +289,7 @@ async def test_a_push_to_one_partition_is_looked_for_there_and_the_other_pops_wa
     settings: Settings, queue: str
 ) -> None:
     async with open_broker(settings.with_changes(pop_recheck_ms=NO_RECHECK)) as broker:
-        await _idle_partitions(broker, queue, "g", 300)
+        await idle_partitions(broker, queue, "g", 300)
         store = broker.consume.store
         hints: list[Any] = []
         pop = store.pop

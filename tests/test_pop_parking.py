@@ -13,23 +13,9 @@ import trio
 
 from queen import Broker
 from tests.conftest import Db
-from tests.consuming import Api
+from tests.consuming import Api, idle_partitions
 
 GROUP = "g"
-
-
-async def _consumed(broker: Broker, queue: str, count: int) -> None:
-    """``count`` partitions ``idle-<i>`` of ``queue``, one message each, all consumed."""
-    await broker.push(
-        [{"queue": queue, "partition": f"idle-{i}", "payload": i} for i in range(count)]
-    )
-    taken = 0
-    while taken < count:
-        result = await broker.pop(
-            queue, consumer_group=GROUP, batch=1000, partitions=1000, auto_ack=True
-        )
-        assert result, "the partitions were not all consumed"
-        taken += len(result.messages)
 
 
 async def _served_long_ago(db: Db, queue: str) -> None:
@@ -90,7 +76,7 @@ def _blocks_read(url: str, queue: str) -> int:
 async def test_a_sweep_parks_the_cursors_with_nothing_past_them_and_the_walk_reads_past_none(
     broker: Broker, db: Db, pg_url: str, queue: str
 ) -> None:
-    await _consumed(broker, queue, 400)
+    await idle_partitions(broker, queue, GROUP, 400)
     await broker.push([{"queue": queue, "partition": "live", "payload": "first"}])
     assert await _pop(broker, queue, "live") == [("live", "first")]
     await _served_long_ago(db, queue)
@@ -124,7 +110,7 @@ async def test_a_sweep_parks_the_cursors_with_nothing_past_them_and_the_walk_rea
 async def test_a_recently_served_cursor_and_one_with_messages_are_not_parked(
     broker: Broker, db: Db, queue: str
 ) -> None:
-    await _consumed(broker, queue, 3)
+    await idle_partitions(broker, queue, GROUP, 3)
     await broker.push([{"queue": queue, "partition": "idle-1", "payload": "more"}])
     await _sweep_due(db, queue)
     await broker.pop(queue, "elsewhere", consumer_group=GROUP)  # (makes the marks row)
@@ -141,7 +127,7 @@ async def test_a_recently_served_cursor_and_one_with_messages_are_not_parked(
 async def test_a_walk_that_finds_nothing_else_unparks_and_delivers_a_parked_partition(
     broker: Broker, db: Db, queue: str
 ) -> None:
-    await _consumed(broker, queue, 20)
+    await idle_partitions(broker, queue, GROUP, 20)
     await _served_long_ago(db, queue)
     assert await _pop(broker, queue) == []
     assert all((await _parked(db, queue)).values())
@@ -155,7 +141,7 @@ async def test_a_walk_that_finds_nothing_else_unparks_and_delivers_a_parked_part
 async def test_a_parked_partition_waits_behind_claimable_ones_until_the_sweep(
     broker: Broker, db: Db, queue: str
 ) -> None:
-    await _consumed(broker, queue, 5)
+    await idle_partitions(broker, queue, GROUP, 5)
     await _served_long_ago(db, queue)
     assert await _pop(broker, queue) == []  # parks all five
     live = ("live-a", "live-b", "live-c")
@@ -179,7 +165,7 @@ async def test_a_parked_partition_waits_behind_claimable_ones_until_the_sweep(
 async def test_a_sweep_looks_at_a_thousand_parked_cursors_and_the_next_at_the_rest(
     broker: Broker, db: Db, queue: str
 ) -> None:
-    await _consumed(broker, queue, 1200)
+    await idle_partitions(broker, queue, GROUP, 1200)
     live = ("live-a", "live-b", "live-c")
     for _ in range(2):
         await broker.push([{"queue": queue, "partition": p, "payload": p} for p in live])
@@ -203,7 +189,7 @@ async def test_a_sweep_looks_at_a_thousand_parked_cursors_and_the_next_at_the_re
 async def test_a_pop_of_a_parked_partition_by_name_takes_it_and_unparks_it(
     broker: Broker, db: Db, queue: str
 ) -> None:
-    await _consumed(broker, queue, 4)
+    await idle_partitions(broker, queue, GROUP, 4)
     await _served_long_ago(db, queue)
     assert await _pop(broker, queue) == []
     await broker.push([{"queue": queue, "partition": "idle-2", "payload": "named"}])
@@ -214,7 +200,7 @@ async def test_a_pop_of_a_parked_partition_by_name_takes_it_and_unparks_it(
 async def test_seek_back_unparks_what_it_moves(
     broker: Broker, api: Api, db: Db, queue: str
 ) -> None:
-    await _consumed(broker, queue, 6)
+    await idle_partitions(broker, queue, GROUP, 6)
     await _served_long_ago(db, queue)
     assert await _pop(broker, queue) == []
     assert all((await _parked(db, queue)).values())
