@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import orjson
+import psycopg
 
 from queen.broker import Broker
 from tests.conftest import Db
@@ -187,3 +188,28 @@ async def idle_partitions(broker: Broker, queue: str, group: str, count: int) ->
         )
         assert result, "the idle partitions were not all consumed"
         taken += len(result.messages)
+
+
+def pop_blocks_read(
+    url: str, queue: str, group: str, hint: list[str] | None, batch: int = 10
+) -> int:
+    """The shared buffers a waiting pop of ``batch`` by ``group`` on ``queue`` reads (its whole
+    statement, every query inside queen.pop included), reading ``hint`` or the whole queue;
+    rolled back, so nothing changes. The least of four, once the session's plans and catalog
+    caches are made."""
+    read = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET jit = off")
+        for _ in range(4):
+            conn.execute("BEGIN")
+            row = conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM queen.pop("
+                "%s, NULL, '', '', %s, %s, 1, false, 'all', NULL, gen_random_uuid(), true,"
+                " 1048576, %s, 1)",
+                (queue, group, batch, hint),
+            ).fetchone()
+            conn.execute("ROLLBACK")
+            assert row is not None
+            plan: Any = row[0][0]["Plan"]
+            read.append(int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"]))
+    return min(read)

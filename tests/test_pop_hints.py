@@ -28,7 +28,7 @@ from queen.settings import Settings
 from queen.storage.base import SegmentWrite
 from queen.storage.consume import PENDING_NONE
 from queen.storage.listener import parse
-from tests.consuming import idle_partitions
+from tests.consuming import idle_partitions, pop_blocks_read
 from tests.fakes import MemoryConsumeStore, idle_push_service
 
 NO_RECHECK = 60_000  # ms: only a wake-up can deliver within a test's time limit
@@ -195,27 +195,6 @@ async def test_a_pop_that_does_not_wait_always_reads_the_whole_queue(
 # --- on PostgreSQL ---------------------------------------------------------------------------
 
 
-def _explain_pop(url: str, queue: str, group: str, hint: list[str] | None) -> int:
-    """The shared buffers a waiting pop of ``group`` on ``queue`` reads (its whole statement,
-    every query inside queen.pop included), reading ``hint`` or the whole queue."""
-    read = []
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SET jit = off")
-        for _ in range(4):  # the least: once the session's plans and catalog caches are made
-            conn.execute("BEGIN")
-            row = conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM queen.pop("
-                "%s, NULL, '', '', %s, 10, 1, false, 'all', NULL, gen_random_uuid(), true,"
-                " 1048576, %s, 1)",
-                (queue, group, hint),
-            ).fetchone()
-            conn.execute("ROLLBACK")  # (nothing leased)
-            assert row is not None
-            plan: Any = row[0][0]["Plan"]
-            read.append(int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"]))
-    return min(read)
-
-
 async def test_a_hinted_pop_reads_as_much_beside_10_or_400_idle_partitions(
     broker: Broker, pg_url: str, queue: str
 ) -> None:
@@ -223,8 +202,8 @@ async def test_a_hinted_pop_reads_as_much_beside_10_or_400_idle_partitions(
     for idle in (10, 400):
         name = f"{queue}-{idle}"
         await idle_partitions(broker, name, "g", idle)
-        hinted = await trio.to_thread.run_sync(_explain_pop, pg_url, name, "g", ["idle-3"])
-        whole = await trio.to_thread.run_sync(_explain_pop, pg_url, name, "g", None)
+        hinted = await trio.to_thread.run_sync(pop_blocks_read, pg_url, name, "g", ["idle-3"])
+        whole = await trio.to_thread.run_sync(pop_blocks_read, pg_url, name, "g", None)
         read[idle] = (hinted, whole)
     (hinted_10, whole_10), (hinted_400, whole_400) = read[10], read[400]
     assert whole_400 > whole_10 + 390, read  # (a look at the whole queue reads every cursor)

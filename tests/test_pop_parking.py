@@ -8,12 +8,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import psycopg
 import trio
 
 from queen import Broker
 from tests.conftest import Db
-from tests.consuming import Api, idle_partitions
+from tests.consuming import Api, idle_partitions, pop_blocks_read
 
 GROUP = "g"
 
@@ -53,26 +52,6 @@ async def _pop(broker: Broker, queue: str, partition: str | None = None) -> list
     return [(m.partition, m.data) for m in result.messages] if result else []
 
 
-def _blocks_read(url: str, queue: str) -> int:
-    """Shared buffers a whole look at ``queue`` reads (rolled back: nothing changes)."""
-    read = []
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SET jit = off")
-        for _ in range(4):  # the least: once the session's plans and catalog caches are made
-            conn.execute("BEGIN")
-            row = conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM queen.pop("
-                "%s, NULL, '', '', %s, 1, 1, false, 'all', NULL, gen_random_uuid(), true,"
-                " 1048576, NULL, 1)",
-                (queue, GROUP),
-            ).fetchone()
-            conn.execute("ROLLBACK")
-            assert row is not None
-            plan: Any = row[0][0]["Plan"]
-            read.append(int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"]))
-    return min(read)
-
-
 async def test_a_sweep_parks_the_cursors_with_nothing_past_them_and_the_walk_reads_past_none(
     broker: Broker, db: Db, pg_url: str, queue: str
 ) -> None:
@@ -89,7 +68,7 @@ async def test_a_sweep_parks_the_cursors_with_nothing_past_them_and_the_walk_rea
         """UPDATE queen.cursors c SET parked = false FROM queen.partitions p
            WHERE p.id = c.partition_id AND p.name = 'live'"""
     )
-    beside_parked = await trio.to_thread.run_sync(_blocks_read, pg_url, queue)
+    beside_parked = await trio.to_thread.run_sync(pop_blocks_read, pg_url, queue, GROUP, None, 1)
     # the same look with the 400 idle cursors unparked reads past each of them
     await db.rows(
         """UPDATE queen.cursors c SET parked = false FROM queen.queues q
@@ -101,7 +80,7 @@ async def test_a_sweep_parks_the_cursors_with_nothing_past_them_and_the_walk_rea
            FROM queen.queues q WHERE q.id = m.queue_id AND q.name = %s""",
         queue,
     )
-    beside_unparked = await trio.to_thread.run_sync(_blocks_read, pg_url, queue)
+    beside_unparked = await trio.to_thread.run_sync(pop_blocks_read, pg_url, queue, GROUP, None, 1)
     assert beside_unparked > beside_parked + 390, (beside_parked, beside_unparked)
     assert beside_parked < 150, beside_parked
     assert await _pop(broker, queue) == [("live", "second")]
