@@ -200,20 +200,26 @@ def _nested_plans(url: str, queue: str, ns: str, hint: list[str]) -> list[tuple[
 async def test_the_claim_rule_is_written_once_and_inlined_into_every_walk(
     api: Api, queue: str, db: Db
 ) -> None:
-    """Every walk and ripe scan reads queen.cursor_claim, and the planner inlines it into each
-    (a SET clause, STRICT, a security definer stop that): called once per cursor instead, a
+    """Every walk and ripe scan reads queen.cursor_claim (the whole scope's ripe scans through
+    queen.group_ripe), and the planner inlines both into each (a SET clause, STRICT, a
+    security definer stop that): called once per cursor instead, a
     Function Scan would run the segment look-ups whether their queue option is set or not,
     and the walks would lose the plans they were written for."""
     ns = f"ns-{queue}"
     await _namespace(api, ns, (queue, {"windowBuffer": 30}), (f"{queue}-other", {}))
     await api.push(queue, "p", 1)  # within its window buffer: nothing claimable
     plans = await trio.to_thread.run_sync(_nested_plans, db.url, queue, ns, ["p"])
-    readers = [plan for text, plan in plans if "queen.cursor_claim(" in text]
-    # three walks and two ripe scans (the whole queues' one after either walk), each run twice
-    assert len({text for text, _ in plans if "queen.cursor_claim(" in text}) == 5
+    reading = ("queen.cursor_claim(", "queen.group_ripe(")
+    texts = [text for text, _ in plans if any(f in text for f in reading)]
+    readers = [plan for text, plan in plans if any(f in text for f in reading)]
+    # three walks and three ripe scans (of the named partitions; queen.group_ripe's, in the
+    # walks of one queue and after the walk across queues), each run twice
+    assert len(set(texts)) == 6, sorted(set(texts))
+    assert sum("queen.group_ripe(" in text for text in texts) == 4
     assert len(readers) == 12
     for plan in readers:
         assert "cursor_claim" not in plan, plan
+        assert "group_ripe" not in plan, plan
         assert "segments_pkey" in plan, plan  # the window buffer's look-up, inlined
     [source] = await db.rows(
         "SELECT p.prosrc FROM pg_proc p WHERE p.oid = 'queen.pop(text, text, text, text, text,"

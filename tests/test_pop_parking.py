@@ -5,6 +5,7 @@ otherwise come back empty-handed (docs/consuming.md, "Partitions with nothing to
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -50,6 +51,23 @@ async def _parked(db: Db, queue: str) -> dict[str, bool]:
 async def _pop(broker: Broker, queue: str, partition: str | None = None) -> list[Any]:
     result = await broker.pop(queue, partition, consumer_group=GROUP, batch=1, auto_ack=True)
     return [(m.partition, m.data) for m in result.messages] if result else []
+
+
+async def _look(db: Db, queue: str) -> tuple[list[Any], Any]:
+    """A waiting pop's look at the whole queue (one message, auto-ack), as the broker makes it:
+    what it delivered, and its ripe row's answer (None when it delivered, or when the queue
+    does not exist yet and no row comes back)."""
+    rows = await db.rows(
+        """SELECT partition_name, payload, ripe_in_s FROM queen.pop(
+               %s, NULL, '', '', %s, 1, 1, true, 'all', NULL, gen_random_uuid(), true,
+               1048576, NULL, 1)""",
+        queue,
+        GROUP,
+    )
+    got = [(name, json.loads(payload)) for name, payload, _ in rows if name is not None]
+    ripe = [r for name, _, r in rows if name is None]
+    assert len(ripe) == (0 if got or not rows else 1), rows
+    return got, ripe[0] if ripe else None
 
 
 async def test_a_sweep_parks_the_cursors_with_nothing_past_them_and_the_walk_reads_past_none(
@@ -115,6 +133,49 @@ async def test_a_walk_that_finds_nothing_else_unparks_and_delivers_a_parked_part
     assert await _pop(broker, queue) == [("idle-7", "back")]
     parked = await _parked(db, queue)
     assert not parked["idle-7"] and sum(parked.values()) == 19
+
+
+async def test_a_waiting_look_that_finds_nothing_else_unparks_and_delivers_a_parked_partition(
+    broker: Broker, db: Db, queue: str
+) -> None:
+    await idle_partitions(broker, queue, GROUP, 20)
+    await _served_long_ago(db, queue)
+    assert await _look(db, queue) == ([], None)  # parks all: nothing is pending
+    assert all((await _parked(db, queue)).values())
+    await broker.push([{"queue": queue, "partition": "idle-7", "payload": "back"}])
+    # the sweep is not due: the walk of the unparked cursors finds nothing, the ripe read
+    # finds idle-7 pending and parked, so the look unparks it and walks again
+    assert await _look(db, queue) == ([("idle-7", "back")], None)
+    parked = await _parked(db, queue)
+    assert not parked["idle-7"] and sum(parked.values()) == 19
+    assert await _look(db, queue) == ([], None)
+
+
+async def test_an_empty_waiting_look_reads_the_parked_cursors_once(
+    broker: Broker, db: Db, pg_url: str, queue: str
+) -> None:
+    """A look that finds nothing reads every pending cursor of the group to say when to look
+    again; that one read also tells it which parked cursors to unpark, so the parked ones cost
+    it no second pass."""
+    await idle_partitions(broker, queue, GROUP, 400)
+    await _served_long_ago(db, queue)
+    assert await _look(db, queue) == ([], None)  # parks the 400
+    assert sum((await _parked(db, queue)).values()) == 400
+    await db.rows(
+        """UPDATE queen.cursor_marks m SET swept_at = now() + interval '1 hour'
+           FROM queen.queues q WHERE q.id = m.queue_id AND q.name = %s""",
+        queue,
+    )
+    parked = await trio.to_thread.run_sync(pop_blocks_read, pg_url, queue, GROUP, None, 1)
+    # the same look with the 400 unparked: its walk reads past each of them, then the same
+    # ripe read; parked, only the ripe read
+    await db.rows(
+        """UPDATE queen.cursors c SET parked = false FROM queen.queues q
+           WHERE q.id = c.queue_id AND q.name = %s""",
+        queue,
+    )
+    unparked = await trio.to_thread.run_sync(pop_blocks_read, pg_url, queue, GROUP, None, 1)
+    assert unparked > parked + 390, (parked, unparked)
 
 
 async def test_a_parked_partition_waits_behind_claimable_ones_until_the_sweep(
@@ -200,9 +261,10 @@ async def test_seek_back_unparks_what_it_moves(
 async def test_no_whole_look_comes_back_empty_while_a_partition_has_something_for_it(
     broker: Broker, db: Db, queue: str
 ) -> None:
-    """A random run of pushes, pops of the whole queue and by name, sweeps made due and
-    cursors dated back: every message is delivered once, and a pop of the whole queue that
-    delivers nothing leaves nothing pending for the group (auto-ack: no lease holds any)."""
+    """A random run of pushes, pops of the whole queue (waiting pops' looks among them) and
+    by name, sweeps made due and cursors dated back: every message is delivered once, and a
+    pop of the whole queue that delivers nothing leaves nothing pending for the group
+    (auto-ack: no lease holds any), as a waiting one's answer says."""
     rng = random.Random(20261207)
     names = [f"p{i}" for i in range(8)]
     pushed: list[tuple[str, int]] = []
@@ -220,9 +282,11 @@ async def test_no_whole_look_comes_back_empty_while_a_partition_has_something_fo
         elif roll < 0.62:
             delivered += await _pop(broker, queue, rng.choice(names))
         else:
-            got = await _pop(broker, queue)
+            waiting = rng.random() < 0.5  # a waiting pop's look also says what is pending
+            got, ripe = await _look(db, queue) if waiting else (await _pop(broker, queue), None)
             delivered += got
             if not got:
+                assert ripe is None, (step, ripe)
                 pending = await db.value(
                     """SELECT count(*) FROM queen.cursors c
                        JOIN queen.partitions p ON p.id = c.partition_id

@@ -375,6 +375,32 @@ LANGUAGE sql STABLE AS $fn$
                          + make_interval(secs => p_delay_s) END)
 $fn$;
 
+-- Unpark those of the group's cursors of partitions p_partitions that are parked and have
+-- something past them; cursors another transaction holds are skipped. Returns how many. Each
+-- read goes through the cursors' key, so no plan can read the group's cursors once per
+-- partition listed. For queen.pop (Parking, at the cursors table).
+CREATE OR REPLACE FUNCTION queen.unpark_listed(p_partitions bigint[], p_group text)
+RETURNS integer
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+DECLARE
+    v_n integer;
+BEGIN
+    WITH t AS (
+        SELECT c.partition_id FROM queen.cursors c
+        CROSS JOIN LATERAL (SELECT p.next_offset FROM queen.partitions p
+                            WHERE p.id = c.partition_id OFFSET 0) p
+        WHERE c.partition_id = ANY (p_partitions) AND c.consumer_group = p_group
+          AND c.parked AND p.next_offset > c.next_offset
+        FOR UPDATE OF c SKIP LOCKED
+    )
+    UPDATE queen.cursors cu SET parked = false
+    WHERE cu.partition_id = ANY (ARRAY(SELECT t.partition_id FROM t))
+      AND cu.consumer_group = p_group;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$fn$;
+
 -- Unpark the group's parked cursors on one queue that have something past them, looking at
 -- those after partition p_past in partition order, at most p_limit of them (NULL: all). Cursors
 -- another transaction holds are skipped. unparked: how many; last_seen: the last partition
@@ -384,33 +410,42 @@ CREATE OR REPLACE FUNCTION queen.unpark_cursors(
     p_queue_id bigint, p_group text, p_past bigint, p_limit integer)
 RETURNS TABLE (unparked integer, last_seen bigint)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+DECLARE
+    v_slice bigint[];
 BEGIN
+    v_slice := ARRAY(SELECT c.partition_id FROM queen.cursors c
+                     WHERE c.queue_id = p_queue_id AND c.consumer_group = p_group AND c.parked
+                       AND c.partition_id > p_past
+                     ORDER BY c.partition_id
+                     LIMIT p_limit);
     RETURN QUERY
-    WITH slice AS MATERIALIZED (
-        SELECT c.partition_id FROM queen.cursors c
-        WHERE c.queue_id = p_queue_id AND c.consumer_group = p_group AND c.parked
-          AND c.partition_id > p_past
-        ORDER BY c.partition_id
-        LIMIT p_limit
-    ),
-    t AS (
-        SELECT c.partition_id FROM slice x
-        JOIN queen.cursors c ON c.partition_id = x.partition_id AND c.consumer_group = p_group
-        CROSS JOIN LATERAL (SELECT p.next_offset FROM queen.partitions p
-                            WHERE p.id = c.partition_id OFFSET 0) p
-        WHERE c.parked AND p.next_offset > c.next_offset
-        FOR UPDATE OF c SKIP LOCKED
-    ),
-    up AS (
-        UPDATE queen.cursors cu SET parked = false
-        FROM t WHERE cu.partition_id = t.partition_id AND cu.consumer_group = p_group
-        RETURNING 1
-    )
-    SELECT (SELECT count(*) FROM up)::integer,
-           CASE WHEN p_limit IS NULL OR count(*) < p_limit THEN 0
-                ELSE coalesce(max(x.partition_id), 0) END
-    FROM slice x;
+    SELECT queen.unpark_listed(v_slice, p_group),
+           CASE WHEN p_limit IS NULL OR cardinality(v_slice) < p_limit THEN 0::bigint
+                ELSE v_slice[cardinality(v_slice)] END;
 END
+$fn$;
+
+-- A group's pending cursors on queues p_queues, for queen.pop's look that found nothing, in
+-- one read of them: ripe_in_s, the seconds until the earliest may become claimable
+-- (queen.cursor_claim's ripe_at; NULL: none is pending), and parked, the parked ones among
+-- them (NULL: none), which the look unparks before it walks again (Parking, at the cursors
+-- table). A set-returning SQL function of one SELECT: inlined where it is used.
+CREATE OR REPLACE FUNCTION queen.group_ripe(p_queues bigint[], p_group text)
+RETURNS TABLE (ripe_in_s double precision, parked bigint[])
+LANGUAGE sql STABLE AS $fn$
+    SELECT extract(epoch FROM min(k.ripe_at) - now())::double precision,
+           array_agg(cu.partition_id) FILTER (WHERE cu.parked)
+    FROM queen.cursors cu
+    CROSS JOIN LATERAL (SELECT p.next_offset FROM queen.partitions p
+                        WHERE p.id = cu.partition_id OFFSET 0) p
+    JOIN queen.queues q ON q.id = cu.queue_id
+    CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset,
+                                          cu.next_offset, cu.lease_expires_at,
+                                          cu.not_before, q.window_buffer_s,
+                                          q.delayed_processing_s) k
+    WHERE cu.queue_id = ANY (p_queues)
+      AND cu.consumer_group = p_group
+      AND k.pending
 $fn$;
 
 -- One candidate of a pop's walk, as queen.pop fetches it.
@@ -516,6 +551,9 @@ DECLARE
     v_round     integer := 0;   -- walks made (a second one after unparking)
     v_swept     timestamptz;    -- the group's last sweep of the queue (one queue)
     v_swept_past bigint := 0;   -- and the partition it stopped after
+    v_ripe_in   double precision;   -- the ripe row's answer (queen.group_ripe)
+    v_parked    bigint[];           -- and the parked cursors it found pending
+    v_ripe_read boolean := false;   -- read after the last walk
 BEGIN
     IF p_queue IS NOT NULL THEN
         SELECT ARRAY[q.id] INTO v_queues FROM queen.queues q WHERE q.name = p_queue;
@@ -668,7 +706,8 @@ BEGIN
                 FOR UPDATE OF c SKIP LOCKED
             )
             UPDATE queen.cursors cu SET parked = true
-            FROM t WHERE cu.partition_id = t.partition_id AND cu.consumer_group = p_group;
+            WHERE cu.partition_id = ANY (ARRAY(SELECT t.partition_id FROM t))
+              AND cu.consumer_group = p_group;
         END IF;
     END IF;
 
@@ -917,11 +956,24 @@ BEGIN
         END LOOP;
         CLOSE v_cands;
         -- A walk of one queue that claimed nothing: the parked cursors with something past them
-        -- are unparked, and it walks again (once).
+        -- are unparked, and it walks again (once). A look that says when to look again reads
+        -- every pending cursor of the group for that anyway: the same read lists the parked
+        -- ones, and it is the answer unless the look walks again.
         EXIT walks WHEN v_claimed > 0 OR v_round > 1 OR v_names IS NOT NULL
                         OR cardinality(v_queues) <> 1;
-        SELECT u.unparked INTO v_n FROM queen.unpark_cursors(v_queues[1], p_group, 0, NULL) u;
+        IF p_ripe THEN
+            SELECT r.ripe_in_s, r.parked INTO v_ripe_in, v_parked
+            FROM queen.group_ripe(v_queues, p_group) r;
+            v_ripe_read := true;
+            EXIT walks WHEN v_parked IS NULL;
+            v_n := queen.unpark_listed(v_parked, p_group);
+        ELSE
+            SELECT u.unparked INTO v_n FROM queen.unpark_cursors(v_queues[1], p_group, 0, NULL) u;
+        END IF;
+        -- (unparked cursors that another transaction held: it is claiming or unparking them,
+        -- and the ripe read says they may be claimable now)
         EXIT walks WHEN v_n = 0;
+        v_ripe_read := false;
     END LOOP walks;
 
     IF p_ripe AND v_left = p_batch THEN
@@ -942,21 +994,13 @@ BEGIN
               AND cu.partition_id = ANY (v_pids) AND cu.consumer_group = p_group
               AND k.pending;
         ELSE
+            IF NOT v_ripe_read THEN
+                SELECT r.ripe_in_s INTO v_ripe_in FROM queen.group_ripe(v_queues, p_group) r;
+            END IF;
             RETURN QUERY
             SELECT NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
                    NULL::text, NULL::text, NULL::uuid, NULL::integer, NULL::timestamptz,
-                   extract(epoch FROM min(k.ripe_at) - now())::double precision
-            FROM queen.cursors cu
-            CROSS JOIN LATERAL (SELECT p.next_offset FROM queen.partitions p
-                                WHERE p.id = cu.partition_id OFFSET 0) p
-            JOIN queen.queues q ON q.id = cu.queue_id
-            CROSS JOIN LATERAL queen.cursor_claim(cu.partition_id, p.next_offset,
-                                                  cu.next_offset, cu.lease_expires_at,
-                                                  cu.not_before, q.window_buffer_s,
-                                                  q.delayed_processing_s) k
-            WHERE cu.queue_id = ANY (v_queues)
-              AND cu.consumer_group = p_group
-              AND k.pending;
+                   v_ripe_in;
         END IF;
     END IF;
 
