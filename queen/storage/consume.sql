@@ -376,8 +376,9 @@ LANGUAGE sql STABLE AS $fn$
 $fn$;
 
 -- Unpark those of the group's cursors of partitions p_partitions that are parked and have
--- something past them; cursors another transaction holds are skipped. Returns how many. Each
--- read goes through the cursors' key, so no plan can read the group's cursors once per
+-- something past them; cursors another transaction holds are skipped. Returns how many. Both
+-- statements name the cursors by their key (the partitions listed, the group) and neither
+-- joins the group's cursors with the list, whose generic plan could read them once per
 -- partition listed. For queen.pop (Parking, at the cursors table).
 CREATE OR REPLACE FUNCTION queen.unpark_listed(p_partitions bigint[], p_group text)
 RETURNS integer
@@ -970,8 +971,8 @@ BEGIN
         ELSE
             SELECT u.unparked INTO v_n FROM queen.unpark_cursors(v_queues[1], p_group, 0, NULL) u;
         END IF;
-        -- (unparked cursors that another transaction held: it is claiming or unparking them,
-        -- and the ripe read says they may be claimable now)
+        -- (none unparked: another transaction holds them, claiming or unparking them, and the
+        -- ripe read already says they may be claimable now)
         EXIT walks WHEN v_n = 0;
         v_ripe_read := false;
     END LOOP walks;
