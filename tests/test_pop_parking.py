@@ -36,6 +36,22 @@ async def _sweep_due(db: Db, queue: str) -> None:
     )
 
 
+async def _sweep_not_due(db: Db, queue: str) -> None:
+    await db.rows(
+        """UPDATE queen.cursor_marks m SET swept_at = now() + interval '1 hour'
+           FROM queen.queues q WHERE q.id = m.queue_id AND q.name = %s""",
+        queue,
+    )
+
+
+async def _unpark_all(db: Db, queue: str) -> None:
+    await db.rows(
+        """UPDATE queen.cursors c SET parked = false FROM queen.queues q
+           WHERE q.id = c.queue_id AND q.name = %s""",
+        queue,
+    )
+
+
 async def _parked(db: Db, queue: str) -> dict[str, bool]:
     rows = await db.rows(
         """SELECT p.name, c.parked FROM queen.cursors c
@@ -88,16 +104,8 @@ async def test_a_sweep_parks_the_cursors_with_nothing_past_them_and_the_walk_rea
     )
     beside_parked = await trio.to_thread.run_sync(pop_blocks_read, pg_url, queue, GROUP, None, 1)
     # the same look with the 400 idle cursors unparked reads past each of them
-    await db.rows(
-        """UPDATE queen.cursors c SET parked = false FROM queen.queues q
-           WHERE q.id = c.queue_id AND q.name = %s""",
-        queue,
-    )
-    await db.rows(
-        """UPDATE queen.cursor_marks m SET swept_at = now() + interval '1 hour'
-           FROM queen.queues q WHERE q.id = m.queue_id AND q.name = %s""",
-        queue,
-    )
+    await _unpark_all(db, queue)
+    await _sweep_not_due(db, queue)
     beside_unparked = await trio.to_thread.run_sync(pop_blocks_read, pg_url, queue, GROUP, None, 1)
     assert beside_unparked > beside_parked + 390, (beside_parked, beside_unparked)
     assert beside_parked < 150, beside_parked
@@ -161,19 +169,11 @@ async def test_an_empty_waiting_look_reads_the_parked_cursors_once(
     await _served_long_ago(db, queue)
     assert await _look(db, queue) == ([], None)  # parks the 400
     assert sum((await _parked(db, queue)).values()) == 400
-    await db.rows(
-        """UPDATE queen.cursor_marks m SET swept_at = now() + interval '1 hour'
-           FROM queen.queues q WHERE q.id = m.queue_id AND q.name = %s""",
-        queue,
-    )
+    await _sweep_not_due(db, queue)
     parked = await trio.to_thread.run_sync(pop_blocks_read, pg_url, queue, GROUP, None, 1)
     # the same look with the 400 unparked: its walk reads past each of them, then the same
     # ripe read; parked, only the ripe read
-    await db.rows(
-        """UPDATE queen.cursors c SET parked = false FROM queen.queues q
-           WHERE q.id = c.queue_id AND q.name = %s""",
-        queue,
-    )
+    await _unpark_all(db, queue)
     unparked = await trio.to_thread.run_sync(pop_blocks_read, pg_url, queue, GROUP, None, 1)
     assert unparked > parked + 390, (parked, unparked)
 
