@@ -376,28 +376,42 @@ LANGUAGE sql STABLE AS $fn$
 $fn$;
 
 -- Unpark those of the group's cursors of partitions p_partitions that are parked and have
--- something past them; cursors another transaction holds are skipped. Returns how many. Both
--- statements name the cursors by their key (the partitions listed, the group) and neither
--- joins the group's cursors with the list, whose generic plan could read them once per
--- partition listed. For queen.pop (Parking, at the cursors table).
+-- something past them; cursors another transaction holds are skipped. Returns how many. Each
+-- listed partition's cursor and partition row are read through their keys, one partition after
+-- the other (lateral look-ups the planner keeps apart), and each cursor found due is locked and
+-- updated through its key: no statement scans the group's cursors and tests each against the
+-- list, which costs cursors x partitions listed (a generic plan made on small statistics did,
+-- 0.2 s a look beside 10,000 parked cursors). For queen.pop (Parking, at the cursors table).
 CREATE OR REPLACE FUNCTION queen.unpark_listed(p_partitions bigint[], p_group text)
 RETURNS integer
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
-    v_n integer;
+    v_due bigint[];
+    v_pid bigint;
+    v_one integer;
+    v_n   integer := 0;
 BEGIN
-    WITH t AS (
-        SELECT c.partition_id FROM queen.cursors c
+    v_due := ARRAY(
+        SELECT u.pid FROM unnest(p_partitions) AS u (pid)
+        CROSS JOIN LATERAL (SELECT c.next_offset FROM queen.cursors c
+                            WHERE c.partition_id = u.pid AND c.consumer_group = p_group
+                              AND c.parked OFFSET 0) c
         CROSS JOIN LATERAL (SELECT p.next_offset FROM queen.partitions p
-                            WHERE p.id = c.partition_id OFFSET 0) p
-        WHERE c.partition_id = ANY (p_partitions) AND c.consumer_group = p_group
-          AND c.parked AND p.next_offset > c.next_offset
-        FOR UPDATE OF c SKIP LOCKED
-    )
-    UPDATE queen.cursors cu SET parked = false
-    WHERE cu.partition_id = ANY (ARRAY(SELECT t.partition_id FROM t))
-      AND cu.consumer_group = p_group;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+                            WHERE p.id = u.pid OFFSET 0) p
+        WHERE p.next_offset > c.next_offset);
+    IF cardinality(v_due) = 0 THEN
+        RETURN 0;
+    END IF;
+    FOREACH v_pid IN ARRAY v_due LOOP
+        UPDATE queen.cursors cu SET parked = false
+        WHERE cu.partition_id = v_pid AND cu.consumer_group = p_group
+          AND cu.ctid = (SELECT c.ctid FROM queen.cursors c
+                         WHERE c.partition_id = v_pid AND c.consumer_group = p_group
+                           AND c.parked
+                         FOR UPDATE SKIP LOCKED);
+        GET DIAGNOSTICS v_one = ROW_COUNT;
+        v_n := v_n + v_one;
+    END LOOP;
     RETURN v_n;
 END
 $fn$;
