@@ -378,20 +378,19 @@ $fn$;
 -- Unpark those of the group's cursors of partitions p_partitions that are parked and have
 -- something past them; cursors another transaction holds are skipped. Returns how many. Each
 -- listed partition's cursor and partition row are read through their keys, one partition after
--- the other (lateral look-ups the planner keeps apart); each cursor found due is locked through
--- its key, then all are updated through their tuple ids (a TID scan: the function allows no
--- sequential scan). No statement scans the group's cursors and tests each against the list,
--- which costs cursors x partitions listed (a generic plan made on small statistics did, 0.2 s
--- a look beside 10,000 parked cursors). For queen.pop (Parking, at the cursors table).
+-- the other (lateral look-ups the planner keeps apart); each cursor found due is locked, then
+-- updated, through its key. No statement scans the group's cursors and tests each against the
+-- list, which costs cursors x partitions listed (a generic plan expecting one row did: 0.2 s a
+-- look beside 10,000 parked cursors). For queen.pop (Parking, at the cursors table).
 CREATE OR REPLACE FUNCTION queen.unpark_listed(p_partitions bigint[], p_group text)
 RETURNS integer
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
-    v_tids tid[];
-    v_n    integer;
+    v_locked bigint[];
+    v_pid    bigint;
 BEGIN
-    v_tids := ARRAY(
-        SELECT l.tid
+    v_locked := ARRAY(
+        SELECT d.pid
         FROM (SELECT u.pid FROM unnest(p_partitions) AS u (pid)
               CROSS JOIN LATERAL (SELECT c.next_offset FROM queen.cursors c
                                   WHERE c.partition_id = u.pid AND c.consumer_group = p_group
@@ -400,16 +399,15 @@ BEGIN
                                   WHERE p.id = u.pid OFFSET 0) p
               WHERE p.next_offset > c.next_offset
               OFFSET 0) d
-        CROSS JOIN LATERAL (SELECT c.ctid AS tid FROM queen.cursors c
+        CROSS JOIN LATERAL (SELECT 1 FROM queen.cursors c
                             WHERE c.partition_id = d.pid AND c.consumer_group = p_group
                               AND c.parked
                             FOR UPDATE SKIP LOCKED) l);
-    IF cardinality(v_tids) = 0 THEN
-        RETURN 0;
-    END IF;
-    UPDATE queen.cursors cu SET parked = false WHERE cu.ctid = ANY (v_tids);
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    RETURN v_n;
+    FOREACH v_pid IN ARRAY v_locked LOOP
+        UPDATE queen.cursors cu SET parked = false
+        WHERE cu.partition_id = v_pid AND cu.consumer_group = p_group;
+    END LOOP;
+    RETURN cardinality(v_locked);
 END
 $fn$;
 
