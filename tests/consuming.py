@@ -3,6 +3,7 @@ moves time for leases and message ages (no test waits for a clock), and partitio
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -213,3 +214,27 @@ def pop_blocks_read(
             plan: Any = row[0][0]["Plan"]
             read.append(int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"]))
     return min(read)
+
+
+def explain_nested(conn: psycopg.Connection[Any], *settings: str) -> list[dict[str, Any]]:
+    """Switch on auto_explain in ``conn``'s session for every statement, those run inside
+    functions included, with ``settings`` besides; the list returned fills with each plan
+    logged (auto_explain's JSON entry: its query text and plan) as the session runs them."""
+    logged: list[dict[str, Any]] = []
+
+    def note(diagnostic: psycopg.errors.Diagnostic) -> None:
+        text = diagnostic.message_primary or ""
+        if "{" in text:
+            logged.append(json.loads(text[text.index("{") :]))
+
+    conn.add_notice_handler(note)
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_format = json",
+        "SET jit = off",
+        *settings,
+    ):
+        conn.execute(setting)
+    return logged

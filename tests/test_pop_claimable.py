@@ -11,7 +11,7 @@ import psycopg
 import trio
 
 from tests.conftest import Db
-from tests.consuming import Api, age_messages
+from tests.consuming import Api, age_messages, explain_nested
 
 GROUP = "__QUEUE_MODE__"
 POP = (
@@ -175,25 +175,15 @@ def _nested_plans(url: str, queue: str, ns: str, hint: list[str]) -> list[tuple[
     """(query text, plan) of every statement run inside queen.pop for a look at ``queue``
     with ``hint``, one at ``queue`` and one at the namespace ``ns`` (a spread of 2): each
     walk and, as nothing is claimable, each ripe scan."""
-    notes: list[str] = []
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.add_notice_handler(lambda d: notes.append(d.message_primary or ""))
-        for setting in (
-            "LOAD 'auto_explain'",
-            "SET auto_explain.log_min_duration = 0",
-            "SET auto_explain.log_nested_statements = on",
-            "SET auto_explain.log_verbose = on",
-            "SET auto_explain.log_format = json",
-            "SET client_min_messages = log",
-            "SET jit = off",
-        ):
-            conn.execute(setting)
+        logged = explain_nested(
+            conn, "SET auto_explain.log_verbose = on", "SET client_min_messages = log"
+        )
         for look in ((queue, "", hint), (queue, "", None), (None, ns, None)):
             for _ in range(2):  # the second: the cached generic plans
                 conn.execute("BEGIN")
                 conn.execute(POP, (look[0], look[1], GROUP, True, look[2], 2))
                 conn.execute("ROLLBACK")
-    logged = [json.loads(n[n.index("{") :]) for n in notes if "{" in n]
     return [(entry["Query Text"], json.dumps(entry["Plan"])) for entry in logged]
 
 

@@ -14,7 +14,7 @@ import trio
 
 from queen import Broker
 from tests.conftest import Db
-from tests.consuming import Api, idle_partitions, pop_blocks_read
+from tests.consuming import Api, explain_nested, idle_partitions, pop_blocks_read
 
 GROUP = "g"
 
@@ -308,18 +308,8 @@ def _unparking_plans(url: str, queue: str) -> list[tuple[str, dict[str, Any]]]:
     """(query text, plan) of every statement run inside queen.pop that reads or writes a
     parked cursor, for a look at ``queue`` that does not wait and one that does, each twice
     (the second on the session's cached generic plans); rolled back."""
-    notes: list[str] = []
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.add_notice_handler(lambda d: notes.append(d.message_primary or ""))
-        for setting in (
-            "LOAD 'auto_explain'",
-            "SET auto_explain.log_min_duration = 0",
-            "SET auto_explain.log_nested_statements = on",
-            "SET auto_explain.log_format = json",
-            "SET auto_explain.log_level = notice",
-            "SET jit = off",
-        ):
-            conn.execute(setting)
+        logged = explain_nested(conn, "SET auto_explain.log_level = notice")
         for ripe in (False, False, True, True):
             conn.execute("BEGIN")
             conn.execute(
@@ -328,7 +318,6 @@ def _unparking_plans(url: str, queue: str) -> list[tuple[str, dict[str, Any]]]:
                 (queue, GROUP, ripe),
             )
             conn.execute("ROLLBACK")
-    logged = [json.loads(n[n.index("{") :]) for n in notes if "{" in n]
     return [
         (entry["Query Text"], entry["Plan"])
         for entry in logged
